@@ -1,0 +1,410 @@
+//! The connection manager of the client/server model, as a sans-IO state
+//! machine: the engine feeds it connection-management frames and the clock,
+//! and transmits the frames it queues in [`ConnectionManager::outgoing`].
+//!
+//! Protocol (frame kinds in [`crate::wire::Kind`]):
+//! - The client sends `ConnRequest` to the server's MAC, endpoint
+//!   [`ANY_ENDPOINT`], carrying its VI attributes, a request id and the
+//!   discriminator. It retransmits with backoff until an answer or its
+//!   deadline.
+//! - An endpoint with a `ConnectWait` on that discriminator answers
+//!   `ConnPending` and hands the request to the application as a connection
+//!   handle; endpoints without one answer `ConnNoMatch`. The client reports
+//!   `NO_MATCH` when it heard only `ConnNoMatch` for [`NO_MATCH_GRACE`].
+//! - `Accept` answers `ConnAccept` (with the server VI, its attributes and
+//!   the new connection generation), `Reject` answers `ConnReject` with a
+//!   reason. A duplicate request gets the same answer again.
+
+use crate::mac::MacAddr;
+use crate::memory::random_u32;
+use crate::wire::{ConnRepr, Kind, ANY_ENDPOINT};
+use std::time::{Duration, Instant};
+
+/// First retransmission interval of a connection request.
+pub const REQUEST_RTO: Duration = Duration::from_millis(5);
+/// Longest interval between retransmissions of a request.
+pub const REQUEST_RTO_MAX: Duration = Duration::from_millis(200);
+/// How long a client waits, after a `ConnNoMatch`, for another endpoint of
+/// the same host to answer positively before reporting NO_MATCH.
+pub const NO_MATCH_GRACE: Duration = Duration::from_millis(20);
+/// Answers remembered for duplicate requests.
+const ANSWERS_KEPT: usize = 256;
+
+/// Why a request was rejected (carried in the `imm` field of `ConnReject`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RejectReason {
+    /// The server application said no.
+    Refused = 0,
+    ReliabilityLevel = 1,
+    Mtu = 2,
+    RdmaRead = 3,
+}
+
+impl RejectReason {
+    pub fn from_u32(v: u32) -> RejectReason {
+        match v {
+            1 => RejectReason::ReliabilityLevel,
+            2 => RejectReason::Mtu,
+            3 => RejectReason::RdmaRead,
+            _ => RejectReason::Refused,
+        }
+    }
+}
+
+/// The far end of a connection, as both sides learn it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub mac: MacAddr,
+    pub ep: u32,
+    pub vi: u16,
+    pub generation: u32,
+    /// The remote VI's attributes.
+    pub attrs: ConnRepr,
+}
+
+/// A connection-management frame to transmit.
+#[derive(Clone, Debug)]
+pub struct CmFrame {
+    pub dst_mac: MacAddr,
+    pub dst_ep: u32,
+    pub kind: Kind,
+    pub dst_vi: u16,
+    pub src_vi: u16,
+    pub generation: u32,
+    /// Reject reason, for `ConnReject`.
+    pub imm: u32,
+    pub conn: ConnRepr,
+}
+
+/// A received request handed to the server application (`VIP_CONN_HANDLE`).
+#[derive(Clone, Debug)]
+pub struct Incoming {
+    pub id: u32,
+    pub mac: MacAddr,
+    pub ep: u32,
+    pub vi: u16,
+    pub attrs: ConnRepr,
+}
+
+/// Where a client's request stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestState {
+    InProgress,
+    Accepted(Peer),
+    Rejected(RejectReason),
+    NoMatch,
+    TimedOut,
+}
+
+struct Wait {
+    id: u32,
+    discriminator: Vec<u8>,
+    matched: Option<u32>,
+}
+
+struct Request {
+    vi: u16,
+    mac: MacAddr,
+    attrs: ConnRepr,
+    next_send: Instant,
+    rto: Duration,
+    deadline: Instant,
+    /// A positive sign (pending) was heard: keep waiting until the deadline.
+    pending: bool,
+    no_match_since: Option<Instant>,
+    state: RequestState,
+}
+
+#[derive(Clone)]
+struct Answer {
+    key: (MacAddr, u32, u16, u32),
+    frame: CmFrame,
+}
+
+/// Connection manager of one opened NIC.
+pub struct ConnectionManager {
+    mac: MacAddr,
+    ep: u32,
+    waits: Vec<Wait>,
+    incoming: Vec<Incoming>,
+    requests: Vec<Request>,
+    answers: Vec<Answer>,
+    next_id: u32,
+    out: Vec<CmFrame>,
+}
+
+fn key(i: &Incoming) -> (MacAddr, u32, u16, u32) {
+    (i.mac, i.ep, i.vi, i.attrs.request_id)
+}
+
+impl ConnectionManager {
+    pub fn new(mac: MacAddr, ep: u32) -> Self {
+        ConnectionManager { mac, ep, waits: Vec::new(), incoming: Vec::new(), requests: Vec::new(), answers: Vec::new(), next_id: 1, out: Vec::new() }
+    }
+
+    /// Frames queued for transmission; the engine drains them.
+    pub fn outgoing(&mut self) -> &mut Vec<CmFrame> {
+        &mut self.out
+    }
+
+    // ---- server side ----
+
+    /// Starts a `ConnectWait` on `discriminator`; returns its id.
+    pub fn wait_begin(&mut self, discriminator: &[u8]) -> u32 {
+        let id = self.fresh_id();
+        self.waits.push(Wait { id, discriminator: discriminator.to_vec(), matched: None });
+        id
+    }
+
+    /// The connection handle a wait matched, if any (ends the wait).
+    pub fn wait_take(&mut self, wait: u32) -> Option<&Incoming> {
+        let i = self.waits.iter().position(|w| w.id == wait)?;
+        let conn = self.waits[i].matched?;
+        self.waits.remove(i);
+        self.incoming.iter().find(|c| c.id == conn)
+    }
+
+    /// Ends a wait that timed out or was abandoned.
+    pub fn wait_end(&mut self, wait: u32) {
+        self.waits.retain(|w| w.id != wait);
+    }
+
+    pub fn incoming(&self, conn: u32) -> Option<&Incoming> {
+        self.incoming.iter().find(|c| c.id == conn)
+    }
+
+    /// Accepts request `conn` for local VI `vi` with local attributes
+    /// `attrs`; returns the peer for the VI to connect to.
+    pub fn accept(&mut self, conn: u32, vi: u16, attrs: &ConnRepr) -> Option<Peer> {
+        let i = self.incoming.iter().position(|c| c.id == conn)?;
+        let req = self.incoming.remove(i);
+        let generation = random_u32() | 1;
+        let mut mine = attrs.clone();
+        mine.request_id = req.attrs.request_id;
+        mine.discriminator.clear();
+        let frame = CmFrame { dst_mac: req.mac, dst_ep: req.ep, kind: Kind::ConnAccept, dst_vi: req.vi, src_vi: vi, generation, imm: 0, conn: mine };
+        self.answer(key(&req), frame);
+        Some(Peer { mac: req.mac, ep: req.ep, vi: req.vi, generation, attrs: req.attrs })
+    }
+
+    /// Rejects request `conn`.
+    pub fn reject(&mut self, conn: u32, reason: RejectReason) -> bool {
+        let Some(i) = self.incoming.iter().position(|c| c.id == conn) else { return false };
+        let req = self.incoming.remove(i);
+        let conn = ConnRepr { request_id: req.attrs.request_id, ..ConnRepr::default() };
+        let frame = CmFrame { dst_mac: req.mac, dst_ep: req.ep, kind: Kind::ConnReject, dst_vi: req.vi, src_vi: 0, generation: 0, imm: reason as u32, conn };
+        self.answer(key(&req), frame);
+        true
+    }
+
+    fn answer(&mut self, key: (MacAddr, u32, u16, u32), frame: CmFrame) {
+        self.out.push(frame.clone());
+        if self.answers.len() == ANSWERS_KEPT {
+            self.answers.remove(0);
+        }
+        self.answers.push(Answer { key, frame });
+    }
+
+    /// Forgets answers given on behalf of local VI `vi` (it is gone).
+    pub fn forget_vi(&mut self, vi: u16) {
+        self.answers.retain(|a| !(a.frame.kind == Kind::ConnAccept && a.frame.src_vi == vi));
+        self.requests.retain(|r| r.vi != vi);
+    }
+
+    // ---- client side ----
+
+    /// Starts a request from local VI `vi` to `mac` (attributes and the
+    /// server's discriminator in `attrs`), giving up at `deadline`.
+    pub fn request_begin(&mut self, vi: u16, mac: MacAddr, mut attrs: ConnRepr, now: Instant, deadline: Instant) {
+        self.requests.retain(|r| r.vi != vi);
+        attrs.request_id = random_u32();
+        self.requests.push(Request { vi, mac, attrs, next_send: now, rto: REQUEST_RTO, deadline, pending: false, no_match_since: None, state: RequestState::InProgress });
+        self.on_timer(now);
+    }
+
+    /// Where the request of `vi` stands; a finished request is forgotten.
+    pub fn request_poll(&mut self, vi: u16, now: Instant) -> RequestState {
+        self.on_timer(now);
+        let Some(i) = self.requests.iter().position(|r| r.vi == vi) else { return RequestState::TimedOut };
+        let st = self.requests[i].state.clone();
+        if st != RequestState::InProgress {
+            self.requests.remove(i);
+        }
+        st
+    }
+
+    /// Abandons the request of `vi`.
+    pub fn request_cancel(&mut self, vi: u16) {
+        self.requests.retain(|r| r.vi != vi);
+    }
+
+    // ---- input and time ----
+
+    /// Handles a connection-management frame addressed to us.
+    pub fn on_frame(&mut self, kind: Kind, src_mac: MacAddr, src_ep: u32, src_vi: u16, dst_vi: u16, generation: u32, imm: u32, conn: ConnRepr, now: Instant) {
+        match kind {
+            Kind::ConnRequest => self.on_request(src_mac, src_ep, src_vi, conn),
+            Kind::ConnPending | Kind::ConnAccept | Kind::ConnReject | Kind::ConnNoMatch => {
+                let Some(r) = self.requests.iter_mut().find(|r| r.vi == dst_vi && r.attrs.request_id == conn.request_id && r.state == RequestState::InProgress) else {
+                    return;
+                };
+                match kind {
+                    Kind::ConnPending => r.pending = true,
+                    Kind::ConnNoMatch => {
+                        r.no_match_since.get_or_insert(now);
+                    }
+                    Kind::ConnAccept => {
+                        r.state = RequestState::Accepted(Peer { mac: src_mac, ep: src_ep, vi: src_vi, generation, attrs: conn });
+                    }
+                    _ => r.state = RequestState::Rejected(RejectReason::from_u32(imm)),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_request(&mut self, mac: MacAddr, ep: u32, vi: u16, conn: ConnRepr) {
+        let k = (mac, ep, vi, conn.request_id);
+        if let Some(a) = self.answers.iter().find(|a| a.key == k) {
+            self.out.push(a.frame.clone());
+            return;
+        }
+        let request_id = conn.request_id;
+        let reply = move |kind| CmFrame { dst_mac: mac, dst_ep: ep, kind, dst_vi: vi, src_vi: 0, generation: 0, imm: 0, conn: ConnRepr { request_id, ..ConnRepr::default() } };
+        if self.incoming.iter().any(|c| key(c) == k) {
+            self.out.push(reply(Kind::ConnPending));
+            return;
+        }
+        match self.waits.iter().position(|w| w.matched.is_none() && w.discriminator == conn.discriminator) {
+            Some(w) => {
+                let id = self.fresh_id();
+                self.incoming.push(Incoming { id, mac, ep, vi, attrs: conn });
+                self.waits[w].matched = Some(id);
+                self.out.push(reply(Kind::ConnPending));
+            }
+            None => self.out.push(reply(Kind::ConnNoMatch)),
+        }
+    }
+
+    /// Retransmits requests that are due and settles those whose time is up.
+    pub fn on_timer(&mut self, now: Instant) {
+        for r in &mut self.requests {
+            if r.state != RequestState::InProgress {
+                continue;
+            }
+            if now >= r.deadline {
+                r.state = RequestState::TimedOut;
+                continue;
+            }
+            if let Some(t) = r.no_match_since {
+                if !r.pending && now >= t + NO_MATCH_GRACE {
+                    r.state = RequestState::NoMatch;
+                    continue;
+                }
+            }
+            if now >= r.next_send {
+                self.out.push(CmFrame { dst_mac: r.mac, dst_ep: ANY_ENDPOINT, kind: Kind::ConnRequest, dst_vi: 0, src_vi: r.vi, generation: 0, imm: 0, conn: r.attrs.clone() });
+                r.next_send = now + r.rto;
+                r.rto = (r.rto * 2).min(REQUEST_RTO_MAX);
+            }
+        }
+    }
+
+    /// The next instant [`ConnectionManager::on_timer`] has work to do.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.requests
+            .iter()
+            .filter(|r| r.state == RequestState::InProgress)
+            .map(|r| {
+                let mut t = r.next_send.min(r.deadline);
+                if let Some(nm) = r.no_match_since {
+                    t = t.min(nm + NO_MATCH_GRACE);
+                }
+                t
+            })
+            .min()
+    }
+
+    pub fn local(&self) -> (MacAddr, u32) {
+        (self.mac, self.ep)
+    }
+
+    fn fresh_id(&mut self) -> u32 {
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        self.next_id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
+    const B: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
+
+    fn attrs(d: &[u8]) -> ConnRepr {
+        ConnRepr { reliability: 2, max_transfer_size: 1 << 20, mtu: 1500, discriminator: d.to_vec(), ..Default::default() }
+    }
+
+    /// Delivers every queued frame of `from` to `to`.
+    fn pump(from: &mut ConnectionManager, from_mac: MacAddr, to: &mut ConnectionManager, now: Instant) -> usize {
+        let frames: Vec<_> = from.outgoing().drain(..).collect();
+        let n = frames.len();
+        for f in frames {
+            to.on_frame(f.kind, from_mac, from.ep, f.src_vi, f.dst_vi, f.generation, f.imm, f.conn, now);
+        }
+        n
+    }
+
+    #[test]
+    fn accept_flow() {
+        let t0 = Instant::now();
+        let mut server = ConnectionManager::new(A, 10);
+        let mut client = ConnectionManager::new(B, 20);
+        let w = server.wait_begin(b"svc");
+        client.request_begin(3, A, attrs(b"svc"), t0, t0 + Duration::from_secs(1));
+        assert_eq!(pump(&mut client, B, &mut server, t0), 1);
+        let inc = server.wait_take(w).unwrap().clone();
+        assert_eq!((inc.mac, inc.ep, inc.vi), (B, 20, 3));
+        pump(&mut server, A, &mut client, t0); // pending
+        assert_eq!(client.request_poll(3, t0), RequestState::InProgress);
+        let peer = server.accept(inc.id, 7, &attrs(b"")).unwrap();
+        assert_eq!((peer.mac, peer.ep, peer.vi), (B, 20, 3));
+        // the accept is lost; the client retransmits and gets it again
+        server.outgoing().clear();
+        let t1 = t0 + REQUEST_RTO;
+        client.on_timer(t1);
+        assert_eq!(pump(&mut client, B, &mut server, t1), 1);
+        pump(&mut server, A, &mut client, t1);
+        match client.request_poll(3, t1) {
+            RequestState::Accepted(p) => {
+                assert_eq!((p.mac, p.ep, p.vi, p.generation), (A, 10, 7, peer.generation));
+            }
+            s => panic!("{s:?}"),
+        }
+    }
+
+    #[test]
+    fn no_match_reject_timeout() {
+        let t0 = Instant::now();
+        let mut server = ConnectionManager::new(A, 10);
+        let mut client = ConnectionManager::new(B, 20);
+        client.request_begin(1, A, attrs(b"nobody"), t0, t0 + Duration::from_secs(1));
+        pump(&mut client, B, &mut server, t0);
+        pump(&mut server, A, &mut client, t0);
+        assert_eq!(client.request_poll(1, t0), RequestState::InProgress);
+        assert_eq!(client.request_poll(1, t0 + NO_MATCH_GRACE), RequestState::NoMatch);
+
+        let w = server.wait_begin(b"svc");
+        client.request_begin(2, A, attrs(b"svc"), t0, t0 + Duration::from_secs(1));
+        pump(&mut client, B, &mut server, t0);
+        let id = server.wait_take(w).unwrap().id;
+        assert!(server.reject(id, RejectReason::Refused));
+        pump(&mut server, A, &mut client, t0);
+        assert_eq!(client.request_poll(2, t0), RequestState::Rejected(RejectReason::Refused));
+
+        client.request_begin(4, A, attrs(b"svc"), t0, t0 + Duration::from_millis(50));
+        client.outgoing().clear();
+        assert_eq!(client.request_poll(4, t0 + Duration::from_millis(50)), RequestState::TimedOut);
+    }
+}

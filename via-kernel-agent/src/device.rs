@@ -1,0 +1,219 @@
+//! The frame-device trait that NIC drivers implement, and opening a device
+//! by its VIA name.
+//!
+//! The trait is deliberately narrow (in the spirit of smoltcp's `phy::Device`
+//! and ixy.rs's `rx_batch`/`tx_batch`):
+//! - receive hands out frames in batches as borrowed views into the device's
+//!   own ring; a frame is released when the callback returns, so nothing is
+//!   allocated or copied per frame on the way in;
+//! - transmit takes a batch of frames, each gathered from a header buffer and
+//!   up to [`MAX_GATHER`] payload pieces (registered user memory), and rings
+//!   the device's doorbell once for the whole batch;
+//! - the device tells its MAC, MTU, capabilities and a file descriptor that
+//!   becomes readable when frames arrive, so that waits can sleep.
+
+use crate::mac::MacAddr;
+use std::io;
+use std::os::fd::RawFd;
+
+/// Payload pieces one transmitted frame may gather, besides its header.
+pub const MAX_GATHER: usize = 4;
+
+/// What a device can do beyond moving frames.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Frames are checked by the hardware (Ethernet FCS) before delivery.
+    pub checksummed: bool,
+    /// The device DMAs from registered memory, so registration must pin
+    /// pages and map them for the device.
+    pub needs_pinning: bool,
+}
+
+/// One frame to transmit: `header` (Ethernet + VIA header, built by the
+/// engine) followed by the `payload` pieces, in order.
+#[derive(Clone, Copy, Debug)]
+pub struct TxFrame<'a> {
+    pub header: &'a [u8],
+    pub payload: [&'a [u8]; MAX_GATHER],
+    /// How many entries of `payload` are used.
+    pub pieces: usize,
+}
+
+impl<'a> TxFrame<'a> {
+    pub fn new(header: &'a [u8]) -> Self {
+        TxFrame { header, payload: [&[]; MAX_GATHER], pieces: 0 }
+    }
+
+    /// Appends a payload piece; returns false (and adds nothing) when the
+    /// frame already gathers [`MAX_GATHER`] pieces.
+    pub fn push(&mut self, piece: &'a [u8]) -> bool {
+        if self.pieces == MAX_GATHER {
+            return false;
+        }
+        self.payload[self.pieces] = piece;
+        self.pieces += 1;
+        true
+    }
+
+    pub fn pieces(&self) -> &[&'a [u8]] {
+        &self.payload[..self.pieces]
+    }
+
+    /// Total length on the wire (without FCS).
+    pub fn len(&self) -> usize {
+        self.header.len() + self.pieces().iter().map(|p| p.len()).sum::<usize>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A receive filter the engine asks the device to apply (in the kernel for
+/// AF_PACKET, in the driver otherwise): accept only frames of `ethertype`
+/// whose big-endian 32-bit word at byte `offset` of the Ethernet frame equals
+/// one of `accept`. Several processes sharing one interface each see only
+/// the frames addressed to their own endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RxFilter {
+    pub ethertype: u16,
+    pub offset: usize,
+    pub accept: [u32; 2],
+}
+
+impl RxFilter {
+    /// The filter applied in software by devices that have no other means.
+    pub fn matches(&self, frame: &[u8]) -> bool {
+        if frame.len() < 14 || u16::from_be_bytes([frame[12], frame[13]]) != self.ethertype {
+            return false;
+        }
+        match frame.get(self.offset..self.offset + 4) {
+            Some(w) => {
+                let v = u32::from_be_bytes([w[0], w[1], w[2], w[3]]);
+                self.accept.contains(&v)
+            }
+            None => false,
+        }
+    }
+}
+
+/// A NIC as the VI provider sees it: a source and sink of Ethernet frames.
+pub trait FrameDevice: Send {
+    /// The device's Ethernet address.
+    fn mac(&self) -> MacAddr;
+
+    /// The largest Ethernet payload (bytes after the 14-byte header) the
+    /// device can send and receive.
+    fn mtu(&self) -> usize;
+
+    fn capabilities(&self) -> Capabilities;
+
+    /// A descriptor that polls readable when received frames are waiting.
+    fn wait_fd(&self) -> RawFd;
+
+    /// Installs the receive filter; frames it rejects are never delivered.
+    fn set_filter(&mut self, filter: RxFilter) -> io::Result<()>;
+
+    /// Hands up to `budget` received frames (whole Ethernet frames, without
+    /// FCS) to `sink`, each a view into the device's ring that is released
+    /// when `sink` returns. Returns how many frames were delivered; 0 when
+    /// none are waiting (never blocks).
+    fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize>;
+
+    /// Transmits the frames in order and rings the doorbell once. Returns
+    /// how many (a prefix of `frames`) the device accepted; fewer than all
+    /// when its transmit ring is full, and the caller retries the rest later.
+    fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize>;
+
+    /// Makes memory that transmit may gather from, or that the device DMAs
+    /// into, reachable by the device (IOMMU mapping). Software devices need
+    /// nothing and use this default.
+    fn map_memory(&mut self, _addr: usize, _len: usize) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Undoes [`FrameDevice::map_memory`].
+    fn unmap_memory(&mut self, _addr: usize, _len: usize) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Counters the device keeps, as (name, value) pairs.
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+}
+
+/// A driver that can open devices whose VIA name it recognises.
+pub trait DeviceOpener: Sync {
+    /// A short name for error messages ("softnic", "loopback", "tulip").
+    fn driver(&self) -> &'static str;
+
+    /// `None` when `name` is not one of this driver's names; otherwise the
+    /// result of opening it.
+    fn open(&self, name: &str) -> Option<io::Result<Box<dyn FrameDevice>>>;
+}
+
+/// Opens the device called `name` with the first driver that recognises it.
+/// Names follow M-VIA: `/dev/via_<ifname>` for an Ethernet interface,
+/// `/dev/via_lo` for the in-process loopback; drivers may add their own
+/// (`tulip:<pci address>`).
+pub fn open_device(name: &str, drivers: &[&dyn DeviceOpener]) -> io::Result<Box<dyn FrameDevice>> {
+    for d in drivers {
+        if let Some(r) = d.open(name) {
+            return r.map_err(|e| io::Error::new(e.kind(), format!("{} device {name:?}: {e}", d.driver())));
+        }
+    }
+    let known: Vec<_> = drivers.iter().map(|d| d.driver()).collect();
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("no driver recognises device name {name:?} (drivers: {}); try /dev/via_<interface> or /dev/via_lo", known.join(", ")),
+    ))
+}
+
+/// The interface named by an M-VIA style device name: `/dev/via_eth0` → `eth0`.
+pub fn interface_of(name: &str) -> Option<&str> {
+    let s = name.strip_prefix("/dev/via_").or_else(|| name.strip_prefix("via_"))?;
+    (!s.is_empty()).then_some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(interface_of("/dev/via_eth0"), Some("eth0"));
+        assert_eq!(interface_of("/dev/via_lo"), Some("lo"));
+        assert_eq!(interface_of("/dev/via_"), None);
+        assert_eq!(interface_of("eth0"), None);
+    }
+
+    #[test]
+    fn filter() {
+        let f = RxFilter { ethertype: 0x88b5, offset: 18, accept: [7, 0] };
+        let mut fr = vec![0u8; 30];
+        fr[12] = 0x88;
+        fr[13] = 0xb5;
+        fr[18..22].copy_from_slice(&7u32.to_be_bytes());
+        assert!(f.matches(&fr));
+        fr[18..22].copy_from_slice(&0u32.to_be_bytes());
+        assert!(f.matches(&fr));
+        fr[18..22].copy_from_slice(&9u32.to_be_bytes());
+        assert!(!f.matches(&fr));
+        fr[13] = 0;
+        fr[18..22].copy_from_slice(&7u32.to_be_bytes());
+        assert!(!f.matches(&fr));
+        assert!(!f.matches(&fr[..20]));
+    }
+
+    #[test]
+    fn gather_limit() {
+        let h = [0u8; 4];
+        let mut t = TxFrame::new(&h);
+        for _ in 0..MAX_GATHER {
+            assert!(t.push(b"ab"));
+        }
+        assert!(!t.push(b"c"));
+        assert_eq!(t.len(), 4 + 2 * MAX_GATHER);
+    }
+}

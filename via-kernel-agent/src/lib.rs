@@ -1,0 +1,19 @@
+//! The privileged control plane that VIA 1.0 calls the *kernel agent*.
+//!
+//! It owns what every VI provider needs regardless of the NIC underneath:
+//! - [`device`]: the narrow frame-device trait that NIC drivers implement,
+//!   and the table of drivers that opens a device by its VIA name;
+//! - [`wire`]: the on-the-wire header of VIA frames (typed views, parse/emit);
+//! - [`memory`]: the memory registration table and protection tags;
+//! - [`conn`]: the connection manager of the client/server model (sans-IO);
+//! - [`names`]: the name service (hosts file).
+
+pub mod conn;
+pub mod device;
+pub mod mac;
+pub mod memory;
+pub mod names;
+pub mod wire;
+
+pub use device::{Capabilities, DeviceOpener, FrameDevice, RxFilter, TxFrame};
+pub use mac::MacAddr;

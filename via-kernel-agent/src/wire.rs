@@ -1,0 +1,488 @@
+//! The VIA wire format: typed views over byte slices (smoltcp's `wire`
+//! style) with checked constructors, and `Repr` structs for parse/emit.
+//!
+//! A VIA frame is an Ethernet II frame of EtherType [`ETHERTYPE`] (IEEE
+//! local experimental 0x88B5) whose payload starts with the fixed
+//! [`VIA_HEADER_LEN`]-byte header below, followed by `payload_len` bytes.
+//! All fields are big-endian.
+//!
+//! ```text
+//!  0 version u8        1 kind u8          2 flags u16
+//!  4 dst_ep u32        8 src_ep u32
+//! 12 dst_vi u16       14 src_vi u16      16 generation u32
+//! 20 psn u32          24 ack u32 (next PSN expected from the peer)
+//! 28 msg_len u32      32 offset u32 (of this fragment in the message)
+//! 36 imm u32          40 rdma_addr u64   48 rdma_handle u32
+//! 52 credits u16      54 payload_len u16 56 msg_seq u32   60 check u32
+//! ```
+
+use crate::mac::MacAddr;
+
+pub const ETHERTYPE: u16 = 0x88B5;
+pub const ETH_HEADER_LEN: usize = 14;
+pub const VIA_HEADER_LEN: usize = 64;
+/// Ethernet + VIA header: the bytes in front of every fragment's payload.
+pub const FRAME_HEADER_LEN: usize = ETH_HEADER_LEN + VIA_HEADER_LEN;
+pub const VERSION: u8 = 1;
+/// Byte offset, within the Ethernet frame, of the destination endpoint id
+/// (what per-process receive filters match on).
+pub const DST_EP_OFFSET: usize = ETH_HEADER_LEN + 4;
+/// Endpoint id that every endpoint accepts (connection management).
+pub const ANY_ENDPOINT: u32 = 0;
+
+/// What a frame is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// A fragment of a send/receive message.
+    Data = 1,
+    /// A standalone acknowledgement.
+    Ack = 2,
+    /// A fragment of an RDMA write.
+    RdmaWrite = 3,
+    /// A request to read remote memory.
+    RdmaReadReq = 4,
+    /// Data answering an RDMA read request.
+    RdmaReadResp = 5,
+    /// Client asks a server to connect (payload: [`ConnRepr`]).
+    ConnRequest = 16,
+    /// The server saw the request and a ConnectWait matched it; decision pending.
+    ConnPending = 17,
+    ConnAccept = 18,
+    ConnReject = 19,
+    /// No ConnectWait on that discriminator at this endpoint.
+    ConnNoMatch = 20,
+    /// The peer tore the connection down.
+    Disconnect = 22,
+    /// Peer-to-peer connection request (both sides request).
+    PeerRequest = 23,
+}
+
+impl Kind {
+    pub fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Data,
+            2 => Kind::Ack,
+            3 => Kind::RdmaWrite,
+            4 => Kind::RdmaReadReq,
+            5 => Kind::RdmaReadResp,
+            16 => Kind::ConnRequest,
+            17 => Kind::ConnPending,
+            18 => Kind::ConnAccept,
+            19 => Kind::ConnReject,
+            20 => Kind::ConnNoMatch,
+            22 => Kind::Disconnect,
+            23 => Kind::PeerRequest,
+            _ => return None,
+        })
+    }
+
+    /// Frames handled by the connection manager rather than a VI.
+    pub fn is_connection_management(self) -> bool {
+        self as u8 >= 16
+    }
+}
+
+/// Flag bits of the `flags` field.
+pub mod flags {
+    /// First fragment of a message.
+    pub const FIRST: u16 = 0x0001;
+    /// Last fragment of a message.
+    pub const LAST: u16 = 0x0002;
+    /// `imm` carries immediate data.
+    pub const IMMEDIATE: u16 = 0x0004;
+    /// `ack` is valid.
+    pub const ACK: u16 = 0x0008;
+    /// The sender wants an acknowledgement now (it is short of window).
+    pub const ACK_REQ: u16 = 0x0010;
+    /// The frame belongs to a reliable connection (sequence checked).
+    pub const RELIABLE: u16 = 0x0020;
+}
+
+/// Why a frame could not be parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WireError {
+    Truncated,
+    NotVia,
+    BadVersion,
+    BadKind,
+    BadLength,
+}
+
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WireError::Truncated => "frame shorter than the VIA header",
+            WireError::NotVia => "not a VIA EtherType",
+            WireError::BadVersion => "unknown VIA version",
+            WireError::BadKind => "unknown frame kind",
+            WireError::BadLength => "payload length inconsistent with the frame",
+        })
+    }
+}
+
+impl std::error::Error for WireError {}
+
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+fn be64(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_be_bytes(x)
+}
+
+/// A read view of a whole VIA Ethernet frame (Ethernet header included).
+#[derive(Clone, Copy, Debug)]
+pub struct Frame<T: AsRef<[u8]>> {
+    buf: T,
+}
+
+impl<T: AsRef<[u8]>> Frame<T> {
+    /// Checks everything the accessors rely on: length, EtherType, version,
+    /// kind and that `payload_len` fits in the frame.
+    pub fn new_checked(buf: T) -> Result<Self, WireError> {
+        let b = buf.as_ref();
+        if b.len() < FRAME_HEADER_LEN {
+            return Err(WireError::Truncated);
+        }
+        if be16(b, 12) != ETHERTYPE {
+            return Err(WireError::NotVia);
+        }
+        let f = Frame { buf };
+        if f.version() != VERSION {
+            return Err(WireError::BadVersion);
+        }
+        if f.kind().is_none() {
+            return Err(WireError::BadKind);
+        }
+        if FRAME_HEADER_LEN + f.payload_len() as usize > f.buf.as_ref().len() {
+            return Err(WireError::BadLength);
+        }
+        Ok(f)
+    }
+
+    fn h(&self) -> &[u8] {
+        &self.buf.as_ref()[ETH_HEADER_LEN..]
+    }
+    pub fn dst_mac(&self) -> MacAddr {
+        let mut m = [0; 6];
+        m.copy_from_slice(&self.buf.as_ref()[0..6]);
+        MacAddr(m)
+    }
+    pub fn src_mac(&self) -> MacAddr {
+        let mut m = [0; 6];
+        m.copy_from_slice(&self.buf.as_ref()[6..12]);
+        MacAddr(m)
+    }
+    pub fn version(&self) -> u8 {
+        self.h()[0]
+    }
+    pub fn kind(&self) -> Option<Kind> {
+        Kind::from_u8(self.h()[1])
+    }
+    pub fn flags(&self) -> u16 {
+        be16(self.h(), 2)
+    }
+    pub fn dst_ep(&self) -> u32 {
+        be32(self.h(), 4)
+    }
+    pub fn src_ep(&self) -> u32 {
+        be32(self.h(), 8)
+    }
+    pub fn dst_vi(&self) -> u16 {
+        be16(self.h(), 12)
+    }
+    pub fn src_vi(&self) -> u16 {
+        be16(self.h(), 14)
+    }
+    pub fn generation(&self) -> u32 {
+        be32(self.h(), 16)
+    }
+    pub fn psn(&self) -> u32 {
+        be32(self.h(), 20)
+    }
+    pub fn ack(&self) -> u32 {
+        be32(self.h(), 24)
+    }
+    pub fn msg_len(&self) -> u32 {
+        be32(self.h(), 28)
+    }
+    pub fn offset(&self) -> u32 {
+        be32(self.h(), 32)
+    }
+    pub fn imm(&self) -> u32 {
+        be32(self.h(), 36)
+    }
+    pub fn rdma_addr(&self) -> u64 {
+        be64(self.h(), 40)
+    }
+    pub fn rdma_handle(&self) -> u32 {
+        be32(self.h(), 48)
+    }
+    pub fn credits(&self) -> u16 {
+        be16(self.h(), 52)
+    }
+    pub fn payload_len(&self) -> u16 {
+        be16(self.h(), 54)
+    }
+    pub fn msg_seq(&self) -> u32 {
+        be32(self.h(), 56)
+    }
+    pub fn check(&self) -> u32 {
+        be32(self.h(), 60)
+    }
+    /// The payload, exactly `payload_len` bytes (Ethernet padding dropped).
+    pub fn payload(&self) -> &[u8] {
+        let n = self.payload_len() as usize;
+        &self.buf.as_ref()[FRAME_HEADER_LEN..FRAME_HEADER_LEN + n]
+    }
+}
+
+/// Every field of a VIA header, for building and for tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeaderRepr {
+    pub dst_mac: MacAddr,
+    pub src_mac: MacAddr,
+    pub kind: u8,
+    pub flags: u16,
+    pub dst_ep: u32,
+    pub src_ep: u32,
+    pub dst_vi: u16,
+    pub src_vi: u16,
+    pub generation: u32,
+    pub psn: u32,
+    pub ack: u32,
+    pub msg_len: u32,
+    pub offset: u32,
+    pub imm: u32,
+    pub rdma_addr: u64,
+    pub rdma_handle: u32,
+    pub credits: u16,
+    pub payload_len: u16,
+    pub msg_seq: u32,
+    pub check: u32,
+}
+
+impl HeaderRepr {
+    pub fn parse<T: AsRef<[u8]>>(f: &Frame<T>) -> HeaderRepr {
+        HeaderRepr {
+            dst_mac: f.dst_mac(),
+            src_mac: f.src_mac(),
+            kind: f.h()[1],
+            flags: f.flags(),
+            dst_ep: f.dst_ep(),
+            src_ep: f.src_ep(),
+            dst_vi: f.dst_vi(),
+            src_vi: f.src_vi(),
+            generation: f.generation(),
+            psn: f.psn(),
+            ack: f.ack(),
+            msg_len: f.msg_len(),
+            offset: f.offset(),
+            imm: f.imm(),
+            rdma_addr: f.rdma_addr(),
+            rdma_handle: f.rdma_handle(),
+            credits: f.credits(),
+            payload_len: f.payload_len(),
+            msg_seq: f.msg_seq(),
+            check: f.check(),
+        }
+    }
+
+    /// Writes the Ethernet and VIA headers into `out[..FRAME_HEADER_LEN]`.
+    pub fn emit(&self, out: &mut [u8; FRAME_HEADER_LEN]) {
+        out[0..6].copy_from_slice(&self.dst_mac.0);
+        out[6..12].copy_from_slice(&self.src_mac.0);
+        out[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
+        let h = &mut out[ETH_HEADER_LEN..];
+        h[0] = VERSION;
+        h[1] = self.kind;
+        h[2..4].copy_from_slice(&self.flags.to_be_bytes());
+        h[4..8].copy_from_slice(&self.dst_ep.to_be_bytes());
+        h[8..12].copy_from_slice(&self.src_ep.to_be_bytes());
+        h[12..14].copy_from_slice(&self.dst_vi.to_be_bytes());
+        h[14..16].copy_from_slice(&self.src_vi.to_be_bytes());
+        h[16..20].copy_from_slice(&self.generation.to_be_bytes());
+        h[20..24].copy_from_slice(&self.psn.to_be_bytes());
+        h[24..28].copy_from_slice(&self.ack.to_be_bytes());
+        h[28..32].copy_from_slice(&self.msg_len.to_be_bytes());
+        h[32..36].copy_from_slice(&self.offset.to_be_bytes());
+        h[36..40].copy_from_slice(&self.imm.to_be_bytes());
+        h[40..48].copy_from_slice(&self.rdma_addr.to_be_bytes());
+        h[48..52].copy_from_slice(&self.rdma_handle.to_be_bytes());
+        h[52..54].copy_from_slice(&self.credits.to_be_bytes());
+        h[54..56].copy_from_slice(&self.payload_len.to_be_bytes());
+        h[56..60].copy_from_slice(&self.msg_seq.to_be_bytes());
+        h[60..64].copy_from_slice(&self.check.to_be_bytes());
+    }
+}
+
+/// Wraparound-safe sequence comparison: is `a` before `b`?
+pub fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// Wraparound-safe `a <= b`.
+pub fn seq_le(a: u32, b: u32) -> bool {
+    a == b || seq_lt(a, b)
+}
+
+/// Connection attributes exchanged by the connection manager.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConnRepr {
+    /// `VIP_RELIABILITY_LEVEL` bits of the VI.
+    pub reliability: u16,
+    pub enable_rdma_write: bool,
+    pub enable_rdma_read: bool,
+    pub max_transfer_size: u32,
+    /// The sender's device MTU (carried in 16 bits).
+    pub mtu: u32,
+    /// Request identifier, chosen by the requester (retransmissions repeat it).
+    pub request_id: u32,
+    /// Discriminator the request is addressed to (server's local address).
+    pub discriminator: Vec<u8>,
+}
+
+/// Longest discriminator carried on the wire.
+pub const MAX_DISCRIMINATOR: usize = 64;
+
+impl ConnRepr {
+    pub const FIXED_LEN: usize = 16;
+
+    pub fn len(&self) -> usize {
+        Self::FIXED_LEN + self.discriminator.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    pub fn parse(p: &[u8]) -> Result<ConnRepr, WireError> {
+        if p.len() < Self::FIXED_LEN {
+            return Err(WireError::Truncated);
+        }
+        let dlen = be16(p, 14) as usize;
+        if dlen > MAX_DISCRIMINATOR || p.len() < Self::FIXED_LEN + dlen {
+            return Err(WireError::BadLength);
+        }
+        Ok(ConnRepr {
+            reliability: be16(p, 0),
+            enable_rdma_write: p[2] & 1 != 0,
+            enable_rdma_read: p[2] & 2 != 0,
+            max_transfer_size: be32(p, 4),
+            mtu: be16(p, 8) as u32,
+            request_id: be32(p, 10),
+            discriminator: p[Self::FIXED_LEN..Self::FIXED_LEN + dlen].to_vec(),
+        })
+    }
+
+    /// Writes the attributes into `out`, returning the bytes used.
+    pub fn emit(&self, out: &mut [u8]) -> usize {
+        let n = self.len();
+        let o = &mut out[..n];
+        o[0..2].copy_from_slice(&self.reliability.to_be_bytes());
+        o[2] = self.enable_rdma_write as u8 | (self.enable_rdma_read as u8) << 1;
+        o[3] = 0;
+        o[4..8].copy_from_slice(&self.max_transfer_size.to_be_bytes());
+        o[8..10].copy_from_slice(&(self.mtu.min(u16::MAX as u32) as u16).to_be_bytes());
+        o[10..14].copy_from_slice(&self.request_id.to_be_bytes());
+        o[14..16].copy_from_slice(&(self.discriminator.len() as u16).to_be_bytes());
+        o[16..].copy_from_slice(&self.discriminator);
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> HeaderRepr {
+        HeaderRepr {
+            dst_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            src_mac: MacAddr([2, 0, 0, 0, 0, 2]),
+            kind: Kind::Data as u8,
+            flags: flags::FIRST | flags::LAST | flags::ACK,
+            dst_ep: 0x01020304,
+            src_ep: 0x0a0b0c0d,
+            dst_vi: 7,
+            src_vi: 9,
+            generation: 0xdeadbeef,
+            psn: u32::MAX,
+            ack: 5,
+            msg_len: 1 << 20,
+            offset: 1436,
+            imm: 42,
+            rdma_addr: 0x1122334455667788,
+            rdma_handle: 0x99,
+            credits: 3,
+            payload_len: 4,
+            msg_seq: 77,
+            check: 0,
+        }
+    }
+
+    #[test]
+    fn emit_parse_roundtrip() {
+        let r = sample();
+        let mut hdr = [0u8; FRAME_HEADER_LEN];
+        r.emit(&mut hdr);
+        let mut buf = hdr.to_vec();
+        buf.extend_from_slice(b"abcd");
+        let f = Frame::new_checked(&buf[..]).unwrap();
+        assert_eq!(HeaderRepr::parse(&f), r);
+        assert_eq!(f.payload(), b"abcd");
+        assert_eq!(&buf[DST_EP_OFFSET..DST_EP_OFFSET + 4], &0x01020304u32.to_be_bytes());
+    }
+
+    #[test]
+    fn checked_rejects() {
+        let r = sample();
+        let mut hdr = [0u8; FRAME_HEADER_LEN];
+        r.emit(&mut hdr);
+        assert_eq!(Frame::new_checked(&hdr[..10]).unwrap_err(), WireError::Truncated);
+        // payload_len says 4, frame has none
+        assert_eq!(Frame::new_checked(&hdr[..]).unwrap_err(), WireError::BadLength);
+        let mut b = hdr;
+        b[12] = 0x08;
+        assert_eq!(Frame::new_checked(&b[..]).unwrap_err(), WireError::NotVia);
+        let mut b = hdr;
+        b[ETH_HEADER_LEN] = 9;
+        assert_eq!(Frame::new_checked(&b[..]).unwrap_err(), WireError::BadVersion);
+        let mut b = hdr;
+        b[ETH_HEADER_LEN + 1] = 200;
+        assert_eq!(Frame::new_checked(&b[..]).unwrap_err(), WireError::BadKind);
+    }
+
+    #[test]
+    fn sequence_wraps() {
+        assert!(seq_lt(u32::MAX, 0));
+        assert!(seq_lt(u32::MAX - 5, 3));
+        assert!(!seq_lt(3, u32::MAX - 5));
+        assert!(seq_le(4, 4));
+        assert!(seq_lt(1, 2));
+    }
+
+    #[test]
+    fn conn_roundtrip() {
+        let c = ConnRepr {
+            reliability: 2,
+            enable_rdma_write: true,
+            enable_rdma_read: false,
+            max_transfer_size: 1 << 20,
+            mtu: 9000,
+            request_id: 0xabcdef01,
+            discriminator: b"pingpong".to_vec(),
+        };
+        let mut buf = [0u8; 128];
+        let n = c.emit(&mut buf);
+        assert_eq!(ConnRepr::parse(&buf[..n]).unwrap(), c);
+        assert!(ConnRepr::parse(&buf[..n - 1]).is_err());
+        let mut bad = buf;
+        bad[14..16].copy_from_slice(&1000u16.to_be_bytes());
+        assert_eq!(ConnRepr::parse(&bad[..n]).unwrap_err(), WireError::BadLength);
+    }
+}

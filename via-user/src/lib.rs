@@ -1,0 +1,1 @@
+//! VI provider library.
