@@ -1,1 +1,184 @@
-//! Test support.
+//! Test support: real test hosts (network namespaces joined by a veth
+//! pair) that are removed on drop, and running real processes in them.
+//!
+//! Needs root (network namespaces, AF_PACKET). A test that cannot create
+//! its hosts fails with a message saying so; it never passes silently.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+static NEXT: AtomicU32 = AtomicU32::new(0);
+
+/// Two network namespaces `a` and `b` joined by a veth pair `va` <-> `vb`.
+pub struct TestNet {
+    pub a: String,
+    pub b: String,
+    pub va: String,
+    pub vb: String,
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("running ip {args:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(())
+}
+
+impl TestNet {
+    /// Creates the two hosts with the given MTU on the link.
+    pub fn new(mtu: usize) -> TestNet {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            panic!("this test needs root: it creates network namespaces and opens AF_PACKET sockets");
+        }
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let tag = format!("{}x{n}", std::process::id());
+        let net = TestNet { a: format!("vta{tag}"), b: format!("vtb{tag}"), va: format!("va{tag}"), vb: format!("vb{tag}") };
+        let r = (|| {
+            ip(&["netns", "add", &net.a])?;
+            ip(&["netns", "add", &net.b])?;
+            ip(&["link", "add", &net.va, "mtu", &mtu.to_string(), "type", "veth", "peer", "name", &net.vb, "mtu", &mtu.to_string()])?;
+            ip(&["link", "set", &net.va, "netns", &net.a])?;
+            ip(&["link", "set", &net.vb, "netns", &net.b])?;
+            ip(&["-n", &net.a, "link", "set", &net.va, "up"])?;
+            ip(&["-n", &net.b, "link", "set", &net.vb, "up"])?;
+            ip(&["-n", &net.a, "link", "set", "lo", "up"])?;
+            ip(&["-n", &net.b, "link", "set", "lo", "up"])
+        })();
+        if let Err(e) = r {
+            drop(net);
+            panic!("creating test hosts: {e}");
+        }
+        net
+    }
+
+    pub fn dev_a(&self) -> String {
+        format!("/dev/via_{}", self.va)
+    }
+
+    pub fn dev_b(&self) -> String {
+        format!("/dev/via_{}", self.vb)
+    }
+
+    /// A command that runs `program args` inside namespace `ns`.
+    pub fn command(&self, ns: &str, program: &str, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns, program]).args(args);
+        c
+    }
+
+    /// Adds a network emulation qdisc (tc netem) on host a's interface.
+    pub fn netem(&self, spec: &str) -> Result<(), String> {
+        let mut args = vec!["netns", "exec", &self.a, "tc", "qdisc", "add", "dev", &self.va, "root", "netem"];
+        args.extend(spec.split_whitespace());
+        let out = Command::new("ip").args(&args).output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for TestNet {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes the veth end inside it and its peer.
+        let _ = ip(&["netns", "del", &self.a]);
+        let _ = ip(&["netns", "del", &self.b]);
+    }
+}
+
+/// A process that is killed if still running when dropped.
+pub struct Proc {
+    child: Option<Child>,
+    stdout: Option<BufReader<std::process::ChildStdout>>,
+    pub name: String,
+}
+
+impl Proc {
+    /// Starts `cmd` with piped stdin, stdout and stderr.
+    pub fn spawn(name: &str, mut cmd: Command) -> Proc {
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        let stdout = child.stdout.take().map(BufReader::new);
+        Proc { child: Some(child), stdout, name: name.to_string() }
+    }
+
+    /// Reads stdout lines until one starts with `prefix`; returns the rest
+    /// of that line. Panics (with the process's stderr) if it ends first.
+    pub fn expect_line(&mut self, prefix: &str) -> String {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self.stdout.as_mut().map_or(0, |r| r.read_line(&mut line).unwrap_or(0));
+            if n == 0 {
+                let out = self.child.take().expect("running").wait_with_output().expect("waiting");
+                panic!("{} ended ({}) before printing {prefix:?}: {}", self.name, out.status, String::from_utf8_lossy(&out.stderr));
+            }
+            if let Some(rest) = line.trim_end().strip_prefix(prefix) {
+                return rest.trim().to_string();
+            }
+        }
+    }
+
+    /// Waits for the process; returns its output (stdout after what
+    /// `expect_line` consumed).
+    pub fn finish(mut self) -> Output {
+        let mut rest = Vec::new();
+        if let Some(mut r) = self.stdout.take() {
+            let _ = std::io::Read::read_to_end(&mut r, &mut rest);
+        }
+        let mut out = self.child.take().expect("running").wait_with_output().expect("waiting for child");
+        rest.extend_from_slice(&out.stdout);
+        out.stdout = rest;
+        out
+    }
+
+    /// Writes a line to the process's stdin.
+    pub fn write_line(&mut self, line: &str) {
+        use std::io::Write;
+        if let Some(stdin) = self.child.as_mut().and_then(|c| c.stdin.as_mut()) {
+            let _ = writeln!(stdin, "{line}");
+            let _ = stdin.flush();
+        }
+    }
+
+    /// Kills the process now (SIGKILL).
+    pub fn kill(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Asserts that a finished process succeeded, showing its output if not.
+pub fn assert_ok(name: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{name} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Writes a hosts file mapping `name` to `mac` and returns its path.
+pub fn hosts_file(dir: &Path, entries: &[(&str, &str)]) -> std::path::PathBuf {
+    let p = dir.join(format!("hosts-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst)));
+    let text: String = entries.iter().map(|(n, m)| format!("{n} {m}\n")).collect();
+    std::fs::write(&p, text).expect("writing hosts file");
+    p
+}
+
+/// The deterministic test pattern for message `seq` of `len` bytes.
+pub fn pattern(seq: u32, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u32).wrapping_mul(31).wrapping_add(seq.wrapping_mul(7919)) as u8 ^ (i >> 8) as u8).collect()
+}

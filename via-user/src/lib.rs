@@ -1,1 +1,46 @@
-//! VI provider library.
+//! via-user: the VIA 1.0 VI Provider Library.
+//!
+//! VIs with send and receive work queues, doorbells and completion queues,
+//! run by the VI protocol engine (framing, fragmentation, reliability) on a
+//! frame device opened by name. The Rust API:
+//!
+//! ```no_run
+//! use via_user::{Nic, ViAttributes, Reliability, MemoryRegion, Descriptor};
+//! use via_kernel_agent::memory::MemAttributes;
+//! let nic = Nic::open("/dev/via_veth0")?;
+//! let ptag = nic.create_ptag()?;
+//! let attrs = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: 1 << 20,
+//!                            ptag, enable_rdma_write: false, enable_rdma_read: false };
+//! let mut vi = nic.create_vi(&attrs, None, None)?;
+//! let buf = MemoryRegion::new(&nic, 4096, 4096, MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false })?;
+//! let mut d = Descriptor::new(&nic, ptag, 1)?;
+//! d.set(&[(&buf, 0..4096)], None)?;
+//! vi.post_recv(d)?;
+//! vi.connect(nic.lookup_host("server")?, b"service", None)?;
+//! let got = vi.recv_wait(None)?;
+//! got.check_ok()?;
+//! # Ok::<(), via_user::ViaError>(())
+//! ```
+//!
+//! Modules: [`descriptor`] (the VIA descriptor layout), [`workqueue`]
+//! (work queues, doorbell, CQ rings), [`vi`] (per-VI state), [`engine`]
+//! (the protocol engine), [`nic`], [`vi_api`] and [`region`] (the API).
+
+pub mod descriptor;
+pub mod engine;
+pub mod error;
+pub mod nic;
+pub mod region;
+mod usermem;
+pub mod vi;
+pub mod vi_api;
+pub mod workqueue;
+
+pub use engine::{Config, Counters, IncomingRequest};
+pub use error::{Result, ViaError, VipReturn};
+pub use nic::{Completion, Nic, NicAttributes};
+pub use region::{Descriptor, MemoryRegion};
+pub use vi::{Reliability, ViAttributes, ViPhase};
+pub use vi_api::{Cq, Vi};
+pub use via_kernel_agent::memory::{MemAttributes, Ptag};
+pub use via_kernel_agent::MacAddr;

@@ -1,0 +1,367 @@
+//! One side of a two-host VIA test scenario, run as a real process in a
+//! test namespace by the integration tests.
+//!
+//! `via-testpeer server|client SCENARIO --dev DEVICE [--peer HOST] [--level rel|unrel] [--sizes a,b,..]`
+//! The server prints `READY <mac>` once it waits for connections. Each side
+//! exits 0 only when everything it checked held; failures print the reason.
+
+use std::process::exit;
+use std::time::{Duration, Instant};
+use via_tests::pattern;
+use via_user::descriptor::status;
+use via_user::{Descriptor, MemAttributes, MemoryRegion, Nic, Reliability, Vi, ViAttributes, ViPhase, VipReturn};
+
+const MTS: u32 = 1 << 20;
+const T: Option<Duration> = Some(Duration::from_secs(20));
+
+struct Args {
+    role: String,
+    scenario: String,
+    dev: String,
+    peer: String,
+    level: Reliability,
+    sizes: Vec<usize>,
+}
+
+fn parse() -> Args {
+    let mut a = std::env::args().skip(1);
+    let role = a.next().unwrap_or_default();
+    let scenario = a.next().unwrap_or_default();
+    let mut args = Args { role, scenario, dev: String::new(), peer: String::new(), level: Reliability::ReliableDelivery, sizes: vec![] };
+    while let Some(k) = a.next() {
+        let v = a.next().unwrap_or_else(|| fail(&format!("{k} needs a value")));
+        match k.as_str() {
+            "--dev" => args.dev = v,
+            "--peer" => args.peer = v,
+            "--level" => args.level = if v == "unrel" { Reliability::Unreliable } else { Reliability::ReliableDelivery },
+            "--sizes" => args.sizes = v.split(',').map(|s| s.parse().unwrap_or_else(|_| fail("bad size"))).collect(),
+            _ => fail(&format!("unknown option {k}")),
+        }
+    }
+    args
+}
+
+fn fail(msg: &str) -> ! {
+    eprintln!("via-testpeer: FAIL: {msg}");
+    exit(1)
+}
+
+trait OrFail<T> {
+    fn or_fail(self, what: &str) -> T;
+}
+
+impl<T, E: std::fmt::Display> OrFail<T> for Result<T, E> {
+    fn or_fail(self, what: &str) -> T {
+        self.unwrap_or_else(|e| fail(&format!("{what}: {e}")))
+    }
+}
+
+struct Side {
+    nic: Nic,
+    ptag: via_user::Ptag,
+    level: Reliability,
+}
+
+impl Side {
+    fn new(dev: &str, level: Reliability) -> Side {
+        let nic = Nic::open(dev).or_fail("open NIC");
+        let ptag = nic.create_ptag().or_fail("create ptag");
+        Side { nic, ptag, level }
+    }
+    fn attrs(&self) -> ViAttributes {
+        ViAttributes { reliability: self.level, max_transfer_size: MTS, ptag: self.ptag, enable_rdma_write: false, enable_rdma_read: false }
+    }
+    fn vi(&self, cq: Option<&via_user::Cq>) -> Vi {
+        self.nic.create_vi(&self.attrs(), None, cq).or_fail("create VI")
+    }
+    fn region(&self, len: usize) -> MemoryRegion {
+        MemoryRegion::new(&self.nic, len, 4096, MemAttributes { ptag: self.ptag, enable_rdma_write: false, enable_rdma_read: false }).or_fail("register")
+    }
+    fn desc(&self, r: &MemoryRegion, off: usize, len: usize, imm: Option<u32>) -> Descriptor {
+        let mut d = Descriptor::new(&self.nic, self.ptag, 1).or_fail("descriptor");
+        d.set(&[(r, off..off + len)], imm).or_fail("set descriptor");
+        d
+    }
+    fn ready(&self) {
+        println!("READY {}", self.nic.mac());
+    }
+    /// Server: accept one connection on `disc` for `vi`.
+    fn accept(&self, vi: &Vi, disc: &[u8]) {
+        let req = self.nic.connect_wait(disc, T).or_fail("ConnectWait");
+        self.nic.accept(&req, vi).or_fail("ConnectAccept");
+    }
+    /// Client: connect `vi` to the server, retrying while nobody waits yet.
+    fn connect(&self, vi: &mut Vi, peer: &str, disc: &[u8]) {
+        let mac = self.nic.lookup_host(peer).or_fail("name service");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match vi.connect(mac, disc, Some(Duration::from_secs(5))) {
+                Ok(()) => return,
+                Err(e) if e.code == VipReturn::NoMatch && Instant::now() < deadline => continue,
+                Err(e) => fail(&format!("ConnectRequest: {e}")),
+            }
+        }
+    }
+}
+
+fn check_payload(r: &MemoryRegion, d: &Descriptor, seq: u32, len: usize) {
+    d.check_ok().or_fail(&format!("message {seq}"));
+    if d.length() as usize != len {
+        fail(&format!("message {seq}: length {} != {len}", d.length()));
+    }
+    if r.to_vec(0..len).or_fail("read") != pattern(seq, len) {
+        fail(&format!("message {seq} of {len} bytes: contents differ"));
+    }
+}
+
+/// Every size arrives intact and is echoed back intact.
+fn sizes(a: &Args) {
+    let s = Side::new(&a.dev, a.level);
+    let max = a.sizes.iter().copied().max().unwrap_or(0).max(1);
+    let rbuf = s.region(max);
+    let sbuf = s.region(max);
+    let mut vi = s.vi(None);
+    vi.post_recv(s.desc(&rbuf, 0, max, None)).or_fail("post recv");
+    if a.role == "server" {
+        s.ready();
+        s.accept(&vi, b"sizes");
+        for (i, &n) in a.sizes.iter().enumerate() {
+            let d = vi.recv_wait(T).or_fail(&format!("receive {n} bytes"));
+            check_payload(&rbuf, &d, i as u32, n);
+            vi.post_recv(d).or_fail("repost");
+            sbuf.write(0, &pattern(i as u32, n)).or_fail("fill");
+            vi.post_send(s.desc(&sbuf, 0, n, None)).or_fail("post echo");
+            vi.send_wait(T).or_fail("echo send").check_ok().or_fail("echo status");
+        }
+    } else {
+        s.connect(&mut vi, &a.peer, b"sizes");
+        for (i, &n) in a.sizes.iter().enumerate() {
+            sbuf.write(0, &pattern(i as u32, n)).or_fail("fill");
+            vi.post_send(s.desc(&sbuf, 0, n, Some(i as u32))).or_fail("post send");
+            let d = vi.recv_wait(T).or_fail(&format!("echo of {n} bytes"));
+            check_payload(&rbuf, &d, i as u32, n);
+            vi.post_recv(d).or_fail("repost");
+            let sd = vi.send_wait(T).or_fail("send completion");
+            sd.check_ok().or_fail("send status");
+        }
+        println!("OK {}", a.sizes.len());
+    }
+}
+
+/// Several VIs on one CQ: every message arrives, in order per VI.
+fn cq(a: &Args) {
+    const VIS: usize = 4;
+    const PER_VI: u32 = 50;
+    const LEN: usize = 3000;
+    let s = Side::new(&a.dev, a.level);
+    if a.role == "server" {
+        let cq = s.nic.create_cq(VIS * PER_VI as usize).or_fail("create CQ");
+        let bufs: Vec<MemoryRegion> = (0..VIS).map(|_| s.region(LEN * PER_VI as usize)).collect();
+        let mut vis: Vec<Vi> = (0..VIS).map(|_| s.vi(Some(&cq))).collect();
+        for (v, vi) in vis.iter_mut().enumerate() {
+            for k in 0..PER_VI as usize {
+                vi.post_recv(s.desc(&bufs[v], k * LEN, LEN, None)).or_fail("post recv");
+            }
+        }
+        s.ready();
+        for vi in &vis {
+            s.accept(vi, b"cq");
+        }
+        let mut next = [0u32; VIS];
+        for _ in 0..VIS as u32 * PER_VI {
+            let c = cq.wait(T).or_fail("CQ wait");
+            if !c.recv_queue {
+                fail("CQ reported a send queue");
+            }
+            let v = vis.iter().position(|x| x.id() == c.vi).unwrap_or_else(|| fail("CQ named an unknown VI"));
+            let d = vis[v].recv_done().or_fail("recv done").unwrap_or_else(|| fail("CQ entry without a completed receive"));
+            d.check_ok().or_fail("receive status");
+            let k = next[v] as usize;
+            let got = bufs[v].to_vec(k * LEN..k * LEN + LEN).or_fail("read");
+            let seq = u32::from_le_bytes(got[..4].try_into().unwrap());
+            let tag = u32::from_le_bytes(got[4..8].try_into().unwrap());
+            if seq != next[v] || tag != v as u32 || got[8..] != pattern(seq + 1000 * v as u32, LEN)[8..] {
+                fail(&format!("VI {v}: expected message {} got seq {seq} tag {tag}", next[v]));
+            }
+            next[v] += 1;
+        }
+        if cq.done().or_fail("cq done").is_some() {
+            fail("extra CQ entry");
+        }
+    } else {
+        let sbuf = s.region(LEN * VIS);
+        let mut vis: Vec<Vi> = (0..VIS).map(|_| s.vi(None)).collect();
+        for vi in vis.iter_mut() {
+            s.connect(vi, &a.peer, b"cq");
+        }
+        for seq in 0..PER_VI {
+            for (v, vi) in vis.iter_mut().enumerate() {
+                let mut m = pattern(seq + 1000 * v as u32, LEN);
+                m[..4].copy_from_slice(&seq.to_le_bytes());
+                m[4..8].copy_from_slice(&(v as u32).to_le_bytes());
+                sbuf.write(v * LEN, &m).or_fail("fill");
+                vi.post_send(s.desc(&sbuf, v * LEN, LEN, None)).or_fail("post send");
+            }
+            for vi in vis.iter_mut() {
+                vi.send_wait(T).or_fail("send").check_ok().or_fail("send status");
+            }
+        }
+        println!("OK");
+    }
+}
+
+/// The server rejects; the client sees REJECT.
+fn reject(a: &Args) {
+    let s = Side::new(&a.dev, a.level);
+    let mut vi = s.vi(None);
+    if a.role == "server" {
+        s.ready();
+        let req = s.nic.connect_wait(b"rej", T).or_fail("ConnectWait");
+        s.nic.reject(&req).or_fail("reject");
+        // Answer the client's retransmissions until it is gone.
+        let _ = s.nic.connect_wait(b"never", Some(Duration::from_millis(300)));
+    } else {
+        let mac = s.nic.lookup_host(&a.peer).or_fail("name service");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match vi.connect(mac, b"rej", Some(Duration::from_secs(5))) {
+                Err(e) if e.code == VipReturn::NoMatch && Instant::now() < deadline => continue,
+                Err(e) if e.code == VipReturn::Reject => break,
+                r => fail(&format!("expected REJECT, got {r:?}")),
+            }
+        }
+        if vi.state() != ViPhase::Idle {
+            fail("VI not Idle after a rejected request");
+        }
+        println!("REJECTED");
+    }
+}
+
+/// A request to an address nobody waits on: NO_MATCH; then the right one connects.
+fn nomatch(a: &Args) {
+    let s = Side::new(&a.dev, a.level);
+    let mut vi = s.vi(None);
+    if a.role == "server" {
+        s.ready();
+        s.accept(&vi, b"right");
+    } else {
+        let mac = s.nic.lookup_host(&a.peer).or_fail("name service");
+        match vi.connect(mac, b"wrong", Some(Duration::from_secs(5))) {
+            Err(e) if e.code == VipReturn::NoMatch => println!("NO_MATCH"),
+            r => fail(&format!("expected NO_MATCH, got {r:?}")),
+        }
+        s.connect(&mut vi, &a.peer, b"right");
+        println!("CONNECTED");
+    }
+}
+
+/// Nobody at that address: TIMEOUT after the requested time.
+fn timeout(a: &Args) {
+    let s = Side::new(&a.dev, a.level);
+    let mut vi = s.vi(None);
+    let t0 = Instant::now();
+    match vi.connect("02:00:00:00:00:99".parse().unwrap(), b"x", Some(Duration::from_millis(300))) {
+        Err(e) if e.code == VipReturn::Timeout => {}
+        r => fail(&format!("expected TIMEOUT, got {r:?}")),
+    }
+    let el = t0.elapsed();
+    if el < Duration::from_millis(300) || el > Duration::from_secs(3) {
+        fail(&format!("timeout took {el:?}"));
+    }
+    println!("TIMEOUT {}", el.as_millis());
+}
+
+/// A receive buffer too small: LENGTH_ERROR, and the connection goes on.
+fn length(a: &Args) {
+    let s = Side::new(&a.dev, a.level);
+    let buf = s.region(4096);
+    let mut vi = s.vi(None);
+    if a.role == "server" {
+        vi.post_recv(s.desc(&buf, 0, 100, None)).or_fail("post small recv");
+        vi.post_recv(s.desc(&buf, 1024, 300, None)).or_fail("post recv");
+        s.ready();
+        s.accept(&vi, b"len");
+        let d = vi.recv_wait(T).or_fail("first receive");
+        if d.errors() & status::LENGTH_ERROR == 0 {
+            fail(&format!("expected LENGTH_ERROR, status {:#x}", d.status()));
+        }
+        let d = vi.recv_wait(T).or_fail("second receive");
+        d.check_ok().or_fail("second receive status");
+        if d.length() != 200 || buf.to_vec(1024..1224).unwrap() != pattern(2, 200) {
+            fail("second message corrupted");
+        }
+        println!("LENGTH_ERROR");
+    } else {
+        s.connect(&mut vi, &a.peer, b"len");
+        buf.write(0, &pattern(1, 200)).unwrap();
+        buf.write(1024, &pattern(2, 200)).unwrap();
+        vi.post_send(s.desc(&buf, 0, 200, None)).or_fail("send 1");
+        vi.post_send(s.desc(&buf, 1024, 200, None)).or_fail("send 2");
+        vi.send_wait(T).or_fail("send 1 wait");
+        vi.send_wait(T).or_fail("send 2 wait").check_ok().or_fail("send 2 status");
+        println!("OK");
+    }
+}
+
+/// The peer vanishes: the survivor's descriptors flush and the VI is in Error.
+fn vanish(a: &Args) {
+    let s = Side::new(&a.dev, a.level);
+    let buf = s.region(65536);
+    let mut vi = s.vi(None);
+    if a.role == "server" {
+        s.ready();
+        s.accept(&vi, b"gone");
+        println!("CONNECTED");
+        let mut l = String::new();
+        let _ = std::io::stdin().read_line(&mut l); // killed here
+        loop {
+            s.nic.progress();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    } else {
+        vi.post_recv(s.desc(&buf, 0, 1024, None)).or_fail("post recv");
+        s.connect(&mut vi, &a.peer, b"gone");
+        println!("CONNECTED");
+        let mut l = String::new();
+        std::io::stdin().read_line(&mut l).or_fail("stdin");
+        let t0 = Instant::now();
+        for i in 0..3 {
+            vi.post_send(s.desc(&buf, 4096 * (i + 1), 40000, None)).or_fail("post send");
+        }
+        for i in 0..3 {
+            let d = vi.send_wait(Some(Duration::from_secs(30))).or_fail(&format!("send {i} should complete (flushed), not hang"));
+            if d.errors() & status::DESC_FLUSHED_ERROR == 0 {
+                fail(&format!("send {i}: expected DESC_FLUSHED, status {:#x}", d.status()));
+            }
+        }
+        let r = vi.recv_wait(Some(Duration::from_secs(1))).or_fail("posted receive should be flushed");
+        if r.errors() & status::DESC_FLUSHED_ERROR == 0 {
+            fail("receive not flushed");
+        }
+        if vi.state() != ViPhase::Error {
+            fail(&format!("VI state {:?}, expected Error", vi.state()));
+        }
+        let lost = s.nic.take_async_errors();
+        if !lost.iter().any(|e| e.kind == via_user::engine::AsyncErrorKind::ConnLost) {
+            fail("no CONN_LOST reported");
+        }
+        println!("FLUSHED {}", t0.elapsed().as_millis());
+    }
+}
+
+fn main() {
+    let a = parse();
+    if a.dev.is_empty() || !(a.role == "server" || a.role == "client") {
+        fail("usage: via-testpeer server|client SCENARIO --dev DEVICE [--peer HOST] [--level rel|unrel] [--sizes ...]");
+    }
+    match a.scenario.as_str() {
+        "sizes" => sizes(&a),
+        "cq" => cq(&a),
+        "reject" => reject(&a),
+        "nomatch" => nomatch(&a),
+        "timeout" => timeout(&a),
+        "length" => length(&a),
+        "vanish" => vanish(&a),
+        s => fail(&format!("unknown scenario {s}")),
+    }
+}

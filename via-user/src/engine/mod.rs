@@ -1,0 +1,370 @@
+//! The VI protocol engine of one opened NIC.
+//!
+//! [`Engine`] owns the frame device and [`Core`], which owns everything
+//! else: the registration table, the connection manager, the VIs and the
+//! completion queues. All work happens in [`Engine::progress`]: receive a
+//! batch of frames and dispatch them, run due timers, then transmit what the
+//! doorbell, the ACK scheduler and the connection manager queued. The
+//! public API calls progress inside every call that posts, polls or waits.
+//!
+//! Submodules: [`post`] (posting and completing descriptors), [`receive`]
+//! (frame dispatch, reassembly, ACK processing), [`transmit`] (building and
+//! sending frame batches), [`timers`] (retransmission, delayed ACKs),
+//! [`connect`] (the connection calls).
+
+mod connect;
+pub mod post;
+mod receive;
+mod timers;
+mod transmit;
+
+pub use connect::IncomingRequest;
+
+use crate::error::{Result, ViaError};
+use crate::vi::{ViAttributes, ViPhase, ViState};
+use crate::workqueue::{CompletionQueue, Doorbell};
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+use via_kernel_agent::conn::ConnectionManager;
+use via_kernel_agent::memory::{random_u32, RegistrationTable};
+use via_kernel_agent::wire::{ANY_ENDPOINT, DST_EP_OFFSET, ETHERTYPE, FRAME_HEADER_LEN, VIA_HEADER_LEN};
+use via_kernel_agent::{FrameDevice, MacAddr, RxFilter};
+
+/// Frames built and handed to the device per doorbell.
+pub const BATCH: usize = 32;
+/// Most VIs one NIC handle can hold.
+pub const MAX_VI: usize = 1024;
+/// Most CQs one NIC handle can hold.
+pub const MAX_CQ: usize = 1024;
+/// Most data segments one descriptor may have.
+pub const MAX_SEGMENTS: usize = 252;
+/// Largest message (MaxTransferSize) the engine supports.
+pub const MAX_TRANSFER_SIZE: u32 = 16 << 20;
+
+/// Tunables; [`Config::from_env`] reads `VIA_*` variables.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// How long a wait spins before sleeping on the device (`VIA_SPIN_US`).
+    pub spin: Duration,
+    /// First retransmission timeout (`VIA_RTO_US`).
+    pub rto_initial: Duration,
+    /// Largest retransmission timeout after backoff.
+    pub rto_max: Duration,
+    /// Timeouts without progress before the connection is declared lost
+    /// (`VIA_RETRY_LIMIT`).
+    pub retry_limit: u32,
+    /// How long an ACK may wait for a frame to ride on.
+    pub ack_delay: Duration,
+    /// An ACK goes out at least every this many accepted frames.
+    pub ack_every: u32,
+    /// Depth of each work queue.
+    pub queue_depth: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            spin: Duration::from_micros(200),
+            rto_initial: Duration::from_millis(2),
+            rto_max: Duration::from_millis(250),
+            retry_limit: 14,
+            ack_delay: Duration::from_micros(200),
+            ack_every: 32,
+            queue_depth: 1024,
+        }
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok()?.trim().parse().ok()
+}
+
+impl Config {
+    pub fn from_env() -> Self {
+        let mut c = Config::default();
+        if let Some(v) = env_u64("VIA_SPIN_US") {
+            c.spin = Duration::from_micros(v);
+        }
+        if let Some(v) = env_u64("VIA_RTO_US") {
+            c.rto_initial = Duration::from_micros(v.max(10));
+        }
+        if let Some(v) = env_u64("VIA_RETRY_LIMIT") {
+            c.retry_limit = v as u32;
+        }
+        c
+    }
+
+    /// Roughly how long retransmission tries before giving up.
+    pub fn connection_timeout(&self) -> Duration {
+        let mut t = Duration::ZERO;
+        let mut rto = self.rto_initial;
+        for _ in 0..=self.retry_limit {
+            t += rto;
+            rto = (rto * 2).min(self.rto_max);
+        }
+        t
+    }
+}
+
+/// Counters of the engine, readable through the API.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    pub tx_frames: u64,
+    pub rx_frames: u64,
+    pub retransmits: u64,
+    pub rto_expiries: u64,
+    pub acks_sent: u64,
+    pub naks_sent: u64,
+    pub tx_ring_full: u64,
+    pub rx_malformed: u64,
+    pub rx_not_for_us: u64,
+    pub rx_no_vi: u64,
+    pub rx_stale: u64,
+    pub rx_duplicate: u64,
+    pub rx_out_of_order: u64,
+    pub rx_bad_offset: u64,
+    pub rx_no_receive_posted: u64,
+    pub length_errors: u64,
+    pub connections_lost: u64,
+    pub cq_overflows: u64,
+}
+
+impl Counters {
+    /// (name, value) pairs, for printing.
+    pub fn pairs(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("tx_frames", self.tx_frames),
+            ("rx_frames", self.rx_frames),
+            ("retransmits", self.retransmits),
+            ("rto_expiries", self.rto_expiries),
+            ("acks_sent", self.acks_sent),
+            ("naks_sent", self.naks_sent),
+            ("tx_ring_full", self.tx_ring_full),
+            ("rx_malformed", self.rx_malformed),
+            ("rx_not_for_us", self.rx_not_for_us),
+            ("rx_no_vi", self.rx_no_vi),
+            ("rx_stale", self.rx_stale),
+            ("rx_duplicate", self.rx_duplicate),
+            ("rx_out_of_order", self.rx_out_of_order),
+            ("rx_bad_offset", self.rx_bad_offset),
+            ("rx_no_receive_posted", self.rx_no_receive_posted),
+            ("length_errors", self.length_errors),
+            ("connections_lost", self.connections_lost),
+            ("cq_overflows", self.cq_overflows),
+        ]
+    }
+}
+
+/// An asynchronous error (what `VipErrorCallback` reports).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AsyncError {
+    pub vi: u16,
+    pub kind: AsyncErrorKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncErrorKind {
+    /// The connection broke (retries exhausted, or the peer disconnected).
+    ConnLost,
+    /// A message arrived for a reliable VI with no receive posted.
+    RecvQueueEmpty,
+}
+
+/// Everything of an opened NIC except the device.
+pub struct Core {
+    pub mac: MacAddr,
+    /// Our endpoint id: what our frames' `dst_ep` must say.
+    pub ep: u32,
+    pub mtu: usize,
+    /// Payload bytes per fragment.
+    pub frag: u32,
+    /// Most unacknowledged frames per reliable VI.
+    pub window: u32,
+    pub config: Config,
+    pub mem: RegistrationTable,
+    pub cm: ConnectionManager,
+    pub vis: Vec<Option<ViState>>,
+    pub cqs: Vec<Option<CompletionQueue>>,
+    pub doorbell: Doorbell,
+    /// VIs that owe an ACK this round.
+    pub acks_due: Vec<u16>,
+    /// Earliest armed VI timer (a lower bound; re-derived when reached).
+    pub timer_at: Option<Instant>,
+    pub counters: Counters,
+    pub async_errors: Vec<AsyncError>,
+    // transmit scratch, allocated once
+    hdrs: Box<[[u8; FRAME_HEADER_LEN]; BATCH]>,
+    bounce: Vec<u8>,
+    ready: Vec<u16>,
+}
+
+/// An opened NIC: the device plus the engine state.
+pub struct Engine {
+    pub dev: Box<dyn FrameDevice>,
+    pub core: Core,
+}
+
+impl Engine {
+    /// Takes over `dev`: picks an endpoint id and installs the receive filter.
+    pub fn new(mut dev: Box<dyn FrameDevice>, config: Config) -> Result<Engine> {
+        let mtu = dev.mtu();
+        if mtu < VIA_HEADER_LEN + 64 {
+            return Err(ViaError::resource(format!("device MTU {mtu} is too small for VIA (need at least {})", VIA_HEADER_LEN + 64)));
+        }
+        let ep = loop {
+            let e = random_u32();
+            if e != ANY_ENDPOINT {
+                break e;
+            }
+        };
+        dev.set_filter(RxFilter { ethertype: ETHERTYPE, offset: DST_EP_OFFSET, accept: [ep, ANY_ENDPOINT] })
+            .map_err(|e| ViaError::io("installing the receive filter", e))?;
+        let mac = dev.mac();
+        let frag = (mtu - VIA_HEADER_LEN) as u32;
+        let window = ((2 << 20) / mtu as u32).clamp(16, 256);
+        let core = Core {
+            mac,
+            ep,
+            mtu,
+            frag,
+            window,
+            cm: ConnectionManager::new(mac, ep),
+            config,
+            mem: RegistrationTable::new(),
+            vis: Vec::new(),
+            cqs: Vec::new(),
+            doorbell: Doorbell::default(),
+            acks_due: Vec::new(),
+            timer_at: None,
+            counters: Counters::default(),
+            async_errors: Vec::new(),
+            hdrs: Box::new([[0u8; FRAME_HEADER_LEN]; BATCH]),
+            bounce: Vec::new(),
+            ready: Vec::new(),
+        };
+        Ok(Engine { dev, core })
+    }
+
+    pub fn wait_fd(&self) -> RawFd {
+        self.dev.wait_fd()
+    }
+
+    /// One round of work: receive, timers, transmit. Returns true when
+    /// anything was received.
+    pub fn progress(&mut self) -> bool {
+        let now = Instant::now();
+        let Engine { dev, core } = self;
+        let mut got = 0;
+        for _ in 0..4 {
+            let n = dev.receive(64, &mut |f| core.on_frame(f, now)).unwrap_or(0);
+            got += n;
+            if n < 64 {
+                break;
+            }
+        }
+        core.run_timers(now);
+        self.flush(now);
+        got > 0
+    }
+
+    /// The next instant a timer needs the engine.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match (self.core.timer_at, self.core.cm.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// VI `id` of `vis`, borrowing only the VI table (so counters and config
+/// stay usable alongside).
+pub(crate) fn vi_at(vis: &mut [Option<ViState>], id: u16) -> Option<&mut ViState> {
+    vis.get_mut((id as usize).wrapping_sub(1)).and_then(Option::as_mut)
+}
+
+impl Core {
+    pub fn vi(&self, id: u16) -> Result<&ViState> {
+        self.vis.get((id as usize).wrapping_sub(1)).and_then(Option::as_ref).ok_or_else(|| ViaError::invalid(format!("no VI with handle {id}")))
+    }
+
+    pub fn vi_mut(&mut self, id: u16) -> Result<&mut ViState> {
+        self.vis.get_mut((id as usize).wrapping_sub(1)).and_then(Option::as_mut).ok_or_else(|| ViaError::invalid(format!("no VI with handle {id}")))
+    }
+
+    pub fn cq_mut(&mut self, id: u16) -> Result<&mut CompletionQueue> {
+        self.cqs.get_mut((id as usize).wrapping_sub(1)).and_then(Option::as_mut).ok_or_else(|| ViaError::invalid(format!("no CQ with handle {id}")))
+    }
+
+    /// Creates a VI; its CQs (if any) must exist.
+    pub fn create_vi(&mut self, attrs: ViAttributes, send_cq: Option<u16>, recv_cq: Option<u16>) -> Result<u16> {
+        for cq in [send_cq, recv_cq].into_iter().flatten() {
+            self.cq_mut(cq)?;
+        }
+        if attrs.max_transfer_size > MAX_TRANSFER_SIZE {
+            return Err(ViaError::new(crate::VipReturn::InvalidMtu, format!("MaxTransferSize {} exceeds the NIC's {}", attrs.max_transfer_size, MAX_TRANSFER_SIZE)));
+        }
+        self.mem.acquire_ptag(attrs.ptag).map_err(|_| ViaError::new(crate::VipReturn::InvalidPtag, "unknown protection tag"))?;
+        let slot = match self.vis.iter().position(Option::is_none) {
+            Some(s) => s,
+            None if self.vis.len() < MAX_VI => {
+                self.vis.push(None);
+                self.vis.len() - 1
+            }
+            None => {
+                self.mem.release_ptag(attrs.ptag);
+                return Err(ViaError::resource(format!("too many VIs (MaxVI = {MAX_VI})")));
+            }
+        };
+        self.vis[slot] = Some(ViState::new(attrs, send_cq, recv_cq, self.config.queue_depth, self.config.rto_initial));
+        Ok(slot as u16 + 1)
+    }
+
+    /// Destroys a VI. Connected VIs are disconnected first and everything
+    /// posted completes as flushed (the completions are discarded with it).
+    pub fn destroy_vi(&mut self, id: u16) -> Result<()> {
+        self.vi(id)?;
+        if matches!(self.vi(id)?.phase, ViPhase::Connected | ViPhase::ConnectPending) {
+            self.disconnect(id)?;
+        }
+        let vi = self.vis[id as usize - 1].take().unwrap();
+        self.mem.release_ptag(vi.attrs.ptag);
+        self.cm.forget_vi(id);
+        for cq in [vi.send_cq, vi.recv_cq].into_iter().flatten() {
+            if let Ok(c) = self.cq_mut(cq) {
+                c.forget_vi(id);
+            }
+        }
+        self.acks_due.retain(|v| *v != id);
+        Ok(())
+    }
+
+    pub fn create_cq(&mut self, entries: usize) -> Result<u16> {
+        if entries == 0 {
+            return Err(ViaError::invalid("a CQ needs at least one entry"));
+        }
+        let slot = match self.cqs.iter().position(Option::is_none) {
+            Some(s) => s,
+            None if self.cqs.len() < MAX_CQ => {
+                self.cqs.push(None);
+                self.cqs.len() - 1
+            }
+            None => return Err(ViaError::resource(format!("too many CQs (MaxCQ = {MAX_CQ})"))),
+        };
+        self.cqs[slot] = Some(CompletionQueue::new(entries));
+        Ok(slot as u16 + 1)
+    }
+
+    pub fn destroy_cq(&mut self, id: u16) -> Result<()> {
+        self.cq_mut(id)?;
+        if self.vis.iter().flatten().any(|v| v.send_cq == Some(id) || v.recv_cq == Some(id)) {
+            return Err(ViaError::state("CQ is still associated with a VI"));
+        }
+        self.cqs[id as usize - 1] = None;
+        Ok(())
+    }
+
+    /// Arms the engine-wide timer no later than `t`.
+    pub fn arm(&mut self, t: Instant) {
+        self.timer_at = Some(self.timer_at.map_or(t, |x| x.min(t)));
+    }
+}

@@ -1,0 +1,203 @@
+//! Posting descriptors to work queues, completing them in order, flushing
+//! them, and handing completed ones back (`Done`).
+
+use super::{Core, MAX_SEGMENTS};
+use crate::descriptor::{control, status, DESCRIPTOR_ALIGNMENT};
+use crate::error::{Result, ViaError, VipReturn};
+use crate::usermem;
+use crate::vi::ViPhase;
+use crate::workqueue::WqEntry;
+
+/// Which queue of a VI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Queue {
+    Send,
+    Recv,
+}
+
+impl Queue {
+    fn op_status(self) -> u32 {
+        match self {
+            Queue::Send => status::OP_SEND,
+            Queue::Recv => status::OP_RECEIVE,
+        }
+    }
+}
+
+impl Core {
+    /// Validates the descriptor at `addr` for VI `id` and builds its entry.
+    /// Errors the descriptor itself can carry are put in `pre_status`;
+    /// errors that leave nowhere to write a status are returned.
+    fn validate(&self, id: u16, addr: usize, handle: u32, q: Queue) -> Result<WqEntry> {
+        let vi = self.vi(id)?;
+        if addr == 0 || addr % DESCRIPTOR_ALIGNMENT != 0 {
+            return Err(ViaError::new(VipReturn::DescriptorError, format!("descriptor address {addr:#x} is not {DESCRIPTOR_ALIGNMENT}-byte aligned")));
+        }
+        let region = self.mem.lookup(handle).map_err(|e| ViaError::invalid(format!("descriptor memory handle: {e}")))?;
+        if !region.contains(addr, 32) {
+            return Err(ViaError::invalid("descriptor does not lie in the memory its handle names"));
+        }
+        let mut e = WqEntry { desc: addr, desc_handle: handle, ..Default::default() };
+        let cs = match usermem::read_control(&self.mem, addr, handle, vi.attrs.ptag) {
+            Ok(cs) => cs,
+            Err(via_kernel_agent::memory::MemError::PtagMismatch) => {
+                e.pre_status = status::PROTECTION_ERROR;
+                return Ok(e);
+            }
+            Err(_) => {
+                e.pre_status = status::FORMAT_ERROR;
+                return Ok(e);
+            }
+        };
+        e.segs = cs.seg_count;
+        e.control = cs.control;
+        e.imm = cs.immediate_data;
+        if cs.control & control::RESERVED != 0 || cs.seg_count as usize > MAX_SEGMENTS {
+            e.pre_status = status::FORMAT_ERROR;
+            return Ok(e);
+        }
+        if cs.control & control::OP_MASK != control::OP_SENDRECV {
+            return Err(ViaError::new(VipReturn::DescriptorError, "RDMA operations are not implemented yet"));
+        }
+        let mut total: u64 = 0;
+        for i in 0..cs.seg_count as usize {
+            let s = usermem::read_segment(addr, i);
+            if s.length == 0 {
+                continue;
+            }
+            if self.mem.check(s.handle, s.data.address_bits as usize, s.length as usize, vi.attrs.ptag).is_err() {
+                e.pre_status = status::PROTECTION_ERROR;
+                return Ok(e);
+            }
+            total += s.length as u64;
+        }
+        if total > vi.attrs.max_transfer_size as u64 {
+            e.pre_status = status::LENGTH_ERROR;
+            return Ok(e);
+        }
+        e.len = total as u32;
+        if q == Queue::Send && cs.length as u64 != total {
+            e.pre_status = status::FORMAT_ERROR;
+        }
+        Ok(e)
+    }
+
+    /// `VipPostSend` / `VipPostRecv` on VI `id`.
+    pub fn post(&mut self, id: u16, addr: usize, handle: u32, q: Queue) -> Result<()> {
+        let phase = self.vi(id)?.phase;
+        let allowed = match q {
+            Queue::Send => phase == ViPhase::Connected || phase == ViPhase::Error,
+            Queue::Recv => true,
+        };
+        if !allowed {
+            return Err(ViaError::state(format!("cannot post a send on a VI in state {phase:?} (connect it first)")));
+        }
+        let mut e = self.validate(id, addr, handle, q)?;
+        if phase == ViPhase::Error {
+            e.pre_status = status::DESC_FLUSHED_ERROR;
+        }
+        // Clear the completion fields before the descriptor becomes visible.
+        usermem::write_completion(&self.mem, addr, handle, 0, 0, None);
+        let vi = self.vi_mut(id)?;
+        let wq = match q {
+            Queue::Send => &mut vi.sq,
+            Queue::Recv => &mut vi.rq,
+        };
+        if !wq.push(e) {
+            return Err(ViaError::resource(format!("{q:?} queue full ({} descriptors posted)", wq.capacity())));
+        }
+        if e.pre_status != 0 {
+            self.complete_pre_errored(id, q);
+        } else if q == Queue::Send {
+            self.doorbell.ring(id);
+        }
+        Ok(())
+    }
+
+    /// Completes the next outstanding descriptor of `q` with `bits`, then
+    /// any descriptors after it that failed validation when posted.
+    pub fn complete_next(&mut self, id: u16, q: Queue, length: u32, bits: u32, imm: Option<u32>) {
+        let Ok(vi) = self.vi_mut(id) else { return };
+        let wq = match q {
+            Queue::Send => &mut vi.sq,
+            Queue::Recv => &mut vi.rq,
+        };
+        if wq.done == wq.tail {
+            return;
+        }
+        let e = *wq.get(wq.done);
+        wq.done = wq.done.wrapping_add(1);
+        let cq = match q {
+            Queue::Send => vi.send_cq,
+            Queue::Recv => vi.recv_cq,
+        };
+        let imm_bit = if imm.is_some() { status::IMMEDIATE } else { 0 };
+        usermem::write_completion(&self.mem, e.desc, e.desc_handle, length, bits | status::DONE | q.op_status() | imm_bit, imm);
+        if let Some(cq) = cq {
+            if let Ok(c) = self.cq_mut(cq) {
+                let before = c.overflows;
+                c.push(id, q == Queue::Recv);
+                if c.overflows != before {
+                    self.counters.cq_overflows += 1;
+                }
+            }
+        }
+        self.complete_pre_errored(id, q);
+    }
+
+    /// Completes, in order, descriptors at the head of the outstanding part
+    /// of `q` that carry errors from posting.
+    fn complete_pre_errored(&mut self, id: u16, q: Queue) {
+        loop {
+            let Ok(vi) = self.vi_mut(id) else { return };
+            let wq = match q {
+                Queue::Send => &vi.sq,
+                Queue::Recv => &vi.rq,
+            };
+            if wq.done == wq.tail || wq.get(wq.done).pre_status == 0 {
+                return;
+            }
+            let bits = wq.get(wq.done).pre_status;
+            if q == Queue::Send && vi.tx_idx == vi.sq.done {
+                vi.tx_idx = vi.tx_idx.wrapping_add(1);
+                vi.tx_off = 0;
+            }
+            self.complete_next(id, q, 0, bits, None);
+        }
+    }
+
+    /// Completes everything outstanding on both queues with DESC_FLUSHED.
+    pub fn flush_vi(&mut self, id: u16) {
+        for q in [Queue::Send, Queue::Recv] {
+            loop {
+                let Ok(vi) = self.vi(id) else { return };
+                let wq = if q == Queue::Send { &vi.sq } else { &vi.rq };
+                if wq.done == wq.tail {
+                    break;
+                }
+                self.complete_next(id, q, 0, status::DESC_FLUSHED_ERROR, None);
+            }
+        }
+        if let Ok(vi) = self.vi_mut(id) {
+            vi.tx_idx = vi.sq.done;
+            vi.tx_off = 0;
+            vi.rx = None;
+            vi.rto_at = None;
+        }
+    }
+
+    /// `VipSendDone` / `VipRecvDone`: the oldest completed descriptor.
+    pub fn done(&mut self, id: u16, q: Queue) -> Result<Option<usize>> {
+        let vi = self.vi_mut(id)?;
+        let wq = match q {
+            Queue::Send => &mut vi.sq,
+            Queue::Recv => &mut vi.rq,
+        };
+        Ok(wq.pop_completed().map(|e| e.desc))
+    }
+
+    /// `VipCQDone`: the oldest completion of CQ `cq` as (VI, is receive queue).
+    pub fn cq_done(&mut self, cq: u16) -> Result<Option<(u16, bool)>> {
+        Ok(self.cq_mut(cq)?.pop())
+    }
+}

@@ -1,0 +1,59 @@
+//! Timers: retransmission timeouts with exponential backoff and a retry
+//! limit (exhausting it breaks the connection), and delayed ACKs. One
+//! engine-wide deadline (`Core::timer_at`) says when to look; only then are
+//! the VIs scanned.
+
+use super::Core;
+use crate::vi::ViPhase;
+use std::time::Instant;
+
+impl Core {
+    /// Runs the timers that are due at `now`.
+    pub fn run_timers(&mut self, now: Instant) {
+        self.cm.on_timer(now);
+        match self.timer_at {
+            Some(t) if t <= now => {}
+            _ => return,
+        }
+        self.timer_at = None;
+        let (rto_max, limit) = (self.config.rto_max, self.config.retry_limit);
+        let mut next: Option<Instant> = None;
+        for idx in 0..self.vis.len() {
+            let id = idx as u16 + 1;
+            let Some(vi) = self.vis[idx].as_mut() else { continue };
+            if vi.phase != ViPhase::Connected {
+                continue;
+            }
+            if vi.ack_at.is_some_and(|t| t <= now) {
+                vi.ack_at = None;
+                vi.ack_now = true;
+                self.acks_due.push(id);
+            }
+            if vi.rto_at.is_some_and(|t| t <= now) {
+                if vi.una == vi.tx_psn {
+                    vi.rto_at = None;
+                } else {
+                    vi.retries += 1;
+                    self.counters.rto_expiries += 1;
+                    if vi.retries > limit {
+                        self.break_connection(id);
+                        continue;
+                    }
+                    vi.rto = (vi.rto * 2).min(rto_max);
+                    vi.rto_at = Some(now + vi.rto);
+                    vi.nak_rewound = None;
+                    let una = vi.una;
+                    self.rewind(id, una);
+                    self.doorbell.ring(id);
+                }
+            }
+            let vi = self.vis[idx].as_ref().unwrap();
+            if let Some(t) = vi.next_timer() {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        if let Some(t) = next {
+            self.arm(t);
+        }
+    }
+}

@@ -1,0 +1,408 @@
+//! The transmit side: turning rung send queues, owed ACKs and connection
+//! management into batches of frames, handing each batch to the device with
+//! one doorbell, and accounting for what the device accepted.
+//!
+//! Fragmentation is deterministic: fragment `k` of a message carries bytes
+//! `[k * frag, (k + 1) * frag)` and PSN `first_psn + k`, so any PSN maps back
+//! to a send-queue entry and offset, which is all go-back-N retransmission
+//! and a partially accepted batch need ([`Core::rewind`]).
+
+use super::post::Queue;
+use super::{Core, Engine, BATCH};
+use crate::descriptor::control;
+use crate::usermem;
+use std::time::Instant;
+use via_kernel_agent::conn::{CmFrame, Peer};
+use via_kernel_agent::device::MAX_GATHER;
+use via_kernel_agent::wire::{flags, seq_le, seq_lt, HeaderRepr, Kind};
+use via_kernel_agent::TxFrame;
+
+/// Where one built frame's payload lives: up to [`MAX_GATHER`] ranges of
+/// registered (or engine-owned bounce) memory.
+#[derive(Clone, Copy, Default)]
+struct Spec {
+    pieces: [(usize, usize); MAX_GATHER],
+    n: usize,
+    psn: u32,
+}
+
+/// Room for one control frame's payload.
+const CTL_PAYLOAD: usize = 128;
+
+impl Engine {
+    /// Transmits everything queued: control frames, data of rung VIs, ACKs.
+    pub(super) fn flush(&mut self, now: Instant) {
+        let Engine { dev, core } = self;
+        let mut specs = [Spec::default(); BATCH];
+
+        while !core.cm.outgoing().is_empty() {
+            let n = core.build_control(&mut specs);
+            let frames = core.frames(&specs[..n]);
+            let k = dev.transmit(&frames[..n]).unwrap_or(0);
+            core.counters.tx_frames += k as u64;
+            if k < n {
+                core.counters.tx_ring_full += 1;
+                break; // connection management retransmits on its own
+            }
+        }
+
+        let mut ready = std::mem::take(&mut core.ready);
+        core.doorbell.take(&mut ready);
+        for &id in &ready {
+            loop {
+                let n = core.build_data(id, &mut specs);
+                if n == 0 {
+                    break;
+                }
+                let frames = core.frames(&specs[..n]);
+                let k = dev.transmit(&frames[..n]).unwrap_or(0);
+                core.after_transmit(id, &specs, n, k, now);
+                if k < n {
+                    core.doorbell.ring(id);
+                    break;
+                }
+            }
+        }
+        core.ready = ready;
+
+        if !core.acks_due.is_empty() {
+            let mut due = std::mem::take(&mut core.acks_due);
+            due.sort_unstable();
+            due.dedup();
+            for chunk in due.chunks(BATCH) {
+                let mut n = 0;
+                for &id in chunk {
+                    if core.build_ack(id, n) {
+                        specs[n] = Spec::default();
+                        n += 1;
+                    }
+                }
+                let frames = core.frames(&specs[..n]);
+                let k = if n > 0 { dev.transmit(&frames[..n]).unwrap_or(0) } else { 0 };
+                core.counters.tx_frames += k as u64;
+                core.counters.acks_sent += k as u64;
+                for (i, &id) in chunk.iter().enumerate().take(n) {
+                    if i >= k {
+                        core.acks_due.push(id); // retry next round
+                    }
+                }
+            }
+            due.clear();
+            if core.acks_due.is_empty() {
+                core.acks_due = due;
+            }
+        }
+    }
+}
+
+impl Core {
+    /// The device's view of built frames `specs` (headers in `self.hdrs`),
+    /// in a stack array: nothing is allocated per batch.
+    fn frames(&self, specs: &[Spec]) -> [TxFrame<'_>; BATCH] {
+        let mut out = [TxFrame::new(&[]); BATCH];
+        for (i, s) in specs.iter().enumerate() {
+            out[i] = TxFrame::new(&self.hdrs[i]);
+            for &(addr, len) in &s.pieces[..s.n] {
+                // SAFETY: every piece was checked against the registration
+                // table (or lies in our own bounce buffer) when built, and
+                // the frame is transmitted before the engine lock is released.
+                out[i].push(unsafe { usermem::bytes(addr, len) });
+            }
+        }
+        out
+    }
+
+    /// Builds up to [`BATCH`] data fragments of VI `id`; returns how many.
+    fn build_data(&mut self, id: u16, specs: &mut [Spec; BATCH]) -> usize {
+        let frag = self.frag;
+        let window = self.window;
+        let (mac, ep) = (self.mac, self.ep);
+        let mut n = 0;
+        while n < BATCH {
+            let Ok(vi) = self.vi_mut(id) else { return n };
+            if vi.phase != crate::vi::ViPhase::Connected {
+                return n;
+            }
+            if vi.tx_idx == vi.sq.tail {
+                break;
+            }
+            let reliable = vi.reliable();
+            if reliable && vi.in_flight() >= window {
+                break;
+            }
+            let e = *vi.sq.get(vi.tx_idx);
+            if e.pre_status != 0 {
+                vi.tx_idx = vi.tx_idx.wrapping_add(1);
+                vi.tx_off = 0;
+                continue;
+            }
+            if e.nframes == 0 {
+                let en = vi.sq.get_mut(vi.tx_idx);
+                en.first_psn = vi.tx_psn;
+                en.nframes = e.len.div_ceil(frag).max(1);
+                en.msg_seq = vi.next_msg_seq;
+                vi.next_msg_seq = vi.next_msg_seq.wrapping_add(1);
+            }
+            let e = *vi.sq.get(vi.tx_idx);
+            debug_assert_eq!(e.first_psn.wrapping_add(vi.tx_off / frag), vi.tx_psn);
+            let off = vi.tx_off;
+            let len = frag.min(e.len - off);
+            let peer: &Peer = vi.peer.as_ref().expect("connected VI has a peer");
+            let mut fl = if off == 0 { flags::FIRST } else { 0 };
+            if off + len == e.len {
+                fl |= flags::LAST;
+            }
+            if e.control & control::IMMEDIATE != 0 {
+                fl |= flags::IMMEDIATE;
+            }
+            if reliable {
+                fl |= flags::ACK | flags::RELIABLE;
+                if vi.in_flight() + 1 == window {
+                    fl |= flags::ACK_REQ;
+                }
+            }
+            let h = HeaderRepr {
+                dst_mac: peer.mac,
+                src_mac: mac,
+                kind: Kind::Data as u8,
+                flags: fl,
+                dst_ep: peer.ep,
+                src_ep: ep,
+                dst_vi: peer.vi,
+                src_vi: id,
+                generation: peer.generation,
+                psn: vi.tx_psn,
+                ack: vi.rx_expected,
+                msg_len: e.len,
+                offset: off,
+                imm: e.imm,
+                msg_seq: e.msg_seq,
+                payload_len: len as u16,
+                ..HeaderRepr::default()
+            };
+            specs[n].psn = vi.tx_psn;
+            vi.tx_psn = vi.tx_psn.wrapping_add(1);
+            vi.tx_off += len;
+            if vi.tx_off >= e.len {
+                vi.tx_idx = vi.tx_idx.wrapping_add(1);
+                vi.tx_off = 0;
+            }
+            h.emit(&mut self.hdrs[n]);
+            let ptag = self.vi(id).unwrap().attrs.ptag;
+            if !self.gather(e.desc, e.segs as usize, ptag, off, len, n, &mut specs[n]) {
+                // The memory went away under a posted descriptor.
+                self.break_connection(id);
+                return 0;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// Fills `spec` with the pieces of `[off, off + len)` of the message
+    /// described by the descriptor at `desc`, copying into the bounce buffer
+    /// when it needs more than [`MAX_GATHER`] pieces.
+    #[allow(clippy::too_many_arguments)]
+    fn gather(&mut self, desc: usize, segs: usize, ptag: via_kernel_agent::memory::Ptag, off: u32, len: u32, slot: usize, spec: &mut Spec) -> bool {
+        spec.n = 0;
+        let mut skip = off as usize;
+        let mut want = len as usize;
+        let mut pieces = [(0usize, 0usize); 64];
+        let mut np = 0;
+        for i in 0..segs {
+            if want == 0 {
+                break;
+            }
+            let s = usermem::read_segment(desc, i);
+            let sl = s.length as usize;
+            if skip >= sl {
+                skip -= sl;
+                continue;
+            }
+            let take = (sl - skip).min(want);
+            let addr = s.data.address_bits as usize + skip;
+            if self.mem.check(s.handle, addr, take, ptag).is_err() {
+                return false;
+            }
+            if np == pieces.len() {
+                return false;
+            }
+            pieces[np] = (addr, take);
+            np += 1;
+            skip = 0;
+            want -= take;
+        }
+        if want != 0 {
+            return false;
+        }
+        if np <= MAX_GATHER {
+            spec.pieces[..np].copy_from_slice(&pieces[..np]);
+            spec.n = np;
+            return true;
+        }
+        let frag = self.frag as usize;
+        if self.bounce.is_empty() {
+            self.bounce = vec![0u8; frag * BATCH];
+        }
+        let base = self.bounce.as_mut_ptr() as usize + slot * frag;
+        let mut at = 0;
+        for &(addr, l) in &pieces[..np] {
+            // SAFETY: source checked above; destination is our bounce slot of
+            // `frag` bytes and the pieces add up to `len <= frag`.
+            unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, (base + at) as *mut u8, l) };
+            at += l;
+        }
+        spec.pieces[0] = (base, at);
+        spec.n = 1;
+        true
+    }
+
+    /// Accounts for a batch of `n` fragments of VI `id` of which the device
+    /// accepted the first `k`.
+    fn after_transmit(&mut self, id: u16, specs: &[Spec; BATCH], n: usize, k: usize, now: Instant) {
+        self.counters.tx_frames += k as u64;
+        let rto_initial = self.config.rto_initial;
+        let Ok(vi) = self.vi_mut(id) else { return };
+        let retrans = specs[..k].iter().filter(|s| seq_lt(s.psn, vi.sent_hi)).count();
+        if k > 0 {
+            let last = specs[k - 1].psn.wrapping_add(1);
+            if seq_lt(vi.sent_hi, last) {
+                vi.sent_hi = last;
+            }
+        }
+        if k < n {
+            self.counters.tx_ring_full += 1;
+            self.rewind(id, specs[k].psn);
+        }
+        self.counters.retransmits += retrans as u64;
+        let vi = self.vi_mut(id).unwrap();
+        if k == 0 {
+            return;
+        }
+        // The frames carried our ACK.
+        if vi.reliable() {
+            vi.ack_count = 0;
+            vi.ack_at = None;
+            vi.ack_now = false;
+            if vi.rto_at.is_none() {
+                let t = now + vi.rto.max(rto_initial);
+                vi.rto_at = Some(t);
+                self.arm(t);
+            }
+        } else {
+            // Unreliable sends complete once they are on the wire.
+            loop {
+                let vi = self.vi(id).unwrap();
+                if vi.sq.done == vi.tx_idx || vi.sq.done == vi.sq.tail {
+                    break;
+                }
+                let len = vi.sq.get(vi.sq.done).len;
+                self.complete_next(id, Queue::Send, len, 0, None);
+            }
+        }
+    }
+
+    /// Moves VI `id`'s transmit position back to PSN `psn` (go-back-N).
+    pub(super) fn rewind(&mut self, id: u16, psn: u32) {
+        let frag = self.frag;
+        let Ok(vi) = self.vi_mut(id) else { return };
+        let mut idx = vi.sq.done;
+        while idx != vi.sq.tail {
+            let e = vi.sq.get(idx);
+            if e.nframes > 0 && seq_le(e.first_psn, psn) && seq_lt(psn, e.first_psn.wrapping_add(e.nframes)) {
+                vi.tx_idx = idx;
+                vi.tx_off = psn.wrapping_sub(e.first_psn) * frag;
+                vi.tx_psn = psn;
+                return;
+            }
+            if idx == vi.tx_idx {
+                return;
+            }
+            idx = idx.wrapping_add(1);
+        }
+    }
+
+    /// Writes a standalone ACK (or NAK) for VI `id` into header slot `slot`;
+    /// false when nothing is owed.
+    fn build_ack(&mut self, id: u16, slot: usize) -> bool {
+        let (mac, ep) = (self.mac, self.ep);
+        let Ok(vi) = self.vi_mut(id) else { return false };
+        if vi.phase != crate::vi::ViPhase::Connected || !vi.ack_owed() {
+            return false;
+        }
+        let Some(peer) = vi.peer.as_ref() else { return false };
+        let nak = vi.nak;
+        let mut fl = flags::ACK | flags::RELIABLE;
+        if nak {
+            fl |= flags::ACK_REQ;
+        }
+        let h = HeaderRepr {
+            dst_mac: peer.mac,
+            src_mac: mac,
+            kind: Kind::Ack as u8,
+            flags: fl,
+            dst_ep: peer.ep,
+            src_ep: ep,
+            dst_vi: peer.vi,
+            src_vi: id,
+            generation: peer.generation,
+            psn: vi.tx_psn,
+            ack: vi.rx_expected,
+            ..HeaderRepr::default()
+        };
+        vi.ack_count = 0;
+        vi.ack_at = None;
+        vi.ack_now = false;
+        if nak {
+            vi.nak = false;
+            vi.nak_sent_for = Some(vi.rx_expected);
+            self.counters.naks_sent += 1;
+        }
+        h.emit(&mut self.hdrs[slot]);
+        true
+    }
+
+    /// Moves up to [`BATCH`] queued control frames into header slots.
+    fn build_control(&mut self, specs: &mut [Spec; BATCH]) -> usize {
+        if self.bounce.len() < BATCH * CTL_PAYLOAD.max(self.frag as usize) {
+            self.bounce = vec![0u8; BATCH * CTL_PAYLOAD.max(self.frag as usize)];
+        }
+        let take = self.cm.outgoing().len().min(BATCH);
+        let frames: Vec<CmFrame> = self.cm.outgoing().drain(..take).collect();
+        for (i, f) in frames.iter().enumerate() {
+            let at = i * CTL_PAYLOAD;
+            let n = f.conn.emit(&mut self.bounce[at..at + CTL_PAYLOAD]);
+            let h = HeaderRepr {
+                dst_mac: f.dst_mac,
+                src_mac: self.mac,
+                kind: f.kind as u8,
+                dst_ep: f.dst_ep,
+                src_ep: self.ep,
+                dst_vi: f.dst_vi,
+                src_vi: f.src_vi,
+                generation: f.generation,
+                imm: f.imm,
+                payload_len: n as u16,
+                ..HeaderRepr::default()
+            };
+            h.emit(&mut self.hdrs[i]);
+            specs[i] = Spec { n: 1, psn: 0, ..Spec::default() };
+            specs[i].pieces[0] = (self.bounce.as_ptr() as usize + at, n);
+        }
+        take
+    }
+
+    /// Queues a Disconnect frame to `peer` on behalf of VI `id`.
+    pub(super) fn queue_disconnect(&mut self, id: u16, peer: &Peer) {
+        self.cm.outgoing().push(CmFrame {
+            dst_mac: peer.mac,
+            dst_ep: peer.ep,
+            kind: Kind::Disconnect,
+            dst_vi: peer.vi,
+            src_vi: id,
+            generation: peer.generation,
+            imm: 0,
+            conn: Default::default(),
+        });
+    }
+}

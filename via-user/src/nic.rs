@@ -1,0 +1,222 @@
+//! The Rust API's NIC handle: opening a device by name, protection tags,
+//! completion queues, connection setup on the server side, the name
+//! service, and the one wait loop every blocking call uses (spin briefly,
+//! then sleep on the device's file descriptor).
+
+use crate::engine::{AsyncError, Config, Counters, Engine, IncomingRequest, MAX_CQ, MAX_SEGMENTS, MAX_TRANSFER_SIZE, MAX_VI};
+use crate::error::{Result, ViaError, VipReturn};
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use via_kernel_agent::memory::{Ptag, MAX_PTAGS, MAX_REGIONS};
+use via_kernel_agent::names::NameService;
+use via_kernel_agent::wire::MAX_DISCRIMINATOR;
+use via_kernel_agent::{FrameDevice, MacAddr};
+
+pub(crate) struct Shared {
+    engine: Mutex<Engine>,
+    fd: RawFd,
+    spin: Duration,
+    name: String,
+    names: Mutex<Option<NameService>>,
+}
+
+/// An opened NIC (`VIP_NIC_HANDLE`). Cloning gives another handle to the
+/// same NIC; it closes when the last handle and every object made from it
+/// are gone.
+#[derive(Clone)]
+pub struct Nic {
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// `VIP_NIC_ATTRIBUTES`, the parts that are facts about this provider.
+#[derive(Clone, Debug)]
+pub struct NicAttributes {
+    pub name: String,
+    pub mac: MacAddr,
+    /// Largest Ethernet payload of the device.
+    pub native_mtu: usize,
+    pub max_transfer_size: u32,
+    pub max_vi: usize,
+    pub max_cq: usize,
+    pub max_segments_per_desc: usize,
+    pub max_register_regions: usize,
+    pub max_ptags: usize,
+    pub max_discriminator_len: usize,
+    pub thread_safe: bool,
+}
+
+/// A completion queue's answer: which VI, which queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    pub vi: u16,
+    pub recv_queue: bool,
+}
+
+impl Nic {
+    /// Opens a device by its VIA name: `/dev/via_<ifname>` (software NIC
+    /// over AF_PACKET), `/dev/via_lo` or `loop:<wire>` (in-process loopback).
+    pub fn open(name: &str) -> Result<Nic> {
+        let dev = via_softnic::open(name).map_err(|e| ViaError::new(VipReturn::InvalidParameter, e.to_string()))?;
+        Self::with_device(name, dev, Config::from_env())
+    }
+
+    /// Runs the VI provider on an already opened device.
+    pub fn with_device(name: &str, dev: Box<dyn FrameDevice>, config: Config) -> Result<Nic> {
+        let spin = config.spin;
+        let engine = Engine::new(dev, config)?;
+        let fd = engine.wait_fd();
+        Ok(Nic { shared: Arc::new(Shared { engine: Mutex::new(engine), fd, spin, name: name.to_string(), names: Mutex::new(None) }) })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
+        self.shared.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on the engine after one round of progress.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
+        let mut e = self.lock();
+        e.progress();
+        f(&mut e)
+    }
+
+    /// Drives the engine until `f` yields a value or `timeout` (None:
+    /// forever) passes; spins for the configured time, then sleeps on the
+    /// device. `what` names the wait in the timeout error.
+    pub(crate) fn wait<T>(&self, timeout: Option<Duration>, what: &str, mut f: impl FnMut(&mut Engine) -> Result<Option<T>>) -> Result<T> {
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        loop {
+            let next = {
+                let mut e = self.lock();
+                e.progress();
+                if let Some(v) = f(&mut e)? {
+                    return Ok(v);
+                }
+                e.next_deadline()
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(ViaError::timeout(format!("{what}: timed out after {:?}", timeout.unwrap())));
+            }
+            if now.duration_since(start) < self.shared.spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            let until = match (deadline, next) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            sleep_on(self.shared.fd, until.map(|u| u.saturating_duration_since(now)));
+        }
+    }
+
+    /// Runs one round of progress (for callers that poll).
+    pub fn progress(&self) {
+        self.lock().progress();
+    }
+
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    pub fn mac(&self) -> MacAddr {
+        self.lock().core.mac
+    }
+
+    /// `VipQueryNic`.
+    pub fn attributes(&self) -> NicAttributes {
+        let e = self.lock();
+        NicAttributes {
+            name: self.shared.name.clone(),
+            mac: e.core.mac,
+            native_mtu: e.core.mtu,
+            max_transfer_size: MAX_TRANSFER_SIZE,
+            max_vi: MAX_VI,
+            max_cq: MAX_CQ,
+            max_segments_per_desc: MAX_SEGMENTS,
+            max_register_regions: MAX_REGIONS,
+            max_ptags: MAX_PTAGS,
+            max_discriminator_len: MAX_DISCRIMINATOR,
+            thread_safe: true,
+        }
+    }
+
+    /// The engine's counters.
+    pub fn counters(&self) -> Counters {
+        self.lock().core.counters
+    }
+
+    /// The device's own counters.
+    pub fn device_counters(&self) -> Vec<(&'static str, u64)> {
+        self.lock().dev.stats()
+    }
+
+    /// Asynchronous errors since the last call (what `VipErrorCallback`
+    /// would have reported).
+    pub fn take_async_errors(&self) -> Vec<AsyncError> {
+        std::mem::take(&mut self.lock().core.async_errors)
+    }
+
+    /// `VipCreatePtag`.
+    pub fn create_ptag(&self) -> Result<Ptag> {
+        Ok(self.lock().core.mem.create_ptag()?)
+    }
+
+    /// `VipDestroyPtag`: fails with INVALID_STATE while a VI or region uses it.
+    pub fn destroy_ptag(&self, tag: Ptag) -> Result<()> {
+        Ok(self.lock().core.mem.destroy_ptag(tag)?)
+    }
+
+    /// `VipCreateCQ`.
+    pub fn create_cq(&self, entries: usize) -> Result<crate::Cq> {
+        let id = self.lock().core.create_cq(entries)?;
+        Ok(crate::Cq { nic: self.clone(), id })
+    }
+
+    /// `VipConnectWait`: waits for a connection request addressed to
+    /// `discriminator` on this NIC.
+    pub fn connect_wait(&self, discriminator: &[u8], timeout: Option<Duration>) -> Result<IncomingRequest> {
+        let wait = self.lock().core.connect_wait_begin(discriminator)?;
+        let r = self.wait(timeout, "ConnectWait", |e| Ok(e.core.connect_wait_poll(wait)));
+        if r.is_err() {
+            self.lock().core.connect_wait_end(wait);
+        }
+        r
+    }
+
+    /// `VipConnectAccept`: connects `vi` to the client of `req`.
+    pub fn accept(&self, req: &IncomingRequest, vi: &crate::Vi) -> Result<()> {
+        self.with(|e| e.core.accept(req.conn, vi.id()))?;
+        self.progress(); // send the accept now
+        Ok(())
+    }
+
+    /// `VipConnectReject`.
+    pub fn reject(&self, req: &IncomingRequest) -> Result<()> {
+        self.with(|e| e.core.reject(req.conn))?;
+        self.progress();
+        Ok(())
+    }
+
+    /// `VipNSGetHostByName`: the MAC of `name` from the hosts file
+    /// (`VIA_HOSTS`, default /etc/via/hosts), or `name` parsed as a MAC.
+    pub fn lookup_host(&self, name: &str) -> Result<MacAddr> {
+        let mut ns = self.shared.names.lock().unwrap_or_else(|p| p.into_inner());
+        if ns.is_none() {
+            *ns = Some(NameService::load_default().map_err(|e| ViaError::new(VipReturn::ErrorNameService, e.to_string()))?);
+        }
+        ns.as_ref().unwrap().lookup(name).ok_or_else(|| {
+            ViaError::new(VipReturn::ErrorNameService, format!("host {name:?} is not in {}", NameService::default_path().display()))
+        })
+    }
+}
+
+/// Sleeps until `fd` is readable or `timeout` passes (None: no limit).
+fn sleep_on(fd: RawFd, timeout: Option<Duration>) {
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let ts = timeout.map(|t| libc::timespec { tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t, tv_nsec: t.subsec_nanos() as libc::c_long });
+    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: one valid pollfd, a valid or null timespec, no signal mask.
+    unsafe { libc::ppoll(&mut pfd, 1, tsp, std::ptr::null()) };
+}

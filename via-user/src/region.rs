@@ -1,0 +1,251 @@
+//! Registered memory and descriptors in the Rust API.
+//!
+//! A [`MemoryRegion`] is memory the API allocates and registers with a NIC
+//! (`VipRegisterMem`); it is deregistered and freed when the last clone is
+//! dropped. A [`Descriptor`] is a `VIP_DESCRIPTOR` living in a small region
+//! of its own; it keeps the regions its segments point into alive, so a
+//! posted descriptor can never refer to freed memory.
+//!
+//! The engine writes into a region while a receive descriptor pointing into
+//! it is posted: read a buffer after its descriptor completed, and do not
+//! change a send buffer while its descriptor is posted (the VIA contract).
+
+use crate::descriptor::{self, control, descriptor_bytes, status, DataSegment, Pvoid64, DESCRIPTOR_ALIGNMENT};
+use crate::error::{Result, ViaError};
+use crate::nic::Nic;
+use std::alloc::Layout;
+use std::ops::Range;
+use std::sync::Arc;
+use via_kernel_agent::memory::{MemAttributes, Ptag};
+
+struct RegionInner {
+    nic: Nic,
+    ptr: *mut u8,
+    layout: Layout,
+    handle: u32,
+}
+
+// SAFETY: the region is plain memory; all access goes through raw-pointer
+// copies (the engine's under its lock), never through shared references
+// that assume immutability.
+unsafe impl Send for RegionInner {}
+unsafe impl Sync for RegionInner {}
+
+impl Drop for RegionInner {
+    fn drop(&mut self) {
+        let _ = self.nic.lock().core.mem.deregister(self.ptr as usize, self.handle);
+        // SAFETY: allocated in `MemoryRegion::new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+    }
+}
+
+/// Registered memory (`VipRegisterMem` on memory the API allocates).
+#[derive(Clone)]
+pub struct MemoryRegion {
+    inner: Arc<RegionInner>,
+}
+
+impl MemoryRegion {
+    /// Allocates `len` zeroed bytes aligned to `align` and registers them.
+    pub fn new(nic: &Nic, len: usize, align: usize, attrs: MemAttributes) -> Result<MemoryRegion> {
+        let layout = Layout::from_size_align(len.max(1), align.max(1)).map_err(|e| ViaError::invalid(format!("region layout: {e}")))?;
+        // SAFETY: the layout has nonzero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(ViaError::resource(format!("cannot allocate {len} bytes")));
+        }
+        let handle = match nic.lock().core.mem.register(ptr as usize, layout.size(), attrs) {
+            Ok(h) => h,
+            Err(e) => {
+                // SAFETY: just allocated with `layout`.
+                unsafe { std::alloc::dealloc(ptr, layout) };
+                return Err(e.into());
+            }
+        };
+        Ok(MemoryRegion { inner: Arc::new(RegionInner { nic: nic.clone(), ptr, layout, handle }) })
+    }
+
+    /// The memory handle (`VIP_MEM_HANDLE`).
+    pub fn handle(&self) -> u32 {
+        self.inner.handle
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.inner.ptr
+    }
+
+    pub fn len(&self) -> usize {
+        self.inner.layout.size()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    fn check(&self, off: usize, len: usize) -> Result<()> {
+        if off.checked_add(len).is_none_or(|end| end > self.len()) {
+            return Err(ViaError::invalid(format!("range {off}+{len} is outside the region of {} bytes", self.len())));
+        }
+        Ok(())
+    }
+
+    /// Copies `data` into the region at `off`.
+    pub fn write(&self, off: usize, data: &[u8]) -> Result<()> {
+        self.check(off, data.len())?;
+        // SAFETY: in bounds (checked); raw copy, no reference held.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.inner.ptr.add(off), data.len()) };
+        Ok(())
+    }
+
+    /// Copies bytes at `off` out of the region into `out`.
+    pub fn read(&self, off: usize, out: &mut [u8]) -> Result<()> {
+        self.check(off, out.len())?;
+        // SAFETY: in bounds (checked); raw copy, no reference held.
+        unsafe { std::ptr::copy_nonoverlapping(self.inner.ptr.add(off), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    /// A copy of `range`.
+    pub fn to_vec(&self, range: Range<usize>) -> Result<Vec<u8>> {
+        let mut v = vec![0u8; range.len()];
+        self.read(range.start, &mut v)?;
+        Ok(v)
+    }
+
+    fn same(&self, other: &MemoryRegion) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+/// A `VIP_DESCRIPTOR` in registered memory, with room for a fixed number
+/// of data segments.
+pub struct Descriptor {
+    mem: MemoryRegion,
+    max_segs: usize,
+    /// Regions the segments point into, kept alive while the descriptor is.
+    refs: Vec<MemoryRegion>,
+}
+
+impl Descriptor {
+    /// A descriptor with room for `max_segs` data segments, registered under `ptag`.
+    pub fn new(nic: &Nic, ptag: Ptag, max_segs: usize) -> Result<Descriptor> {
+        let bytes = descriptor_bytes(max_segs.max(2));
+        let attrs = MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false };
+        let mem = MemoryRegion::new(nic, bytes, DESCRIPTOR_ALIGNMENT, attrs)?;
+        Ok(Descriptor { mem, max_segs: max_segs.max(1), refs: Vec::new() })
+    }
+
+    /// Address of the descriptor.
+    pub fn addr(&self) -> usize {
+        self.mem.as_ptr() as usize
+    }
+
+    /// Memory handle of the descriptor's own memory.
+    pub fn handle(&self) -> u32 {
+        self.mem.handle()
+    }
+
+    fn cs(&self) -> descriptor::ControlSegment {
+        // SAFETY: the control segment is the first 32 bytes of our region.
+        unsafe { std::ptr::read_volatile(self.addr() as *const descriptor::ControlSegment) }
+    }
+
+    /// Fills in a send/receive descriptor over `segments` (region, byte
+    /// range), with optional immediate data.
+    pub fn set(&mut self, segments: &[(&MemoryRegion, Range<usize>)], imm: Option<u32>) -> Result<()> {
+        if segments.len() > self.max_segs {
+            return Err(ViaError::invalid(format!("{} segments, the descriptor has room for {}", segments.len(), self.max_segs)));
+        }
+        let mut total: u64 = 0;
+        for (r, range) in segments {
+            r.check(range.start, range.len())?;
+            total += range.len() as u64;
+        }
+        if total > u32::MAX as u64 {
+            return Err(ViaError::invalid("descriptor longer than 4 GiB"));
+        }
+        self.refs.clear();
+        for (r, _) in segments {
+            if !self.refs.iter().any(|x| x.same(r)) {
+                self.refs.push((*r).clone());
+            }
+        }
+        let cs = descriptor::ControlSegment {
+            seg_count: segments.len() as u16,
+            control: control::OP_SENDRECV | if imm.is_some() { control::IMMEDIATE } else { 0 },
+            immediate_data: imm.unwrap_or(0),
+            length: total as u32,
+            ..Default::default()
+        };
+        let base = self.addr();
+        // SAFETY: the descriptor region holds the control segment and
+        // `max_segs` >= segments.len() data segments.
+        unsafe {
+            std::ptr::write_volatile(base as *mut descriptor::ControlSegment, cs);
+            for (i, (r, range)) in segments.iter().enumerate() {
+                let ds = DataSegment { data: Pvoid64 { address_bits: (r.as_ptr() as usize + range.start) as u64 }, handle: r.handle(), length: range.len() as u32 };
+                std::ptr::write_volatile((base + 32 + 16 * i) as *mut DataSegment, ds);
+            }
+        }
+        Ok(())
+    }
+
+    /// The raw `Status` field.
+    pub fn status(&self) -> u32 {
+        self.cs().status
+    }
+
+    /// Has the descriptor completed (successfully or not)?
+    pub fn is_done(&self) -> bool {
+        self.status() & status::DONE != 0
+    }
+
+    /// The error bits of the status (0 when it completed cleanly).
+    pub fn errors(&self) -> u32 {
+        self.status() & status::ERROR_MASK
+    }
+
+    /// `Length`: bytes received (receive) or sent (send).
+    pub fn length(&self) -> u32 {
+        self.cs().length
+    }
+
+    /// Immediate data, when the status says it arrived.
+    pub fn immediate(&self) -> Option<u32> {
+        let cs = self.cs();
+        (cs.status & status::IMMEDIATE != 0).then_some(cs.immediate_data)
+    }
+
+    /// `Ok` when the descriptor completed without error; otherwise an
+    /// error naming the status bits.
+    pub fn check_ok(&self) -> Result<()> {
+        let s = self.status();
+        if s & status::DONE == 0 {
+            return Err(ViaError::not_done());
+        }
+        if s & status::ERROR_MASK != 0 {
+            return Err(ViaError::new(crate::VipReturn::DescriptorError, format!("descriptor completed with status {s:#x} ({})", status_names(s))));
+        }
+        Ok(())
+    }
+}
+
+/// Names of the error bits in a status word.
+pub fn status_names(s: u32) -> String {
+    let names = [
+        (status::FORMAT_ERROR, "FORMAT"),
+        (status::PROTECTION_ERROR, "PROTECTION"),
+        (status::LENGTH_ERROR, "LENGTH"),
+        (status::PARTIAL_ERROR, "PARTIAL"),
+        (status::DESC_FLUSHED_ERROR, "DESC_FLUSHED"),
+        (status::TRANSPORT_ERROR, "TRANSPORT"),
+        (status::RDMA_PROT_ERROR, "RDMA_PROT"),
+        (status::REMOTE_DESC_ERROR, "REMOTE_DESC"),
+    ];
+    let v: Vec<_> = names.iter().filter(|(b, _)| s & b != 0).map(|(_, n)| *n).collect();
+    if v.is_empty() {
+        "no error".into()
+    } else {
+        v.join("|")
+    }
+}

@@ -1,0 +1,71 @@
+//! The only place the engine touches application memory: reading posted
+//! descriptors, writing their completion fields, gathering send payloads and
+//! scattering received ones. Every caller first checks the range against the
+//! registration table, so each access here is inside memory the application
+//! registered and promised (by the VIA contract) to keep alive while
+//! registered.
+
+use crate::descriptor::{descriptor_bytes, ControlSegment, DataSegment};
+use via_kernel_agent::memory::{MemError, Ptag, RegistrationTable};
+
+/// Checks that the descriptor at `addr` with handle `handle` lies in memory
+/// registered under `ptag`, reads its control segment and checks its
+/// segments fit too. Returns the control segment.
+pub fn read_control(mem: &RegistrationTable, addr: usize, handle: u32, ptag: Ptag) -> Result<ControlSegment, MemError> {
+    mem.check(handle, addr, descriptor_bytes(0), ptag)?;
+    // SAFETY: the 32 bytes at `addr` were just checked to be registered
+    // memory; `addr` is 64-byte aligned (checked by the caller).
+    let cs = unsafe { std::ptr::read_volatile(addr as *const ControlSegment) };
+    mem.check(handle, addr, descriptor_bytes(cs.seg_count as usize), ptag)?;
+    Ok(cs)
+}
+
+/// Reads data segment `i` of the descriptor at `addr` (whose size was
+/// checked by [`read_control`]).
+pub fn read_segment(addr: usize, i: usize) -> DataSegment {
+    // SAFETY: `read_control` checked that all `seg_count` segments lie in
+    // registered memory; callers pass `i < seg_count`; 16-byte aligned.
+    unsafe { std::ptr::read_volatile((addr + 32 + 16 * i) as *const DataSegment) }
+}
+
+/// Writes the completion fields of the descriptor at `addr`, if its memory
+/// is still registered.
+pub fn write_completion(mem: &RegistrationTable, addr: usize, handle: u32, length: u32, status: u32, imm: Option<u32>) -> bool {
+    if mem.lookup(handle).map(|r| r.contains(addr, descriptor_bytes(0))) != Ok(true) {
+        return false;
+    }
+    let cs = addr as *mut ControlSegment;
+    // SAFETY: the control segment lies in registered memory (checked above).
+    // Status is written last so a poller that sees DONE sees the rest.
+    unsafe {
+        if let Some(v) = imm {
+            std::ptr::addr_of_mut!((*cs).immediate_data).write_volatile(v);
+        }
+        std::ptr::addr_of_mut!((*cs).length).write_volatile(length);
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        std::ptr::addr_of_mut!((*cs).status).write_volatile(status);
+    }
+    true
+}
+
+/// A view of `len` bytes of registered memory at `addr`, for the device to
+/// gather from.
+///
+/// # Safety
+/// `[addr, addr + len)` must have been checked against the registration
+/// table, and the view must not outlive the registration.
+pub unsafe fn bytes<'a>(addr: usize, len: usize) -> &'a [u8] {
+    if len == 0 {
+        return &[];
+    }
+    std::slice::from_raw_parts(addr as *const u8, len)
+}
+
+/// Copies `src` into registered memory at `addr`.
+///
+/// # Safety
+/// `[addr, addr + src.len())` must have been checked against the
+/// registration table.
+pub unsafe fn copy_in(addr: usize, src: &[u8]) {
+    std::ptr::copy_nonoverlapping(src.as_ptr(), addr as *mut u8, src.len());
+}

@@ -1,0 +1,204 @@
+//! The state of one VI: attributes, connection, work queues, and the
+//! per-direction protocol state (sequence numbers, retransmission, ACKs,
+//! reassembly). The engine drives it; this module only holds it and answers
+//! questions about it.
+
+use crate::workqueue::WorkQueue;
+use std::time::{Duration, Instant};
+use via_kernel_agent::conn::Peer;
+use via_kernel_agent::memory::Ptag;
+
+/// `VIP_RELIABILITY_LEVEL` bits.
+pub mod reliability {
+    pub const UNRELIABLE: u16 = 0x01;
+    pub const RELIABLE_DELIVERY: u16 = 0x02;
+    pub const RELIABLE_RECEPTION: u16 = 0x04;
+}
+
+/// The service a VI gives (`VIP_RELIABILITY_LEVEL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reliability {
+    /// At most once; losses are possible and never break the connection.
+    Unreliable,
+    /// Exactly once, in order; a send completes when the peer acknowledged it.
+    ReliableDelivery,
+    /// As reliable delivery; the peer acknowledges only after placing the
+    /// data in the receive buffer (which is what this engine always does).
+    ReliableReception,
+}
+
+impl Reliability {
+    pub fn bits(self) -> u16 {
+        match self {
+            Reliability::Unreliable => reliability::UNRELIABLE,
+            Reliability::ReliableDelivery => reliability::RELIABLE_DELIVERY,
+            Reliability::ReliableReception => reliability::RELIABLE_RECEPTION,
+        }
+    }
+
+    pub fn from_bits(b: u16) -> Option<Reliability> {
+        match b {
+            reliability::UNRELIABLE => Some(Reliability::Unreliable),
+            reliability::RELIABLE_DELIVERY => Some(Reliability::ReliableDelivery),
+            reliability::RELIABLE_RECEPTION => Some(Reliability::ReliableReception),
+            _ => None,
+        }
+    }
+
+    pub fn is_reliable(self) -> bool {
+        self != Reliability::Unreliable
+    }
+}
+
+/// `VIP_VI_ATTRIBUTES`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ViAttributes {
+    pub reliability: Reliability,
+    /// Largest message a descriptor of this VI may carry.
+    pub max_transfer_size: u32,
+    pub ptag: Ptag,
+    pub enable_rdma_write: bool,
+    pub enable_rdma_read: bool,
+}
+
+/// `VIP_VI_STATE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ViPhase {
+    Idle,
+    Connected,
+    ConnectPending,
+    Error,
+}
+
+/// The message being reassembled on the receive side.
+#[derive(Clone, Copy, Debug)]
+pub struct RxMessage {
+    /// Receive-queue index of the descriptor, `None` when the message is
+    /// being discarded (unreliable VI with no receive posted).
+    pub entry: Option<u32>,
+    pub msg_seq: u32,
+    pub msg_len: u32,
+    /// Bytes placed so far (the offset the next fragment must carry).
+    pub got: u32,
+    /// Error bits the descriptor will complete with (LENGTH_ERROR...).
+    pub error: u32,
+    pub imm: Option<u32>,
+    /// Scatter cursor: data segment and offset inside it.
+    pub seg: u16,
+    pub seg_off: u32,
+}
+
+/// One VI.
+pub struct ViState {
+    pub attrs: ViAttributes,
+    pub phase: ViPhase,
+    pub send_cq: Option<u16>,
+    pub recv_cq: Option<u16>,
+    pub peer: Option<Peer>,
+    pub sq: WorkQueue,
+    pub rq: WorkQueue,
+
+    // ---- sender ----
+    /// Send-queue index and byte offset of the next fragment to transmit.
+    pub tx_idx: u32,
+    pub tx_off: u32,
+    /// PSN of the next fragment to transmit.
+    pub tx_psn: u32,
+    /// Oldest PSN not yet acknowledged.
+    pub una: u32,
+    /// One past the highest PSN ever transmitted (frames below it that go
+    /// out again are retransmissions).
+    pub sent_hi: u32,
+    pub next_msg_seq: u32,
+    pub rto_at: Option<Instant>,
+    pub rto: Duration,
+    /// Consecutive retransmission timeouts without progress.
+    pub retries: u32,
+    /// The `una` for which a NAK already caused a rewind.
+    pub nak_rewound: Option<u32>,
+
+    // ---- receiver ----
+    pub rx_expected: u32,
+    pub rx: Option<RxMessage>,
+    /// Frames accepted since the last ACK went out.
+    pub ack_count: u32,
+    pub ack_at: Option<Instant>,
+    /// An ACK (or, with `nak`, a NAK) must go out in this progress round.
+    pub ack_now: bool,
+    pub nak: bool,
+    /// The `rx_expected` a NAK was last sent for.
+    pub nak_sent_for: Option<u32>,
+}
+
+impl ViState {
+    pub fn new(attrs: ViAttributes, send_cq: Option<u16>, recv_cq: Option<u16>, depth: usize, rto: Duration) -> Self {
+        ViState {
+            attrs,
+            phase: ViPhase::Idle,
+            send_cq,
+            recv_cq,
+            peer: None,
+            sq: WorkQueue::new(depth),
+            rq: WorkQueue::new(depth),
+            tx_idx: 0,
+            tx_off: 0,
+            tx_psn: 0,
+            una: 0,
+            sent_hi: 0,
+            next_msg_seq: 0,
+            rto_at: None,
+            rto,
+            retries: 0,
+            nak_rewound: None,
+            rx_expected: 0,
+            rx: None,
+            ack_count: 0,
+            ack_at: None,
+            ack_now: false,
+            nak: false,
+            nak_sent_for: None,
+        }
+    }
+
+    pub fn reliable(&self) -> bool {
+        self.attrs.reliability.is_reliable()
+    }
+
+    /// Frames sent and not yet acknowledged.
+    pub fn in_flight(&self) -> u32 {
+        self.tx_psn.wrapping_sub(self.una)
+    }
+
+    /// Does the receiver owe the peer an acknowledgement?
+    pub fn ack_owed(&self) -> bool {
+        self.ack_count > 0 || self.ack_now || self.nak
+    }
+
+    /// Resets the protocol state for a new connection (queues are kept).
+    pub fn reset_protocol(&mut self, rto: Duration) {
+        self.tx_idx = self.sq.done;
+        self.tx_off = 0;
+        self.tx_psn = 0;
+        self.una = 0;
+        self.sent_hi = 0;
+        self.rto_at = None;
+        self.rto = rto;
+        self.retries = 0;
+        self.nak_rewound = None;
+        self.rx_expected = 0;
+        self.rx = None;
+        self.ack_count = 0;
+        self.ack_at = None;
+        self.ack_now = false;
+        self.nak = false;
+        self.nak_sent_for = None;
+    }
+
+    /// The earliest timer of this VI.
+    pub fn next_timer(&self) -> Option<Instant> {
+        match (self.rto_at, self.ack_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}

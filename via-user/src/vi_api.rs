@@ -1,0 +1,201 @@
+//! The Rust API's VI and completion queue.
+//!
+//! A [`Vi`] owns the descriptors posted to it: posting moves a
+//! [`Descriptor`] in, `Done`/`Wait` hand it back once the engine completed
+//! it (in posting order), with its status, length and immediate data filled
+//! in. Dropping a VI disconnects it and destroys it.
+
+use crate::engine::post::Queue;
+use crate::error::{Result, ViaError};
+use crate::nic::{Completion, Nic};
+use crate::region::Descriptor;
+use crate::vi::{ViAttributes, ViPhase};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use via_kernel_agent::MacAddr;
+
+/// A virtual interface (`VIP_VI_HANDLE`).
+pub struct Vi {
+    nic: Nic,
+    id: u16,
+    sent: VecDeque<Descriptor>,
+    received: VecDeque<Descriptor>,
+}
+
+impl Nic {
+    /// `VipCreateVi`: a VI with optional completion queues for its send and
+    /// receive queues.
+    pub fn create_vi(&self, attrs: &ViAttributes, send_cq: Option<&Cq>, recv_cq: Option<&Cq>) -> Result<Vi> {
+        let id = self.lock().core.create_vi(*attrs, send_cq.map(|c| c.id), recv_cq.map(|c| c.id))?;
+        Ok(Vi { nic: self.clone(), id, sent: VecDeque::new(), received: VecDeque::new() })
+    }
+}
+
+impl Vi {
+    /// The VI's number on its NIC (what completion queues report).
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    pub fn nic(&self) -> &Nic {
+        &self.nic
+    }
+
+    /// `VipQueryVi`: state and attributes.
+    pub fn state(&self) -> ViPhase {
+        self.nic.with(|e| e.core.vi(self.id).map(|v| v.phase)).unwrap_or(ViPhase::Error)
+    }
+
+    pub fn attributes(&self) -> ViAttributes {
+        self.nic.lock().core.vi(self.id).map(|v| v.attrs).expect("VI exists while the handle does")
+    }
+
+    /// `VipConnectRequest`: connects to the server at `mac` waiting on
+    /// `discriminator`. Gives NO_MATCH when nobody waits there (retry),
+    /// REJECT when refused, TIMEOUT when nobody answers.
+    pub fn connect(&mut self, mac: MacAddr, discriminator: &[u8], timeout: Option<Duration>) -> Result<()> {
+        let limit = timeout.unwrap_or(Duration::from_secs(3600 * 24 * 365));
+        let deadline = Instant::now() + limit;
+        self.nic.lock().core.connect_request_begin(self.id, mac, discriminator, deadline)?;
+        let id = self.id;
+        let r = self.nic.wait(Some(limit + Duration::from_millis(50)), "ConnectRequest", |e| e.core.connect_request_poll(id).transpose());
+        if let Err(e) = &r {
+            if e.code == crate::VipReturn::Timeout {
+                self.nic.lock().core.connect_request_cancel(id);
+            }
+        }
+        r
+    }
+
+    /// `VipDisconnect`: everything posted completes as flushed and can be
+    /// collected with the Done calls.
+    pub fn disconnect(&mut self) -> Result<()> {
+        self.nic.with(|e| e.core.disconnect(self.id))?;
+        self.nic.progress();
+        Ok(())
+    }
+
+    fn post(&mut self, d: Descriptor, q: Queue) -> Result<()> {
+        let id = self.id;
+        {
+            let mut e = self.nic.lock();
+            e.core.post(id, d.addr(), d.handle(), q)?;
+            match q {
+                Queue::Send => self.sent.push_back(d),
+                Queue::Recv => self.received.push_back(d),
+            }
+            if q == Queue::Send {
+                e.progress(); // the doorbell: transmit now
+            }
+        }
+        Ok(())
+    }
+
+    /// `VipPostSend`.
+    pub fn post_send(&mut self, d: Descriptor) -> Result<()> {
+        self.post(d, Queue::Send)
+    }
+
+    /// `VipPostRecv`.
+    pub fn post_recv(&mut self, d: Descriptor) -> Result<()> {
+        self.post(d, Queue::Recv)
+    }
+
+    fn take(&mut self, q: Queue, addr: usize) -> Descriptor {
+        let list = match q {
+            Queue::Send => &mut self.sent,
+            Queue::Recv => &mut self.received,
+        };
+        let d = list.pop_front().expect("engine completed a descriptor this VI posted");
+        debug_assert_eq!(d.addr(), addr);
+        d
+    }
+
+    fn done(&mut self, q: Queue) -> Result<Option<Descriptor>> {
+        let id = self.id;
+        let r = self.nic.with(|e| e.core.done(id, q))?;
+        Ok(r.map(|a| self.take(q, a)))
+    }
+
+    fn wait(&mut self, q: Queue, timeout: Option<Duration>) -> Result<Descriptor> {
+        let id = self.id;
+        let what = if q == Queue::Send { "SendWait" } else { "RecvWait" };
+        let a = self.nic.wait(timeout, what, |e| e.core.done(id, q))?;
+        Ok(self.take(q, a))
+    }
+
+    /// `VipSendDone`: the oldest completed send, if any.
+    pub fn send_done(&mut self) -> Result<Option<Descriptor>> {
+        self.done(Queue::Send)
+    }
+
+    /// `VipRecvDone`.
+    pub fn recv_done(&mut self) -> Result<Option<Descriptor>> {
+        self.done(Queue::Recv)
+    }
+
+    /// `VipSendWait` (None: wait forever).
+    pub fn send_wait(&mut self, timeout: Option<Duration>) -> Result<Descriptor> {
+        self.wait(Queue::Send, timeout)
+    }
+
+    /// `VipRecvWait`.
+    pub fn recv_wait(&mut self, timeout: Option<Duration>) -> Result<Descriptor> {
+        self.wait(Queue::Recv, timeout)
+    }
+
+    /// Descriptors posted and not yet handed back (send, receive).
+    pub fn posted(&self) -> (usize, usize) {
+        (self.sent.len(), self.received.len())
+    }
+}
+
+impl Drop for Vi {
+    fn drop(&mut self) {
+        let id = self.id;
+        let _ = self.nic.with(|e| e.core.destroy_vi(id));
+        self.nic.progress();
+    }
+}
+
+/// A completion queue (`VIP_CQ_HANDLE`).
+pub struct Cq {
+    pub(crate) nic: Nic,
+    pub(crate) id: u16,
+}
+
+impl Cq {
+    pub fn id(&self) -> u16 {
+        self.id
+    }
+
+    /// `VipCQDone`.
+    pub fn done(&self) -> Result<Option<Completion>> {
+        let id = self.id;
+        Ok(self.nic.with(|e| e.core.cq_done(id))?.map(|(vi, recv)| Completion { vi, recv_queue: recv }))
+    }
+
+    /// `VipCQWait`.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<Completion> {
+        let id = self.id;
+        let (vi, recv) = self.nic.wait(timeout, "CQWait", |e| e.core.cq_done(id))?;
+        Ok(Completion { vi, recv_queue: recv })
+    }
+
+    /// `VipResizeCQ`.
+    pub fn resize(&self, entries: usize) -> Result<()> {
+        let id = self.id;
+        let mut e = self.nic.lock();
+        if entries == 0 || !e.core.cq_mut(id)?.resize(entries) {
+            return Err(ViaError::resource(format!("cannot resize CQ to {entries} entries (more are queued, or zero)")));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        let id = self.id;
+        let _ = self.nic.lock().core.destroy_cq(id);
+    }
+}

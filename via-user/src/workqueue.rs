@@ -1,0 +1,237 @@
+//! Work queues, the doorbell, and completion queues.
+//!
+//! A [`WorkQueue`] is a VI's bounded ring of posted descriptors. Entries are
+//! addressed by absolute, wrapping `u32` indices and move through three
+//! cursors: `done` (next to complete) and `head` (next for `Done`/`Wait` to
+//! hand back); `tail` is where the next post lands. Completion is always in
+//! posting order.
+//!
+//! The [`Doorbell`] is the engine's register of send queues with new work:
+//! posting a send is one store into the ring plus one ring of the doorbell.
+//!
+//! A [`CompletionQueue`] records which VI and which queue completed a
+//! descriptor, in completion order, for any number of VIs.
+
+use std::collections::VecDeque;
+
+/// One posted descriptor, as the engine tracks it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WqEntry {
+    /// Address of the `VIP_DESCRIPTOR` in registered memory.
+    pub desc: usize,
+    /// Memory handle of the descriptor's own memory.
+    pub desc_handle: u32,
+    /// Total bytes of the data segments.
+    pub len: u32,
+    pub segs: u16,
+    pub control: u16,
+    pub imm: u32,
+    /// Error bits found when the descriptor was posted: it completes with
+    /// them, in order, without moving data.
+    pub pre_status: u32,
+    /// First packet sequence number of the message (send queues).
+    pub first_psn: u32,
+    /// Frames the message takes (send queues; 0 until transmission starts).
+    pub nframes: u32,
+    /// Message sequence number, assigned at the first transmission.
+    pub msg_seq: u32,
+}
+
+/// A VI's send or receive queue.
+pub struct WorkQueue {
+    slots: Box<[WqEntry]>,
+    mask: u32,
+    pub head: u32,
+    pub done: u32,
+    pub tail: u32,
+}
+
+impl WorkQueue {
+    /// A queue holding at least `depth` descriptors.
+    pub fn new(depth: usize) -> Self {
+        let cap = depth.max(2).next_power_of_two();
+        WorkQueue { slots: vec![WqEntry::default(); cap].into_boxed_slice(), mask: cap as u32 - 1, head: 0, done: 0, tail: 0 }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Posted and not yet handed back.
+    pub fn len(&self) -> usize {
+        self.tail.wrapping_sub(self.head) as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Posted and not yet completed.
+    pub fn outstanding(&self) -> usize {
+        self.tail.wrapping_sub(self.done) as usize
+    }
+
+    /// Appends an entry; false when the ring is full.
+    pub fn push(&mut self, e: WqEntry) -> bool {
+        if self.len() == self.slots.len() {
+            return false;
+        }
+        self.slots[(self.tail & self.mask) as usize] = e;
+        self.tail = self.tail.wrapping_add(1);
+        true
+    }
+
+    pub fn get(&self, idx: u32) -> &WqEntry {
+        &self.slots[(idx & self.mask) as usize]
+    }
+
+    pub fn get_mut(&mut self, idx: u32) -> &mut WqEntry {
+        &mut self.slots[(idx & self.mask) as usize]
+    }
+
+    /// Does `idx` name an entry between `from` (inclusive) and `tail`?
+    pub fn in_range(&self, from: u32, idx: u32) -> bool {
+        idx.wrapping_sub(from) < self.tail.wrapping_sub(from)
+    }
+
+    /// Hands back the oldest completed entry.
+    pub fn pop_completed(&mut self) -> Option<WqEntry> {
+        if self.head == self.done {
+            return None;
+        }
+        let e = *self.get(self.head);
+        self.head = self.head.wrapping_add(1);
+        Some(e)
+    }
+
+    /// Is there a completed entry waiting to be handed back?
+    pub fn has_completed(&self) -> bool {
+        self.head != self.done
+    }
+}
+
+/// The register of VIs whose send queues have work for the engine.
+#[derive(Default)]
+pub struct Doorbell {
+    rung: Vec<u16>,
+}
+
+impl Doorbell {
+    /// Rings for VI `vi` (duplicates are harmless and skipped).
+    pub fn ring(&mut self, vi: u16) {
+        if !self.rung.contains(&vi) {
+            self.rung.push(vi);
+        }
+    }
+
+    /// The VIs rung since the last call, oldest first.
+    pub fn take(&mut self, into: &mut Vec<u16>) {
+        into.clear();
+        into.append(&mut self.rung);
+    }
+
+    pub fn is_rung(&self) -> bool {
+        !self.rung.is_empty()
+    }
+}
+
+/// A completion queue: (VI, queue) pairs in completion order.
+pub struct CompletionQueue {
+    entries: VecDeque<(u16, bool)>,
+    capacity: usize,
+    /// Completions that arrived while the queue was at capacity. They are
+    /// kept (the queue grows), never dropped, and counted here.
+    pub overflows: u64,
+}
+
+impl CompletionQueue {
+    pub fn new(capacity: usize) -> Self {
+        CompletionQueue { entries: VecDeque::with_capacity(capacity), capacity, overflows: 0 }
+    }
+
+    pub fn push(&mut self, vi: u16, recv: bool) {
+        if self.entries.len() >= self.capacity {
+            self.overflows += 1;
+        }
+        self.entries.push_back((vi, recv));
+    }
+
+    pub fn pop(&mut self) -> Option<(u16, bool)> {
+        self.entries.pop_front()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Changes the capacity; fails when more entries are queued than fit.
+    pub fn resize(&mut self, capacity: usize) -> bool {
+        if capacity < self.entries.len() {
+            return false;
+        }
+        self.capacity = capacity;
+        true
+    }
+
+    /// Drops every entry of VI `vi` (it is being destroyed).
+    pub fn forget_vi(&mut self, vi: u16) {
+        self.entries.retain(|e| e.0 != vi);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_order_and_wrap() {
+        let mut q = WorkQueue::new(4);
+        for round in 0..10u32 {
+            for i in 0..4 {
+                assert!(q.push(WqEntry { desc: (round * 4 + i) as usize, ..Default::default() }));
+            }
+            assert!(!q.push(WqEntry::default()));
+            assert_eq!(q.pop_completed().map(|e| e.desc), None);
+            q.done = q.done.wrapping_add(4);
+            for i in 0..4 {
+                assert_eq!(q.pop_completed().unwrap().desc, (round * 4 + i) as usize);
+            }
+            assert!(q.is_empty());
+        }
+    }
+
+    #[test]
+    fn cq_keeps_overflow() {
+        let mut cq = CompletionQueue::new(2);
+        cq.push(1, true);
+        cq.push(2, false);
+        cq.push(3, true);
+        assert_eq!(cq.overflows, 1);
+        assert_eq!(cq.len(), 3);
+        assert!(!cq.resize(2));
+        cq.forget_vi(2);
+        assert_eq!(cq.pop(), Some((1, true)));
+        assert_eq!(cq.pop(), Some((3, true)));
+        assert_eq!(cq.pop(), None);
+    }
+
+    #[test]
+    fn doorbell_dedups() {
+        let mut d = Doorbell::default();
+        d.ring(3);
+        d.ring(3);
+        d.ring(1);
+        let mut v = Vec::new();
+        d.take(&mut v);
+        assert_eq!(v, vec![3, 1]);
+        assert!(!d.is_rung());
+    }
+}
