@@ -73,6 +73,9 @@ pub struct CmFrame {
     pub generation: u32,
     /// Reject reason, for `ConnReject`.
     pub imm: u32,
+    /// Cumulative ACK carried by a `Disconnect` of a reliable VI, so data
+    /// the peer sent before the disconnect still completes there.
+    pub ack: Option<u32>,
     pub conn: ConnRepr,
 }
 
@@ -182,7 +185,7 @@ impl ConnectionManager {
         let mut mine = attrs.clone();
         mine.request_id = req.attrs.request_id;
         mine.discriminator.clear();
-        let frame = CmFrame { dst_mac: req.mac, dst_ep: req.ep, kind: Kind::ConnAccept, dst_vi: req.vi, src_vi: vi, generation, imm: 0, conn: mine };
+        let frame = CmFrame { dst_mac: req.mac, dst_ep: req.ep, kind: Kind::ConnAccept, dst_vi: req.vi, src_vi: vi, generation, imm: 0, ack: None, conn: mine };
         self.answer(key(&req), frame);
         Some(Peer { mac: req.mac, ep: req.ep, vi: req.vi, generation, attrs: req.attrs })
     }
@@ -192,7 +195,7 @@ impl ConnectionManager {
         let Some(i) = self.incoming.iter().position(|c| c.id == conn) else { return false };
         let req = self.incoming.remove(i);
         let conn = ConnRepr { request_id: req.attrs.request_id, ..ConnRepr::default() };
-        let frame = CmFrame { dst_mac: req.mac, dst_ep: req.ep, kind: Kind::ConnReject, dst_vi: req.vi, src_vi: 0, generation: 0, imm: reason as u32, conn };
+        let frame = CmFrame { dst_mac: req.mac, dst_ep: req.ep, kind: Kind::ConnReject, dst_vi: req.vi, src_vi: 0, generation: 0, imm: reason as u32, ack: None, conn };
         self.answer(key(&req), frame);
         true
     }
@@ -270,7 +273,7 @@ impl ConnectionManager {
             return;
         }
         let request_id = conn.request_id;
-        let reply = move |kind| CmFrame { dst_mac: mac, dst_ep: ep, kind, dst_vi: vi, src_vi: 0, generation: 0, imm: 0, conn: ConnRepr { request_id, ..ConnRepr::default() } };
+        let reply = move |kind| CmFrame { dst_mac: mac, dst_ep: ep, kind, dst_vi: vi, src_vi: 0, generation: 0, imm: 0, ack: None, conn: ConnRepr { request_id, ..ConnRepr::default() } };
         if self.incoming.iter().any(|c| key(c) == k) {
             self.out.push(reply(Kind::ConnPending));
             return;
@@ -303,7 +306,7 @@ impl ConnectionManager {
                 }
             }
             if now >= r.next_send {
-                self.out.push(CmFrame { dst_mac: r.mac, dst_ep: ANY_ENDPOINT, kind: Kind::ConnRequest, dst_vi: 0, src_vi: r.vi, generation: 0, imm: 0, conn: r.attrs.clone() });
+                self.out.push(CmFrame { dst_mac: r.mac, dst_ep: ANY_ENDPOINT, kind: Kind::ConnRequest, dst_vi: 0, src_vi: r.vi, generation: 0, imm: 0, ack: None, conn: r.attrs.clone() });
                 r.next_send = now + r.rto;
                 r.rto = (r.rto * 2).min(REQUEST_RTO_MAX);
             }

@@ -30,6 +30,7 @@ pub mod descriptor;
 pub mod engine;
 pub mod error;
 pub mod nic;
+mod progress;
 pub mod region;
 mod usermem;
 pub mod vi;

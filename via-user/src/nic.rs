@@ -6,6 +6,7 @@
 use crate::engine::{AsyncError, Config, Counters, Engine, IncomingRequest, MAX_CQ, MAX_SEGMENTS, MAX_TRANSFER_SIZE, MAX_VI};
 use crate::error::{Result, ViaError, VipReturn};
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use via_kernel_agent::memory::{Ptag, MAX_PTAGS, MAX_REGIONS};
@@ -14,11 +15,44 @@ use via_kernel_agent::wire::MAX_DISCRIMINATOR;
 use via_kernel_agent::{FrameDevice, MacAddr};
 
 pub(crate) struct Shared {
-    engine: Mutex<Engine>,
+    pub(crate) engine: Mutex<Engine>,
     fd: RawFd,
     spin: Duration,
     name: String,
     names: Mutex<Option<NameService>>,
+    /// When an application thread last entered the engine (ns since `epoch`).
+    last_call: AtomicU64,
+    epoch: Instant,
+    /// Rounds of progress the background thread ran.
+    pub(crate) background_rounds: AtomicU64,
+    /// Threads asleep in a wait, and the eventfd that wakes them when
+    /// another thread's progress may have completed what they wait for
+    /// (that thread drained the device, so its fd will not wake them).
+    sleepers: AtomicU32,
+    wake_fd: RawFd,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: closing the eventfd created in `Nic::with_device`.
+        unsafe { libc::close(self.wake_fd) };
+    }
+}
+
+impl Shared {
+    /// One round of progress; wakes sleeping waiters when frames arrived.
+    pub(crate) fn run(&self, e: &mut Engine) {
+        if e.progress() && self.sleepers.load(Ordering::Relaxed) > 0 {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
+            unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
+        }
+    }
+
+    pub(crate) fn since_last_call(&self) -> Duration {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        Duration::from_nanos(now.saturating_sub(self.last_call.load(Ordering::Relaxed)))
+    }
 }
 
 /// An opened NIC (`VIP_NIC_HANDLE`). Cloning gives another handle to the
@@ -61,22 +95,52 @@ impl Nic {
         Self::with_device(name, dev, Config::from_env())
     }
 
-    /// Runs the VI provider on an already opened device.
+    /// Runs the VI provider on an already opened device, with the
+    /// background progress thread unless `config.progress_thread` is off.
     pub fn with_device(name: &str, dev: Box<dyn FrameDevice>, config: Config) -> Result<Nic> {
         let spin = config.spin;
+        let background = config.progress_thread;
         let engine = Engine::new(dev, config)?;
         let fd = engine.wait_fd();
-        Ok(Nic { shared: Arc::new(Shared { engine: Mutex::new(engine), fd, spin, name: name.to_string(), names: Mutex::new(None) }) })
+        // SAFETY: plain eventfd creation; owned by `Shared`.
+        let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if wake_fd < 0 {
+            return Err(ViaError::io("creating the wake-up eventfd", std::io::Error::last_os_error()));
+        }
+        let shared = Arc::new(Shared {
+            engine: Mutex::new(engine),
+            fd,
+            spin,
+            name: name.to_string(),
+            names: Mutex::new(None),
+            last_call: AtomicU64::new(0),
+            epoch: Instant::now(),
+            background_rounds: AtomicU64::new(0),
+            sleepers: AtomicU32::new(0),
+            wake_fd,
+        });
+        if background {
+            crate::progress::start(Arc::downgrade(&shared)).map_err(|e| ViaError::io("starting the progress thread", e))?;
+        }
+        Ok(Nic { shared })
     }
 
+    /// Enters the engine on behalf of the application.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
-        self.shared.engine.lock().unwrap_or_else(|p| p.into_inner())
+        let g = self.shared.engine.lock().unwrap_or_else(|p| p.into_inner());
+        self.shared.last_call.store(self.shared.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        g
+    }
+
+    /// Rounds of progress the background thread has run.
+    pub fn background_rounds(&self) -> u64 {
+        self.shared.background_rounds.load(Ordering::Relaxed)
     }
 
     /// Runs `f` on the engine after one round of progress.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
         let mut e = self.lock();
-        e.progress();
+        self.shared.run(&mut e);
         f(&mut e)
     }
 
@@ -87,33 +151,46 @@ impl Nic {
         let start = Instant::now();
         let deadline = timeout.map(|t| start + t);
         loop {
-            let next = {
+            let sleep = {
                 let mut e = self.lock();
-                e.progress();
+                self.shared.run(&mut e);
                 if let Some(v) = f(&mut e)? {
                     return Ok(v);
                 }
-                e.next_deadline()
+                let now = Instant::now();
+                if deadline.is_some_and(|d| now >= d) {
+                    return Err(ViaError::timeout(format!("{what}: timed out after {:?}", timeout.unwrap())));
+                }
+                if now.duration_since(start) < self.shared.spin {
+                    None
+                } else {
+                    // Counted while still holding the lock, so a thread that
+                    // completes our work after we let go sees us and wakes us.
+                    self.shared.sleepers.fetch_add(1, Ordering::Relaxed);
+                    let until = match (deadline, e.next_deadline()) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    Some(until.map(|u| u.saturating_duration_since(now)))
+                }
             };
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return Err(ViaError::timeout(format!("{what}: timed out after {:?}", timeout.unwrap())));
+            match sleep {
+                None => std::hint::spin_loop(),
+                Some(t) => {
+                    sleep_on(&[self.shared.fd, self.shared.wake_fd], t);
+                    self.shared.sleepers.fetch_sub(1, Ordering::Relaxed);
+                    let mut v: u64 = 0;
+                    // SAFETY: reads 8 bytes into a valid u64 from our nonblocking eventfd.
+                    unsafe { libc::read(self.shared.wake_fd, (&mut v as *mut u64).cast(), 8) };
+                }
             }
-            if now.duration_since(start) < self.shared.spin {
-                std::hint::spin_loop();
-                continue;
-            }
-            let until = match (deadline, next) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            sleep_on(self.shared.fd, until.map(|u| u.saturating_duration_since(now)));
         }
     }
 
     /// Runs one round of progress (for callers that poll).
     pub fn progress(&self) {
-        self.lock().progress();
+        let mut e = self.lock();
+        self.shared.run(&mut e);
     }
 
     pub fn name(&self) -> &str {
@@ -212,11 +289,15 @@ impl Nic {
     }
 }
 
-/// Sleeps until `fd` is readable or `timeout` passes (None: no limit).
-fn sleep_on(fd: RawFd, timeout: Option<Duration>) {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+/// Sleeps until one of `fds` is readable or `timeout` passes (None: no limit).
+pub(crate) fn sleep_on(fds: &[RawFd], timeout: Option<Duration>) {
+    let mut pfd = [libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 }; 2];
+    for (p, &fd) in pfd.iter_mut().zip(fds) {
+        p.fd = fd;
+    }
     let ts = timeout.map(|t| libc::timespec { tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t, tv_nsec: t.subsec_nanos() as libc::c_long });
     let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: one valid pollfd, a valid or null timespec, no signal mask.
-    unsafe { libc::ppoll(&mut pfd, 1, tsp, std::ptr::null()) };
+    // SAFETY: valid pollfds (fd -1 entries are ignored), a valid or null
+    // timespec, no signal mask.
+    unsafe { libc::ppoll(pfd.as_mut_ptr(), fds.len().min(2) as libc::nfds_t, tsp, std::ptr::null()) };
 }

@@ -230,6 +230,12 @@ impl Descriptor {
     }
 }
 
+impl std::fmt::Debug for Descriptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Descriptor {{ addr: {:#x}, status: {:#x}, length: {} }}", self.addr(), self.status(), self.length())
+    }
+}
+
 /// Names of the error bits in a status word.
 pub fn status_names(s: u32) -> String {
     let names = [

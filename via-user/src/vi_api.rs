@@ -85,7 +85,7 @@ impl Vi {
                 Queue::Recv => self.received.push_back(d),
             }
             if q == Queue::Send {
-                e.progress(); // the doorbell: transmit now
+                self.nic.shared.run(&mut e); // the doorbell: transmit now
             }
         }
         Ok(())

@@ -59,6 +59,8 @@ pub struct Config {
     pub ack_every: u32,
     /// Depth of each work queue.
     pub queue_depth: usize,
+    /// Run the background progress thread (`VIA_PROGRESS_THREAD=0` turns it off).
+    pub progress_thread: bool,
 }
 
 impl Default for Config {
@@ -71,6 +73,7 @@ impl Default for Config {
             ack_delay: Duration::from_micros(200),
             ack_every: 32,
             queue_depth: 1024,
+            progress_thread: true,
         }
     }
 }
@@ -90,6 +93,9 @@ impl Config {
         }
         if let Some(v) = env_u64("VIA_RETRY_LIMIT") {
             c.retry_limit = v as u32;
+        }
+        if let Some(v) = env_u64("VIA_PROGRESS_THREAD") {
+            c.progress_thread = v != 0;
         }
         c
     }

@@ -26,7 +26,7 @@ impl Core {
         }
         let kind = f.kind().expect("checked by new_checked");
         if kind == Kind::Disconnect {
-            self.on_disconnect(&f);
+            self.on_disconnect(&f, now);
             return;
         }
         if kind.is_connection_management() {
@@ -62,11 +62,16 @@ impl Core {
         }
     }
 
-    fn on_disconnect<T: AsRef<[u8]>>(&mut self, f: &Frame<T>) {
+    /// The peer disconnected: what it acknowledged completes, then the
+    /// connection is lost.
+    fn on_disconnect<T: AsRef<[u8]>>(&mut self, f: &Frame<T>, now: Instant) {
         let id = f.dst_vi();
         let Ok(vi) = self.vi(id) else { return };
         let ours = vi.phase == ViPhase::Connected && vi.peer.as_ref().is_some_and(|p| p.mac == f.src_mac() && p.ep == f.src_ep() && p.generation == f.generation());
         if ours {
+            if f.flags() & flags::ACK != 0 && vi.reliable() {
+                self.on_ack(id, f.ack(), false, now);
+            }
             self.connection_lost(id);
         }
     }
@@ -83,37 +88,39 @@ impl Core {
         self.flush_vi(id);
     }
 
-    /// The sender learns that the peer expects `ack` next.
+    /// The sender learns that the peer expects `ack` next; with `nak`, that
+    /// the peer saw a gap and wants everything from `ack` again.
     fn on_ack(&mut self, id: u16, ack: u32, nak: bool, now: Instant) {
         let Some(vi) = vi_at(&mut self.vis, id) else { return };
-        if !seq_le(vi.una, ack) || !seq_le(ack, vi.tx_psn) {
-            // Older than what we know, or acknowledges frames never sent.
-            if nak && ack == vi.una {
-                // fall through to the NAK handling below
-            } else {
-                return;
-            }
+        // Older than what we know, or acknowledging frames never sent: ignore.
+        if !seq_le(vi.una, ack) || !seq_le(ack, vi.sent_hi) {
+            return;
         }
-        let progressed = ack != vi.una;
-        if progressed {
+        if ack != vi.una {
             vi.una = ack;
             vi.retries = 0;
             vi.rto = self.config.rto_initial;
             vi.nak_rewound = None;
-            vi.rto_at = if vi.una == vi.tx_psn { None } else { Some(now + vi.rto) };
-            if let Some(t) = vi.rto_at {
+            vi.rto_at = if vi.una == vi.sent_hi { None } else { Some(now + vi.rto) };
+            let (rto_at, behind) = (vi.rto_at, seq_lt(vi.tx_psn, ack));
+            if let Some(t) = rto_at {
                 self.arm(t);
             }
+            if behind {
+                // Frames sent before a rewind got through: skip past them.
+                self.seek(id, ack);
+            }
             self.complete_acked(id);
+            let vi = self.vi(id).unwrap();
+            if vi.tx_idx != vi.sq.tail {
+                self.doorbell.ring(id); // the window opened
+            }
         }
-        let vi = self.vi_mut(id).unwrap();
-        if nak && vi.una != vi.tx_psn && vi.nak_rewound != Some(vi.una) {
+        let vi = vi_at(&mut self.vis, id).unwrap();
+        if nak && vi.una != vi.sent_hi && vi.nak_rewound != Some(vi.una) {
             vi.nak_rewound = Some(vi.una);
             let una = vi.una;
-            self.rewind(id, una);
-            self.doorbell.ring(id);
-        } else if progressed && vi.tx_idx != vi.sq.tail {
-            // The window opened: more can go.
+            self.seek(id, una);
             self.doorbell.ring(id);
         }
     }
@@ -122,18 +129,12 @@ impl Core {
     fn complete_acked(&mut self, id: u16) {
         loop {
             let Ok(vi) = self.vi(id) else { return };
-            if vi.sq.done == vi.tx_idx && vi.tx_off == 0 && vi.sq.done == vi.sq.tail {
-                return;
-            }
             if vi.sq.done == vi.sq.tail {
                 return;
             }
             let e = vi.sq.get(vi.sq.done);
             if e.nframes == 0 || !seq_le(e.first_psn.wrapping_add(e.nframes), vi.una) {
                 return;
-            }
-            if vi.sq.done == vi.tx_idx {
-                return; // never fully sent (cannot happen once acked, kept as a guard)
             }
             let len = e.len;
             self.complete_next(id, Queue::Send, len, 0, None);

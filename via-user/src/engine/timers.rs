@@ -30,7 +30,7 @@ impl Core {
                 self.acks_due.push(id);
             }
             if vi.rto_at.is_some_and(|t| t <= now) {
-                if vi.una == vi.tx_psn {
+                if vi.una == vi.sent_hi {
                     vi.rto_at = None;
                 } else {
                     vi.retries += 1;
@@ -43,7 +43,7 @@ impl Core {
                     vi.rto_at = Some(now + vi.rto);
                     vi.nak_rewound = None;
                     let una = vi.una;
-                    self.rewind(id, una);
+                    self.seek(id, una);
                     self.doorbell.ring(id);
                 }
             }

@@ -5,7 +5,7 @@
 //! Fragmentation is deterministic: fragment `k` of a message carries bytes
 //! `[k * frag, (k + 1) * frag)` and PSN `first_psn + k`, so any PSN maps back
 //! to a send-queue entry and offset, which is all go-back-N retransmission
-//! and a partially accepted batch need ([`Core::rewind`]).
+//! and a partially accepted batch need ([`Core::seek`]).
 
 use super::post::Queue;
 use super::{Core, Engine, BATCH};
@@ -272,7 +272,7 @@ impl Core {
         }
         if k < n {
             self.counters.tx_ring_full += 1;
-            self.rewind(id, specs[k].psn);
+            self.seek(id, specs[k].psn);
         }
         self.counters.retransmits += retrans as u64;
         let vi = self.vi_mut(id).unwrap();
@@ -302,24 +302,31 @@ impl Core {
         }
     }
 
-    /// Moves VI `id`'s transmit position back to PSN `psn` (go-back-N).
-    pub(super) fn rewind(&mut self, id: u16, psn: u32) {
+    /// Moves VI `id`'s transmit position to PSN `psn`: back for go-back-N
+    /// and for frames the device refused, forward when the peer acknowledges
+    /// frames sent before a rewind.
+    pub(super) fn seek(&mut self, id: u16, psn: u32) {
         let frag = self.frag;
         let Ok(vi) = self.vi_mut(id) else { return };
         let mut idx = vi.sq.done;
         while idx != vi.sq.tail {
-            let e = vi.sq.get(idx);
-            if e.nframes > 0 && seq_le(e.first_psn, psn) && seq_lt(psn, e.first_psn.wrapping_add(e.nframes)) {
-                vi.tx_idx = idx;
-                vi.tx_off = psn.wrapping_sub(e.first_psn) * frag;
-                vi.tx_psn = psn;
-                return;
-            }
-            if idx == vi.tx_idx {
-                return;
+            let e = *vi.sq.get(idx);
+            if e.pre_status == 0 {
+                if e.nframes == 0 {
+                    break; // never started: the position is its start
+                }
+                if seq_le(e.first_psn, psn) && seq_lt(psn, e.first_psn.wrapping_add(e.nframes)) {
+                    vi.tx_idx = idx;
+                    vi.tx_off = psn.wrapping_sub(e.first_psn) * frag;
+                    vi.tx_psn = psn;
+                    return;
+                }
             }
             idx = idx.wrapping_add(1);
         }
+        vi.tx_idx = idx;
+        vi.tx_off = 0;
+        vi.tx_psn = psn;
     }
 
     /// Writes a standalone ACK (or NAK) for VI `id` into header slot `slot`;
@@ -382,6 +389,8 @@ impl Core {
                 src_vi: f.src_vi,
                 generation: f.generation,
                 imm: f.imm,
+                flags: if f.ack.is_some() { flags::ACK } else { 0 },
+                ack: f.ack.unwrap_or(0),
                 payload_len: n as u16,
                 ..HeaderRepr::default()
             };
@@ -392,9 +401,12 @@ impl Core {
         take
     }
 
-    /// Queues a Disconnect frame to `peer` on behalf of VI `id`.
+    /// Queues a Disconnect frame to `peer` on behalf of VI `id`; on a
+    /// reliable VI it acknowledges everything received.
     pub(super) fn queue_disconnect(&mut self, id: u16, peer: &Peer) {
+        let ack = self.vi(id).ok().filter(|v| v.reliable()).map(|v| v.rx_expected);
         self.cm.outgoing().push(CmFrame {
+            ack,
             dst_mac: peer.mac,
             dst_ep: peer.ep,
             kind: Kind::Disconnect,

@@ -1,0 +1,52 @@
+//! The background progress thread: it drives the engine while no
+//! application thread does, so that a process busy computing still
+//! acknowledges what it received, retransmits, and answers connection
+//! requests — the work a NIC with its own processor would do.
+//!
+//! It stays out of the way of active callers: while an application thread
+//! has entered the engine within the last [`IDLE_AFTER`], the thread only
+//! sleeps. Once the application is idle it runs progress, then sleeps until
+//! the next timer, or on the device's fd when nothing is pending. It holds
+//! only a weak reference, and ends when the NIC is closed.
+
+use crate::nic::{sleep_on, Shared};
+use std::sync::atomic::Ordering;
+use std::sync::Weak;
+use std::time::{Duration, Instant};
+
+/// How long the application must stay out of the engine before the thread
+/// takes over.
+pub const IDLE_AFTER: Duration = Duration::from_micros(500);
+/// Longest sleep, so the thread notices the NIC closing.
+const MAX_SLEEP: Duration = Duration::from_millis(50);
+
+/// Starts the progress thread of `shared`.
+pub(crate) fn start(shared: Weak<Shared>) -> std::io::Result<()> {
+    std::thread::Builder::new().name("via-progress".into()).spawn(move || run(shared)).map(|_| ())
+}
+
+fn run(weak: Weak<Shared>) {
+    loop {
+        let Some(shared) = weak.upgrade() else { return };
+        let idle_for = shared.since_last_call();
+        if idle_for < IDLE_AFTER {
+            drop(shared);
+            std::thread::sleep(IDLE_AFTER - idle_for);
+            continue;
+        }
+        let (fd, next) = {
+            let Ok(mut e) = shared.engine.try_lock() else {
+                drop(shared);
+                std::thread::sleep(IDLE_AFTER);
+                continue;
+            };
+            shared.run(&mut e);
+            (e.wait_fd(), e.next_deadline())
+        };
+        shared.background_rounds.fetch_add(1, Ordering::Relaxed);
+        drop(shared);
+        let now = Instant::now();
+        let sleep = next.map_or(MAX_SLEEP, |t| t.saturating_duration_since(now).min(MAX_SLEEP));
+        sleep_on(&[fd], Some(sleep));
+    }
+}
