@@ -1,37 +1,131 @@
-//! Software frame devices for VIA.
+//! Software frame devices for VIA: the NICs a VI provider can run on with no
+//! VIA hardware.
 //!
-//! - [`LoopbackDevice`]: an in-process wire for tests (`/dev/via_lo`,
-//!   `loop:<wire>`).
-//! - `PacketDevice`: AF_PACKET on a Linux interface (`/dev/via_<ifname>`).
+//! - [`PacketDevice`] (driver `softnic`) drives a Linux Ethernet interface
+//!   through an AF_PACKET socket: frames arrive in a PACKET_MMAP ring
+//!   (TPACKET_V2) and are handed out in place; a batch goes out with one
+//!   `sendmmsg`, each frame gathered from the engine's header and the user's
+//!   registered memory; [`RxFilter`](via_kernel_agent::RxFilter)s become a
+//!   classic BPF program on the socket, so several VIA processes can share
+//!   one interface and each sees only frames for its own endpoint. It needs
+//!   CAP_NET_RAW.
+//! - [`LoopbackDevice`] (driver `loopback`) is an in-process wire for tests:
+//!   devices opened on the same wire name in one process exchange frames by
+//!   MAC address, with no privileges and no kernel involvement.
+//!
+//! # Device names
+//!
+//! [`open`] takes M-VIA style names and tries the drivers of [`drivers`] in
+//! order:
+//!
+//! | name               | device                                       |
+//! |--------------------|----------------------------------------------|
+//! | `/dev/via_lo`      | loopback device on the wire `lo`             |
+//! | `loop:<wire>`      | loopback device on the wire `<wire>`         |
+//! | `/dev/via_<ifname>`| [`PacketDevice`] on the interface `<ifname>` |
+//!
+//! `/dev/via_lo` is the in-process loopback, not the kernel's `lo`
+//! interface. An interface is looked up in the network namespace of the
+//! opening thread. `VIA_QDISC_BYPASS=0` makes packet devices send through
+//! the interface's queueing discipline (for `tc` shaping or netem); by
+//! default they bypass it.
 
 pub mod loopback;
+pub mod packet;
 
 pub use loopback::LoopbackDevice;
+pub use packet::{PacketDevice, PacketOptions};
 
 use std::io;
 use via_kernel_agent::device::{interface_of, open_device, DeviceOpener};
 use via_kernel_agent::FrameDevice;
 
-/// Opens `/dev/via_lo` and `loop:<wire>` as loopback devices.
+/// Opens `/dev/via_lo` (wire `lo`) and `loop:<wire>` as [`LoopbackDevice`]s.
+#[derive(Clone, Copy, Debug, Default)]
 pub struct LoopbackOpener;
+
+impl LoopbackOpener {
+    /// The wire a loopback name designates, if it is one.
+    pub fn wire_of(name: &str) -> Option<&str> {
+        if name == "/dev/via_lo" {
+            Some("lo")
+        } else {
+            name.strip_prefix("loop:")
+        }
+    }
+}
 
 impl DeviceOpener for LoopbackOpener {
     fn driver(&self) -> &'static str {
         "loopback"
     }
+
     fn open(&self, name: &str) -> Option<io::Result<Box<dyn FrameDevice>>> {
-        let wire = if name == "/dev/via_lo" { "lo" } else { name.strip_prefix("loop:")? };
+        let wire = Self::wire_of(name)?;
+        if wire.is_empty() {
+            return Some(Err(io::Error::new(io::ErrorKind::InvalidInput, "empty wire name (want loop:<wire>)")));
+        }
         Some(LoopbackDevice::open(wire).map(|d| Box::new(d) as Box<dyn FrameDevice>))
+    }
+}
+
+/// Opens `/dev/via_<ifname>` as a [`PacketDevice`] on `<ifname>`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PacketOpener;
+
+impl DeviceOpener for PacketOpener {
+    fn driver(&self) -> &'static str {
+        "softnic"
+    }
+
+    fn open(&self, name: &str) -> Option<io::Result<Box<dyn FrameDevice>>> {
+        let ifname = interface_of(name)?;
+        Some(PacketDevice::open(ifname).map(|d| Box::new(d) as Box<dyn FrameDevice>))
     }
 }
 
 /// The drivers of this crate, in the order names are tried.
 pub fn drivers() -> Vec<&'static dyn DeviceOpener> {
-    vec![&LoopbackOpener]
+    vec![&LoopbackOpener, &PacketOpener]
 }
 
-/// Opens a software device by its VIA name.
+/// Opens a software device by its VIA name (see the crate documentation).
 pub fn open(name: &str) -> io::Result<Box<dyn FrameDevice>> {
-    let _ = interface_of;
     open_device(name, &drivers())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_pick_the_driver() {
+        assert_eq!(LoopbackOpener::wire_of("/dev/via_lo"), Some("lo"));
+        assert_eq!(LoopbackOpener::wire_of("loop:t7"), Some("t7"));
+        assert_eq!(LoopbackOpener::wire_of("/dev/via_lo0"), None);
+        assert_eq!(LoopbackOpener::wire_of("/dev/via_eth0"), None);
+        assert!(PacketOpener.open("loop:x").is_none());
+        assert!(PacketOpener.open("eth0").is_none());
+        let names: Vec<_> = drivers().iter().map(|d| d.driver()).collect();
+        assert_eq!(names, ["loopback", "softnic"]);
+    }
+
+    #[test]
+    fn opens_loopback_devices_by_name() {
+        let mut a = open("loop:lib-names").unwrap();
+        let mut b = open("loop:lib-names").unwrap();
+        let mut h = [0u8; 20];
+        h[..6].copy_from_slice(&b.mac().0);
+        assert_eq!(a.transmit(&[via_kernel_agent::TxFrame::new(&h)]).unwrap(), 1);
+        assert_eq!(b.receive(8, &mut |f| assert_eq!(f, h)).unwrap(), 1);
+        assert!(open("/dev/via_lo").is_ok());
+        assert_eq!(open("loop:").err().unwrap().kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn unknown_names_are_not_found() {
+        let e = open("eth0").err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("no driver"), "{e}");
+    }
 }

@@ -1,89 +1,146 @@
-//! An in-process loopback frame device for tests: every device opened with
-//! the same wire name in one process hangs on one shared wire; a frame is
-//! delivered to the device whose MAC it is addressed to (or to every other
-//! device for broadcast), through that device's receive filter, into a
-//! bounded queue. An eventfd per device makes `wait_fd` pollable.
+//! [`LoopbackDevice`]: an in-process frame device for tests. It owns the
+//! process-wide table of named wires: every device opened with the same wire
+//! name hangs on one wire, and a frame goes to the other device whose MAC it
+//! is addressed to (or to every other device for broadcast), through that
+//! device's receive filter, into its bounded queue. An eventfd per device
+//! makes `wait_fd` pollable.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use via_kernel_agent::wire::ETH_HEADER_LEN;
 use via_kernel_agent::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
 
-/// Frames a device queues before it drops (like a full ring).
+/// Frames a device queues before it drops more (like a full ring).
 pub const QUEUE_FRAMES: usize = 4096;
 
+/// The receiving half of a device, shared with the wire.
 struct Port {
     mac: MacAddr,
-    filter: Option<RxFilter>,
-    queue: VecDeque<Vec<u8>>,
-    free: Vec<Vec<u8>>,
-    dropped: u64,
-    efd: RawFd,
+    efd: OwnedFd,
+    rx: Mutex<RxQueue>,
 }
 
-type Wire = Mutex<Vec<Weak<Mutex<Port>>>>;
+#[derive(Default)]
+struct RxQueue {
+    filter: Option<RxFilter>,
+    frames: VecDeque<Vec<u8>>,
+    /// Buffers of frames already received, reused for new ones.
+    free: Vec<Vec<u8>>,
+    dropped_full: u64,
+    filtered: u64,
+}
+
+/// The devices attached to one wire.
+type Wire = Mutex<Vec<Arc<Port>>>;
 
 fn wires() -> &'static Mutex<HashMap<String, Arc<Wire>>> {
-    static W: OnceLock<Mutex<HashMap<String, Arc<Wire>>>> = OnceLock::new();
-    W.get_or_init(Default::default)
+    static WIRES: OnceLock<Mutex<HashMap<String, Arc<Wire>>>> = OnceLock::new();
+    WIRES.get_or_init(Default::default)
 }
 
 static NEXT_MAC: AtomicU32 = AtomicU32::new(1);
 
-/// A device on an in-process wire.
-pub struct LoopbackDevice {
-    port: Arc<Mutex<Port>>,
-    wire: Arc<Wire>,
-    mac: MacAddr,
-    mtu: usize,
-    efd: RawFd,
-    rx_frames: u64,
-    tx_frames: u64,
-    current: Vec<u8>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// Locks, shrugging off poisoning: every critical section leaves its data
+/// consistent.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn signal(efd: RawFd) {
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
-    unsafe { libc::write(efd, (&one as *const u64).cast(), 8) };
+/// A device on an in-process wire.
+pub struct LoopbackDevice {
+    port: Arc<Port>,
+    wire_name: String,
+    wire: Arc<Wire>,
+    mtu: usize,
+    /// The frame handed to the last `receive` sink, kept for reuse.
+    current: Vec<u8>,
+    /// The other ports of the wire, gathered per transmit (kept for reuse).
+    peers: Vec<Arc<Port>>,
+    rx_frames: u64,
+    tx_frames: u64,
+    tx_oversize: u64,
 }
 
-fn drain(efd: RawFd) {
-    let mut v: u64 = 0;
-    // SAFETY: reads 8 bytes into a valid u64 from our nonblocking eventfd.
-    unsafe { libc::read(efd, (&mut v as *mut u64).cast(), 8) };
+impl std::fmt::Debug for LoopbackDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoopbackDevice").field("wire", &self.wire_name).field("mac", &self.port.mac).field("mtu", &self.mtu).finish_non_exhaustive()
+    }
 }
 
 impl LoopbackDevice {
-    /// Attaches a new device with MTU 1500 to `wire`.
+    /// Attaches a new device with MTU 1500 to the wire called `wire`.
     pub fn open(wire: &str) -> io::Result<LoopbackDevice> {
         Self::with_mtu(wire, 1500)
     }
 
+    /// Attaches a new device with the given MTU to the wire called `wire`.
+    /// Its MAC is 02:00:00:xx:xx:xx, unique in the process.
     pub fn with_mtu(wire: &str, mtu: usize) -> io::Result<LoopbackDevice> {
-        // SAFETY: plain eventfd creation; the fd is owned by the device.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if efd < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let efd = sys::eventfd()?;
         let n = NEXT_MAC.fetch_add(1, Ordering::Relaxed).to_be_bytes();
-        let mac = MacAddr([0x02, 0x00, n[0] ^ (std::process::id() as u8), n[1], n[2], n[3]]);
-        let port = Arc::new(Mutex::new(Port { mac, filter: None, queue: VecDeque::new(), free: Vec::new(), dropped: 0, efd }));
-        let w = lock(wires()).entry(wire.to_string()).or_default().clone();
-        lock(&w).push(Arc::downgrade(&port));
-        Ok(LoopbackDevice { port, wire: w, mac, mtu, efd, rx_frames: 0, tx_frames: 0, current: Vec::new() })
+        let mac = MacAddr([0x02, 0x00, 0x00, n[1], n[2], n[3]]);
+        let port = Arc::new(Port { mac, efd, rx: Mutex::default() });
+        // Attach under the table lock, so that a wire is never dropped from
+        // the table while a device is joining it.
+        let wire_arc = {
+            let mut table = lock(wires());
+            let w = table.entry(wire.to_string()).or_default().clone();
+            lock(&w).push(port.clone());
+            w
+        };
+        Ok(LoopbackDevice { port, wire_name: wire.to_string(), wire: wire_arc, mtu, current: Vec::new(), peers: Vec::new(), rx_frames: 0, tx_frames: 0, tx_oversize: 0 })
     }
+
+    /// The name of the wire this device is attached to.
+    pub fn wire_name(&self) -> &str {
+        &self.wire_name
+    }
+}
+
+impl Port {
+    /// Queues a copy of `f` if it is for us and passes our filter.
+    fn deliver(&self, dst: MacAddr, f: &TxFrame<'_>) {
+        if !(dst.is_broadcast() || dst == self.mac) {
+            return;
+        }
+        let mut q = lock(&self.rx);
+        if q.frames.len() >= QUEUE_FRAMES {
+            q.dropped_full += 1;
+            return;
+        }
+        let mut buf = q.free.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(f.header);
+        for piece in f.pieces() {
+            buf.extend_from_slice(piece);
+        }
+        if q.filter.is_some_and(|fl| !fl.matches(&buf)) {
+            q.filtered += 1;
+            q.free.push(buf);
+            return;
+        }
+        q.frames.push_back(buf);
+        // Signalled under the queue lock, so it cannot race with the drain
+        // in `receive`.
+        sys::signal(self.efd.as_raw_fd());
+    }
+}
+
+/// The first six bytes of the frame, wherever the header split it.
+fn dst_mac(f: &TxFrame<'_>) -> MacAddr {
+    let mut d = [0u8; 6];
+    for (o, b) in d.iter_mut().zip(std::iter::once(f.header).chain(f.pieces().iter().copied()).flatten()) {
+        *o = *b;
+    }
+    MacAddr(d)
 }
 
 impl FrameDevice for LoopbackDevice {
     fn mac(&self) -> MacAddr {
-        self.mac
+        self.port.mac
     }
 
     fn mtu(&self) -> usize {
@@ -95,36 +152,42 @@ impl FrameDevice for LoopbackDevice {
     }
 
     fn wait_fd(&self) -> RawFd {
-        self.efd
+        self.port.efd.as_raw_fd()
     }
 
     fn set_filter(&mut self, filter: RxFilter) -> io::Result<()> {
-        let mut p = lock(&self.port);
-        p.filter = Some(filter);
-        p.queue.retain(|f| filter.matches(f));
+        let mut q = lock(&self.port.rx);
+        q.filter = Some(filter);
+        // Frames queued before the filter went in must not get through.
+        let RxQueue { frames, free, filtered, .. } = &mut *q;
+        let before = frames.len();
+        frames.retain_mut(|f| filter.matches(f) || {
+            free.push(std::mem::take(f));
+            false
+        });
+        *filtered += (before - frames.len()) as u64;
+        if frames.is_empty() {
+            sys::drain(self.port.efd.as_raw_fd());
+        }
         Ok(())
     }
 
     fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
         let mut n = 0;
         while n < budget {
-            let frame = {
-                let mut p = lock(&self.port);
-                if let Some(old) = (!self.current.is_empty()).then(|| std::mem::take(&mut self.current)) {
-                    p.free.push(old);
+            {
+                let mut q = lock(&self.port.rx);
+                if !self.current.is_empty() && q.free.len() < QUEUE_FRAMES {
+                    q.free.push(std::mem::take(&mut self.current));
                 }
-                match p.queue.pop_front() {
-                    Some(f) => f,
-                    None => {
-                        drain(self.efd);
-                        if !p.queue.is_empty() {
-                            signal(self.efd);
-                        }
-                        break;
-                    }
+                match q.frames.pop_front() {
+                    Some(f) => self.current = f,
+                    None => break,
                 }
-            };
-            self.current = frame;
+                if q.frames.is_empty() {
+                    sys::drain(self.port.efd.as_raw_fd());
+                }
+            }
             sink(&self.current);
             n += 1;
         }
@@ -133,54 +196,84 @@ impl FrameDevice for LoopbackDevice {
     }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
-        let ports: Vec<Arc<Mutex<Port>>> = {
-            let mut w = lock(&self.wire);
-            w.retain(|p| p.strong_count() > 0);
-            w.iter().filter_map(Weak::upgrade).filter(|p| !Arc::ptr_eq(p, &self.port)).collect()
-        };
-        for f in frames {
-            if f.len() > self.mtu + 14 {
-                return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame of {} bytes exceeds MTU {} + 14", f.len(), self.mtu)));
-            }
-            let dst = MacAddr(f.header.get(..6).and_then(|d| d.try_into().ok()).unwrap_or([0; 6]));
-            for port in &ports {
-                let mut p = lock(port);
-                if !(dst.is_broadcast() || dst == p.mac) {
-                    continue;
-                }
-                let mut buf = p.free.pop().unwrap_or_default();
-                buf.clear();
-                buf.extend_from_slice(f.header);
-                for piece in f.pieces() {
-                    buf.extend_from_slice(piece);
-                }
-                if p.filter.is_some_and(|fl| !fl.matches(&buf)) {
-                    p.free.push(buf);
-                    continue;
-                }
-                if p.queue.len() >= QUEUE_FRAMES {
-                    p.dropped += 1;
-                    p.free.push(buf);
-                    continue;
-                }
-                p.queue.push_back(buf);
-                signal(p.efd);
+        let max = ETH_HEADER_LEN + self.mtu;
+        for (i, f) in frames.iter().enumerate() {
+            let len = f.len();
+            if len > max || len < ETH_HEADER_LEN {
+                self.tx_oversize += u64::from(len > max);
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("frame {i} of the batch is {len} bytes; loopback wire {:?} takes {ETH_HEADER_LEN}..={max} (MTU {} + {ETH_HEADER_LEN})", self.wire_name, self.mtu),
+                ));
             }
         }
+        self.peers.clear();
+        self.peers.extend(lock(&self.wire).iter().filter(|p| !Arc::ptr_eq(p, &self.port)).cloned());
+        for f in frames {
+            let dst = dst_mac(f);
+            for p in &self.peers {
+                p.deliver(dst, f);
+            }
+        }
+        self.peers.clear();
         self.tx_frames += frames.len() as u64;
         Ok(frames.len())
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
-        vec![("rx_frames", self.rx_frames), ("tx_frames", self.tx_frames), ("rx_dropped_queue_full", lock(&self.port).dropped)]
+        let q = lock(&self.port.rx);
+        vec![
+            ("rx_frames", self.rx_frames),
+            ("tx_frames", self.tx_frames),
+            ("rx_dropped_queue_full", q.dropped_full),
+            ("rx_filtered", q.filtered),
+            ("tx_oversize", self.tx_oversize),
+        ]
     }
 }
 
 impl Drop for LoopbackDevice {
     fn drop(&mut self) {
-        lock(&self.wire).retain(|p| p.strong_count() > 0 && !std::ptr::eq(p.as_ptr(), Arc::as_ptr(&self.port)));
-        // SAFETY: closing the eventfd this device created and owns.
-        unsafe { libc::close(self.efd) };
+        let mut table = lock(wires());
+        let mut w = lock(&self.wire);
+        w.retain(|p| !Arc::ptr_eq(p, &self.port));
+        if w.is_empty() {
+            drop(w);
+            if table.get(&self.wire_name).is_some_and(|x| Arc::ptr_eq(x, &self.wire)) {
+                table.remove(&self.wire_name);
+            }
+        }
+    }
+}
+
+/// The eventfd calls, each confining its `unsafe`.
+mod sys {
+    use super::*;
+
+    pub fn eventfd() -> io::Result<OwnedFd> {
+        // SAFETY: plain eventfd creation.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just created and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Makes the eventfd readable.
+    pub fn signal(efd: RawFd) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to the eventfd. It cannot
+        // fail short of 2^64 - 1 pending signals.
+        unsafe { libc::write(efd, (&one as *const u64).cast(), 8) };
+    }
+
+    /// Makes the eventfd unreadable again.
+    pub fn drain(efd: RawFd) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a live u64 from the nonblocking eventfd
+        // (EAGAIN when already drained).
+        unsafe { libc::read(efd, (&mut v as *mut u64).cast(), 8) };
     }
 }
 
@@ -188,17 +281,23 @@ impl Drop for LoopbackDevice {
 mod tests {
     use super::*;
 
+    const EP: usize = 18;
+
     fn frame(dst: MacAddr, ep: u32) -> Vec<u8> {
         let mut f = vec![0u8; 30];
         f[..6].copy_from_slice(&dst.0);
         f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
-        f[18..22].copy_from_slice(&ep.to_be_bytes());
+        f[EP..EP + 4].copy_from_slice(&ep.to_be_bytes());
         f
+    }
+
+    fn send(d: &mut LoopbackDevice, f: &[u8]) {
+        assert_eq!(d.transmit(&[TxFrame::new(f)]).unwrap(), 1);
     }
 
     fn recv_all(d: &mut LoopbackDevice) -> Vec<Vec<u8>> {
         let mut v = Vec::new();
-        d.receive(100, &mut |f| v.push(f.to_vec())).unwrap();
+        while d.receive(7, &mut |f| v.push(f.to_vec())).unwrap() > 0 {}
         v
     }
 
@@ -208,43 +307,118 @@ mod tests {
         unsafe { libc::poll(&mut p, 1, 0) == 1 }
     }
 
-    #[test]
-    fn delivers_by_mac_and_filter() {
-        let mut a = LoopbackDevice::open("t1").unwrap();
-        let mut b = LoopbackDevice::open("t1").unwrap();
-        let mut c = LoopbackDevice::open("t1").unwrap();
-        b.set_filter(RxFilter { ethertype: 0x88b5, offset: 18, accept: [7, 0] }).unwrap();
-        let f1 = frame(b.mac(), 7);
-        let f2 = frame(b.mac(), 8); // filtered out
-        let f3 = frame(MacAddr::BROADCAST, 0);
-        for f in [&f1, &f2, &f3] {
-            a.transmit(&[TxFrame::new(f)]).unwrap();
-        }
-        assert!(readable(b.wait_fd()));
-        assert_eq!(recv_all(&mut b), vec![f1.clone(), f3.clone()]);
-        assert!(!readable(b.wait_fd()));
-        assert_eq!(recv_all(&mut c), vec![f3.clone()]);
-        assert!(recv_all(&mut a).is_empty(), "no self-delivery");
+    fn stat(d: &LoopbackDevice, name: &str) -> u64 {
+        d.stats().into_iter().find(|s| s.0 == name).unwrap().1
     }
 
     #[test]
-    fn gathers_and_bounds_the_queue() {
-        let mut a = LoopbackDevice::open("t2").unwrap();
-        let mut b = LoopbackDevice::open("t2").unwrap();
+    fn delivers_by_mac_only_to_others() {
+        let mut a = LoopbackDevice::open("mac").unwrap();
+        let mut b = LoopbackDevice::open("mac").unwrap();
+        let mut c = LoopbackDevice::open("mac").unwrap();
+        assert!(a.mac() != b.mac() && b.mac() != c.mac() && a.mac() != c.mac());
+        assert_eq!(a.mac().0[..3], [2, 0, 0]);
+        assert_eq!(a.mtu(), 1500);
+        let to_b = frame(b.mac(), 1);
+        send(&mut a, &to_b);
+        assert_eq!(recv_all(&mut b), vec![to_b]);
+        assert!(recv_all(&mut c).is_empty());
+        // Addressed to ourselves: the wire does not loop it back.
+        let to_self = frame(a.mac(), 1);
+        send(&mut a, &to_self);
+        assert!(recv_all(&mut a).is_empty());
+        // Another wire sees nothing.
+        let mut other = LoopbackDevice::open("mac-other").unwrap();
+        send(&mut a, &frame(MacAddr::BROADCAST, 1));
+        assert!(recv_all(&mut other).is_empty());
+        assert_eq!(recv_all(&mut b).len(), 1);
+    }
+
+    #[test]
+    fn broadcast_reaches_every_other_device() {
+        let mut d: Vec<_> = (0..4).map(|_| LoopbackDevice::open("bcast").unwrap()).collect();
+        let f = frame(MacAddr::BROADCAST, 3);
+        send(&mut d[1], &f);
+        for (i, dev) in d.iter_mut().enumerate() {
+            assert_eq!(recv_all(dev).len(), usize::from(i != 1), "device {i}");
+        }
+    }
+
+    #[test]
+    fn filter_applies_at_delivery_and_to_what_is_queued() {
+        let mut a = LoopbackDevice::open("filter").unwrap();
+        let mut b = LoopbackDevice::open("filter").unwrap();
+        send(&mut a, &frame(b.mac(), 9)); // queued before the filter
+        b.set_filter(RxFilter { ethertype: 0x88b5, offset: EP, accept: [7, 0] }).unwrap();
+        let f7 = frame(b.mac(), 7);
+        let f0 = frame(MacAddr::BROADCAST, 0);
+        let mut other_type = frame(b.mac(), 7);
+        other_type[13] = 0xb6;
+        for f in [&f7, &frame(b.mac(), 8), &other_type, &f0] {
+            send(&mut a, f);
+        }
+        assert_eq!(recv_all(&mut b), vec![f7, f0]);
+        assert_eq!(stat(&b, "rx_filtered"), 3);
+    }
+
+    #[test]
+    fn eventfd_is_readable_while_frames_wait() {
+        let mut a = LoopbackDevice::open("efd").unwrap();
+        let mut b = LoopbackDevice::open("efd").unwrap();
+        assert!(!readable(b.wait_fd()));
+        let f = frame(b.mac(), 1);
+        send(&mut a, &f);
+        send(&mut a, &f);
+        assert!(readable(b.wait_fd()));
+        assert_eq!(b.receive(1, &mut |_| {}).unwrap(), 1);
+        assert!(readable(b.wait_fd()), "one frame still waits");
+        assert_eq!(b.receive(1, &mut |_| {}).unwrap(), 1);
+        assert!(!readable(b.wait_fd()), "drained with the queue");
+        assert_eq!(b.receive(1, &mut |_| {}).unwrap(), 0);
+        assert_eq!(b.receive(0, &mut |_| {}).unwrap(), 0);
+    }
+
+    #[test]
+    fn gathers_bounds_the_queue_and_refuses_oversize() {
+        let mut a = LoopbackDevice::open("queue").unwrap();
+        let mut b = LoopbackDevice::open("queue").unwrap();
         let h = frame(b.mac(), 1);
         let mut t = TxFrame::new(&h);
         t.push(b"abc");
         t.push(b"de");
-        a.transmit(&[t]).unwrap();
-        let got = recv_all(&mut b);
-        assert_eq!(&got[0][30..], b"abcde");
+        assert_eq!(a.transmit(&[t]).unwrap(), 1);
+        assert_eq!(&recv_all(&mut b)[0][30..], b"abcde");
+
         let many: Vec<_> = (0..QUEUE_FRAMES + 5).map(|_| TxFrame::new(&h)).collect();
-        a.transmit(&many).unwrap();
-        let mut n = 0;
-        while b.receive(1000, &mut |_| n += 1).unwrap() > 0 {}
-        assert_eq!(n, QUEUE_FRAMES);
-        assert_eq!(b.stats()[2].1, 5);
+        assert_eq!(a.transmit(&many).unwrap(), many.len());
+        assert_eq!(recv_all(&mut b).len(), QUEUE_FRAMES);
+        assert_eq!(stat(&b, "rx_dropped_queue_full"), 5);
+
+        let full = vec![0u8; 1514];
         let big = vec![0u8; 1515];
-        assert_eq!(a.transmit(&[TxFrame::new(&big)]).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+        let e = a.transmit(&[TxFrame::new(&full), TxFrame::new(&big)]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("1515"), "{e}");
+        assert_eq!(stat(&a, "tx_oversize"), 1);
+        assert!(recv_all(&mut b).is_empty(), "nothing of a refused batch goes out");
+        let mut j = LoopbackDevice::with_mtu("queue", 9000).unwrap();
+        assert_eq!(j.transmit(&[TxFrame::new(&[0u8; 9014])]).unwrap(), 1);
+    }
+
+    #[test]
+    fn detaches_on_drop_and_works_across_threads() {
+        let a = LoopbackDevice::open("threads").unwrap();
+        let mut b = LoopbackDevice::open("threads").unwrap();
+        let dst = b.mac();
+        let t = std::thread::spawn(move || {
+            let mut a = a;
+            for i in 0..100u32 {
+                send(&mut a, &frame(dst, i));
+            }
+        });
+        t.join().unwrap();
+        assert_eq!(recv_all(&mut b).len(), 100);
+        drop(b);
+        assert!(!lock(wires()).contains_key("threads"), "the last device took its wire along");
     }
 }

@@ -1,0 +1,739 @@
+//! [`PacketDevice`]: a frame device over an AF_PACKET socket bound to one
+//! Linux interface. It owns the socket, its PACKET_MMAP receive ring
+//! (TPACKET_V2, frames handed out in place), the `sendmmsg` transmit path
+//! (one system call per batch, gathered straight from the caller's buffers)
+//! and the per-endpoint classic BPF receive filter.
+
+use std::cell::Cell;
+use std::ffi::{c_int, c_void};
+use std::fmt;
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+use via_kernel_agent::device::MAX_GATHER;
+use via_kernel_agent::wire::{ETHERTYPE, ETH_HEADER_LEN};
+use via_kernel_agent::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+
+/// Frames handed to the kernel per `sendmmsg` call.
+pub const TX_BATCH: usize = 64;
+
+const TPACKET_V2: c_int = 1;
+const PACKET_QDISC_BYPASS: c_int = 20;
+const PACKET_IGNORE_OUTGOING: c_int = 23;
+const PACKET_OUTGOING: u8 = 4;
+const ARPHRD_ETHER: u16 = 1;
+const ARPHRD_LOOPBACK: u16 = 772;
+/// Bytes the kernel reserves in front of an Ethernet frame in a TPACKET_V2
+/// slot: TPACKET_ALIGN(TPACKET2_HDRLEN + 16), i.e. the network header offset.
+const SLOT_NET_OFFSET: usize = align16(align16(size_of::<libc::tpacket2_hdr>()) + size_of::<libc::sockaddr_ll>() + 16);
+/// Extra room per slot beyond MTU (a VLAN tag and then some).
+const SLOT_SLACK: usize = 32;
+const RING_BYTES: usize = 8 << 20;
+const RING_MIN_FRAMES: usize = 256;
+const RING_MAX_FRAMES: usize = 4096;
+/// Largest MTU the ring is sized for (the loopback interface has 65536).
+const MAX_MTU: usize = 65536;
+const SEND_BUFFER: c_int = 4 << 20;
+
+const fn align16(x: usize) -> usize {
+    (x + 15) & !15
+}
+
+/// The shape of the receive ring: power-of-two frame slots packed into
+/// page-multiple blocks, as `PACKET_RX_RING` requires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RingGeometry {
+    pub frame_size: usize,
+    pub frame_nr: usize,
+    pub block_size: usize,
+    pub block_nr: usize,
+}
+
+impl RingGeometry {
+    pub(crate) fn for_mtu(mtu: usize, page_size: usize) -> RingGeometry {
+        let frame_size = (SLOT_NET_OFFSET + mtu + SLOT_SLACK).next_power_of_two();
+        let block_size = frame_size.max(page_size.next_power_of_two());
+        let per_block = block_size / frame_size;
+        let wanted = (RING_BYTES / frame_size).clamp(RING_MIN_FRAMES, RING_MAX_FRAMES);
+        let block_nr = wanted.div_ceil(per_block);
+        RingGeometry { frame_size, frame_nr: block_nr * per_block, block_size, block_nr }
+    }
+
+    fn bytes(&self) -> usize {
+        self.block_size * self.block_nr
+    }
+}
+
+/// The classic BPF program for `f`: accept (whole frame) iff the EtherType
+/// is `f.ethertype` and the big-endian word at `f.offset` is one of
+/// `f.accept`; otherwise drop. Loads past the end of a frame drop it.
+pub(crate) fn bpf_program(f: &RxFilter) -> io::Result<[libc::sock_filter; 7]> {
+    const LDH_ABS: u16 = 0x28; // BPF_LD | BPF_H | BPF_ABS
+    const LDW_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    let offset = u32::try_from(f.offset)
+        .ok()
+        .filter(|o| *o < 0x1_0000)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("receive filter offset {} is beyond any frame", f.offset)))?;
+    let ins = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    Ok([
+        ins(LDH_ABS, 0, 0, 12),
+        ins(JEQ_K, 0, 3, u32::from(f.ethertype)), // else → drop
+        ins(LDW_ABS, 0, 0, offset),
+        ins(JEQ_K, 2, 0, f.accept[0]), // → accept
+        ins(JEQ_K, 1, 0, f.accept[1]), // → accept, else drop
+        ins(RET_K, 0, 0, 0),
+        ins(RET_K, 0, 0, u32::MAX),
+    ])
+}
+
+/// Choices made when opening a [`PacketDevice`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PacketOptions {
+    /// Hand frames straight to the driver (PACKET_QDISC_BYPASS), skipping
+    /// the interface's queueing discipline: lower latency, but also no
+    /// `tc` shaping or netem loss for our frames. On by default;
+    /// `VIA_QDISC_BYPASS=0` turns it off.
+    pub qdisc_bypass: bool,
+}
+
+impl Default for PacketOptions {
+    fn default() -> Self {
+        PacketOptions { qdisc_bypass: true }
+    }
+}
+
+impl PacketOptions {
+    /// The defaults, adjusted by `VIA_QDISC_BYPASS` (`0` turns it off).
+    pub fn from_env() -> Self {
+        let off = matches!(std::env::var("VIA_QDISC_BYPASS").as_deref().map(str::trim), Ok("0"));
+        PacketOptions { qdisc_bypass: !off }
+    }
+}
+
+/// Counters kept by the device (see [`FrameDevice::stats`]).
+#[derive(Default, Debug)]
+struct Stats {
+    rx_frames: u64,
+    tx_frames: u64,
+    rx_filtered_in_software: u64,
+    rx_outgoing_skipped: u64,
+    rx_truncated: u64,
+    rx_bad_slot: u64,
+    tx_oversize: u64,
+    /// The kernel's PACKET_STATISTICS, which reset on every read.
+    kernel_packets: Cell<u64>,
+    kernel_drops: Cell<u64>,
+}
+
+/// An Ethernet interface reached through AF_PACKET.
+pub struct PacketDevice {
+    ring: Ring,
+    tx: TxScratch,
+    fd: OwnedFd,
+    ifname: String,
+    ifindex: c_int,
+    mac: MacAddr,
+    mtu: usize,
+    /// The EtherType the socket is bound to (what the kernel hands us).
+    bound_ethertype: u16,
+    filter: Option<RxFilter>,
+    /// Whether PACKET_QDISC_BYPASS is in effect.
+    qdisc_bypass: bool,
+    stats: Stats,
+}
+
+impl fmt::Debug for PacketDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PacketDevice")
+            .field("ifname", &self.ifname)
+            .field("ifindex", &self.ifindex)
+            .field("mac", &self.mac)
+            .field("mtu", &self.mtu)
+            .field("ring", &self.ring.geometry)
+            .field("filter", &self.filter)
+            .field("qdisc_bypass", &self.qdisc_bypass)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PacketDevice {
+    /// Opens `ifname` (in the calling thread's network namespace): an
+    /// AF_PACKET socket bound to it for EtherType 0x88B5, with its receive
+    /// ring mapped. Options come from [`PacketOptions::from_env`].
+    pub fn open(ifname: &str) -> io::Result<PacketDevice> {
+        Self::open_with(ifname, PacketOptions::from_env())
+    }
+
+    /// [`PacketDevice::open`] with explicit options.
+    pub fn open_with(ifname: &str, options: PacketOptions) -> io::Result<PacketDevice> {
+        let no_such = || io::Error::new(io::ErrorKind::NotFound, format!("no such interface: {ifname}"));
+        if ifname.is_empty() || ifname.len() >= libc::IFNAMSIZ || ifname.contains(['/', '\0']) || ifname.chars().any(char::is_whitespace) {
+            return Err(no_such());
+        }
+        let fd = sys::packet_socket().map_err(|e| match e.kind() {
+            io::ErrorKind::PermissionDenied => io::Error::new(e.kind(), format!("AF_PACKET needs CAP_NET_RAW (run as root): {e}")),
+            _ => context("creating an AF_PACKET socket", e),
+        })?;
+        let raw = fd.as_raw_fd();
+        let nodev = |what: &'static str| {
+            move |e: io::Error| if e.raw_os_error() == Some(libc::ENODEV) { no_such() } else { context(what, e) }
+        };
+        let ifindex = sys::if_index(raw, ifname).map_err(nodev("reading the interface index"))?;
+        let mtu = sys::if_mtu(raw, ifname).map_err(nodev("reading the interface MTU"))?;
+        let (hwtype, mac) = sys::if_hwaddr(raw, ifname).map_err(nodev("reading the interface address"))?;
+        if hwtype != ARPHRD_ETHER && hwtype != ARPHRD_LOOPBACK {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("interface {ifname} is not Ethernet (ARPHRD type {hwtype})")));
+        }
+        if mtu > MAX_MTU {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("interface {ifname} has MTU {mtu}, more than the {MAX_MTU} supported")));
+        }
+
+        // The ring goes in before the bind: until the bind the socket
+        // (protocol 0) receives nothing, so no frame lands in the ordinary
+        // receive queue where the ring would never see it.
+        sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_VERSION, &TPACKET_V2).map_err(|e| context("selecting TPACKET_V2", e))?;
+        let geometry = RingGeometry::for_mtu(mtu, sys::page_size());
+        let req = libc::tpacket_req {
+            tp_block_size: geometry.block_size as u32,
+            tp_block_nr: geometry.block_nr as u32,
+            tp_frame_size: geometry.frame_size as u32,
+            tp_frame_nr: geometry.frame_nr as u32,
+        };
+        sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_RX_RING, &req).map_err(|e| context(&format!("setting up the receive ring {geometry:?}"), e))?;
+        let ring = Ring::map(raw, geometry)?;
+
+        // Our own transmissions must not come back to us. Kernels before 4.20
+        // lack the option; receive then skips PACKET_OUTGOING slots itself.
+        let _ = sys::setsockopt(raw, libc::SOL_PACKET, PACKET_IGNORE_OUTGOING, &(1 as c_int));
+        // Best effort: straight to the driver, and room for big batches.
+        let qdisc_bypass = options.qdisc_bypass && sys::setsockopt(raw, libc::SOL_PACKET, PACKET_QDISC_BYPASS, &(1 as c_int)).is_ok();
+        let _ = sys::setsockopt(raw, libc::SOL_SOCKET, libc::SO_SNDBUF, &SEND_BUFFER);
+        sys::bind(raw, ifindex, ETHERTYPE).map_err(nodev("binding to the interface"))?;
+
+        Ok(PacketDevice {
+            ring,
+            tx: TxScratch::new(),
+            fd,
+            ifname: ifname.to_string(),
+            ifindex,
+            mac,
+            mtu,
+            bound_ethertype: ETHERTYPE,
+            filter: None,
+            qdisc_bypass,
+            stats: Stats::default(),
+        })
+    }
+
+    /// The interface name this device was opened on.
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    /// The kernel's index of the interface.
+    pub fn ifindex(&self) -> i32 {
+        self.ifindex
+    }
+
+    /// Whether frames skip the interface's queueing discipline.
+    pub fn qdisc_bypass(&self) -> bool {
+        self.qdisc_bypass
+    }
+
+    /// Frame slots in the receive ring.
+    pub fn ring_frames(&self) -> usize {
+        self.ring.geometry.frame_nr
+    }
+
+    fn poll_kernel_stats(&self) {
+        if let Ok(s) = sys::packet_statistics(self.fd.as_raw_fd()) {
+            let st = &self.stats;
+            st.kernel_packets.set(st.kernel_packets.get() + u64::from(s.tp_packets));
+            st.kernel_drops.set(st.kernel_drops.get() + u64::from(s.tp_drops));
+        }
+    }
+}
+
+impl FrameDevice for PacketDevice {
+    fn mac(&self) -> MacAddr {
+        self.mac
+    }
+
+    fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { checksummed: false, needs_pinning: false }
+    }
+
+    fn wait_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    fn set_filter(&mut self, filter: RxFilter) -> io::Result<()> {
+        let program = bpf_program(&filter)?;
+        sys::attach_filter(self.fd.as_raw_fd(), &program).map_err(|e| context("attaching the receive filter", e))?;
+        if filter.ethertype != self.bound_ethertype {
+            sys::bind(self.fd.as_raw_fd(), self.ifindex, filter.ethertype).map_err(|e| context("rebinding to the filter's EtherType", e))?;
+            self.bound_ethertype = filter.ethertype;
+        }
+        // Frames already in the ring went past no filter (or the old one):
+        // receive checks every frame against this one as well.
+        self.filter = Some(filter);
+        Ok(())
+    }
+
+    fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        let (ring, st) = (&mut self.ring, &mut self.stats);
+        let mut delivered = 0;
+        // Skipped slots do not count against the budget, but one lap is the
+        // most a call ever walks.
+        let mut walked = 0;
+        while delivered < budget && walked < ring.geometry.frame_nr {
+            let i = ring.next;
+            let status = ring.status(i);
+            if status.load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
+                break;
+            }
+            walked += 1;
+            match ring.frame(i) {
+                Slot::Frame(frame) => {
+                    if self.filter.is_some_and(|f| !f.matches(frame)) {
+                        st.rx_filtered_in_software += 1;
+                    } else {
+                        sink(frame);
+                        delivered += 1;
+                    }
+                }
+                Slot::Outgoing => st.rx_outgoing_skipped += 1,
+                Slot::Truncated => st.rx_truncated += 1,
+                Slot::Bad => st.rx_bad_slot += 1,
+            }
+            status.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            ring.next = (i + 1) % ring.geometry.frame_nr;
+        }
+        st.rx_frames += delivered as u64;
+        Ok(delivered)
+    }
+
+    fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
+        let max = ETH_HEADER_LEN + self.mtu;
+        for (i, f) in frames.iter().enumerate() {
+            let len = f.len();
+            if len > max || len < ETH_HEADER_LEN {
+                self.stats.tx_oversize += u64::from(len > max);
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("frame {i} of the batch is {len} bytes; {} takes {ETH_HEADER_LEN}..={max} (MTU {} + {ETH_HEADER_LEN})", self.ifname, self.mtu),
+                ));
+            }
+        }
+        let mut sent = 0;
+        for chunk in frames.chunks(TX_BATCH) {
+            match self.tx.send(self.fd.as_raw_fd(), chunk) {
+                Ok(n) => {
+                    sent += n;
+                    if n < chunk.len() {
+                        break;
+                    }
+                }
+                // A full transmit path, or an error after part of the batch
+                // went out (the next call reports it): the caller retries.
+                Err(e) if is_backpressure(&e) || sent > 0 => break,
+                Err(e) => return Err(context(&format!("sendmmsg on {}", self.ifname), e)),
+            }
+        }
+        self.stats.tx_frames += sent as u64;
+        Ok(sent)
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        self.poll_kernel_stats();
+        let s = &self.stats;
+        vec![
+            ("rx_frames", s.rx_frames),
+            ("tx_frames", s.tx_frames),
+            ("rx_filtered_in_software", s.rx_filtered_in_software),
+            ("rx_outgoing_skipped", s.rx_outgoing_skipped),
+            ("rx_truncated", s.rx_truncated),
+            ("rx_bad_slot", s.rx_bad_slot),
+            ("tx_oversize", s.tx_oversize),
+            ("kernel_rx_packets", s.kernel_packets.get()),
+            ("kernel_rx_drops", s.kernel_drops.get()),
+        ]
+    }
+}
+
+fn is_backpressure(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOBUFS)) || e.kind() == io::ErrorKind::WouldBlock
+}
+
+fn context(what: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// What one ring slot holds, once checked.
+enum Slot<'a> {
+    Frame(&'a [u8]),
+    /// One of our own transmissions (kernels without PACKET_IGNORE_OUTGOING).
+    Outgoing,
+    /// Larger than the slot; the kernel kept only a prefix.
+    Truncated,
+    /// Offsets that do not fit the slot.
+    Bad,
+}
+
+/// The mapped PACKET_RX_RING and our position in it.
+struct Ring {
+    base: NonNull<u8>,
+    geometry: RingGeometry,
+    /// The next slot the kernel will fill, in order.
+    next: usize,
+}
+
+// SAFETY: the ring is a private shared mapping of our own socket; nothing
+// about it is tied to the thread that created it, and `&mut` access to the
+// device serialises its use.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    fn map(fd: RawFd, geometry: RingGeometry) -> io::Result<Ring> {
+        let base = sys::mmap_ring(fd, geometry.bytes()).map_err(|e| context("mapping the receive ring", e))?;
+        Ok(Ring { base, geometry, next: 0 })
+    }
+
+    fn slot(&self, i: usize) -> *mut u8 {
+        debug_assert!(i < self.geometry.frame_nr);
+        // Stays inside the mapping: i < frame_nr, and frame_nr slots of
+        // frame_size bytes is what was mapped.
+        self.base.as_ptr().wrapping_add(i * self.geometry.frame_size)
+    }
+
+    /// The status word of slot `i`, shared with the kernel.
+    fn status(&self, i: usize) -> &AtomicU32 {
+        // SAFETY: a slot starts at a multiple of frame_size (≥ 16) from a
+        // page-aligned base, so it is aligned for u32; tp_status is the first
+        // field of tpacket2_hdr; the mapping lives as long as `self`.
+        unsafe { AtomicU32::from_ptr(self.slot(i).cast()) }
+    }
+
+    /// The frame in slot `i`; only for a slot whose status we read as
+    /// TP_STATUS_USER (with Acquire), so the kernel has finished with it.
+    fn frame(&self, i: usize) -> Slot<'_> {
+        let slot = self.slot(i);
+        // SAFETY: the slot holds a tpacket2_hdr followed by a sockaddr_ll
+        // (both well inside frame_size ≥ 128); the kernel wrote them before
+        // releasing the slot to us, and any bit pattern is a valid value.
+        let (hdr, pkttype) = unsafe {
+            let hdr = slot.cast::<libc::tpacket2_hdr>().read();
+            let sll = slot.add(align16(size_of::<libc::tpacket2_hdr>())).cast::<libc::sockaddr_ll>().read_unaligned();
+            (hdr, sll.sll_pkttype)
+        };
+        let (mac, len, snap) = (usize::from(hdr.tp_mac), hdr.tp_len as usize, hdr.tp_snaplen as usize);
+        if pkttype == PACKET_OUTGOING {
+            return Slot::Outgoing;
+        }
+        if mac < size_of::<libc::tpacket2_hdr>() || snap > self.geometry.frame_size || mac > self.geometry.frame_size - snap {
+            return Slot::Bad;
+        }
+        if snap < len {
+            return Slot::Truncated;
+        }
+        // SAFETY: mac + snap ≤ frame_size was checked, so the bytes lie in
+        // this slot, which the kernel does not touch until we hand it back
+        // (after the returned borrow of `self` ends).
+        Slot::Frame(unsafe { std::slice::from_raw_parts(slot.add(mac), snap) })
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        sys::munmap_ring(self.base, self.geometry.bytes());
+    }
+}
+
+/// Preallocated `sendmmsg` arguments: one message per frame of a batch,
+/// each gathering the header and the payload pieces.
+struct TxScratch {
+    msgs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+}
+
+const IOVS_PER_FRAME: usize = 1 + MAX_GATHER;
+
+// SAFETY: the raw pointers inside are rewritten from the caller's borrowed
+// frames at the start of every `send` and not used after it returns; they
+// carry no thread affinity.
+unsafe impl Send for TxScratch {}
+
+impl TxScratch {
+    fn new() -> TxScratch {
+        TxScratch { msgs: (0..TX_BATCH).map(|_| sys::zeroed()).collect(), iovs: (0..TX_BATCH * IOVS_PER_FRAME).map(|_| sys::zeroed()).collect() }
+    }
+
+    /// Sends up to [`TX_BATCH`] frames with one `sendmmsg`; how many went.
+    fn send(&mut self, fd: RawFd, frames: &[TxFrame<'_>]) -> io::Result<usize> {
+        let n = frames.len().min(TX_BATCH);
+        for (i, f) in frames[..n].iter().enumerate() {
+            let iovs = &mut self.iovs[i * IOVS_PER_FRAME..(i + 1) * IOVS_PER_FRAME];
+            let mut used = 0;
+            for part in std::iter::once(&f.header).chain(f.pieces()).filter(|p| !p.is_empty()) {
+                // The kernel only reads through iov_base on send.
+                iovs[used] = libc::iovec { iov_base: part.as_ptr() as *mut c_void, iov_len: part.len() };
+                used += 1;
+            }
+            let m = &mut self.msgs[i];
+            m.msg_hdr.msg_name = std::ptr::null_mut(); // the bound interface and protocol
+            m.msg_hdr.msg_namelen = 0;
+            m.msg_hdr.msg_iov = iovs.as_mut_ptr();
+            m.msg_hdr.msg_iovlen = used as _;
+            m.msg_len = 0;
+        }
+        // SAFETY: msgs[..n] are initialised message headers whose iovecs
+        // point into `frames`, borrowed for the whole call; the kernel reads
+        // them and writes only msg_len.
+        let r = unsafe { libc::sendmmsg(fd, self.msgs.as_mut_ptr(), n as _, libc::MSG_DONTWAIT) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    }
+}
+
+/// Thin wrappers over the system calls, each confining its `unsafe`.
+mod sys {
+    use std::ffi::{c_int, c_void};
+    use std::io;
+    use std::mem::size_of;
+    use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+    use std::ptr::NonNull;
+    use via_kernel_agent::MacAddr;
+
+    /// C structs for which all-zero bytes are a valid value.
+    ///
+    /// # Safety
+    /// Implement only for plain C structs of integers, arrays and pointers.
+    pub unsafe trait Zeroable: Sized {}
+    // SAFETY: plain C structs of integers, arrays, pointers and unions thereof.
+    unsafe impl Zeroable for libc::mmsghdr {}
+    // SAFETY: as above.
+    unsafe impl Zeroable for libc::iovec {}
+    // SAFETY: as above.
+    unsafe impl Zeroable for libc::ifreq {}
+    // SAFETY: as above.
+    unsafe impl Zeroable for libc::sockaddr_ll {}
+    // SAFETY: as above.
+    unsafe impl Zeroable for libc::tpacket_stats {}
+
+    pub fn zeroed<T: Zeroable>() -> T {
+        // SAFETY: `Zeroable` promises all-zero bytes are a valid T.
+        unsafe { std::mem::zeroed() }
+    }
+
+    fn check(r: c_int) -> io::Result<c_int> {
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r)
+        }
+    }
+
+    pub fn packet_socket() -> io::Result<OwnedFd> {
+        // SAFETY: plain socket creation; protocol 0 receives nothing until bind.
+        let fd = check(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
+        // SAFETY: `fd` was just created and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    pub fn setsockopt<T>(fd: RawFd, level: c_int, name: c_int, value: &T) -> io::Result<()> {
+        // SAFETY: passes a live T and its exact size; the kernel only reads it.
+        check(unsafe { libc::setsockopt(fd, level, name, (value as *const T).cast(), size_of::<T>() as u32) }).map(drop)
+    }
+
+    pub fn attach_filter(fd: RawFd, program: &[libc::sock_filter]) -> io::Result<()> {
+        let prog = libc::sock_fprog { len: program.len() as u16, filter: program.as_ptr() as *mut libc::sock_filter };
+        // The kernel copies the program during the call.
+        setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &prog)
+    }
+
+    pub fn packet_statistics(fd: RawFd) -> io::Result<libc::tpacket_stats> {
+        let mut st: libc::tpacket_stats = zeroed();
+        let mut len = size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: the kernel writes at most `len` bytes into `st`.
+        check(unsafe { libc::getsockopt(fd, libc::SOL_PACKET, libc::PACKET_STATISTICS, (&mut st as *mut libc::tpacket_stats).cast(), &mut len) })?;
+        Ok(st)
+    }
+
+    pub fn bind(fd: RawFd, ifindex: c_int, ethertype: u16) -> io::Result<()> {
+        let mut sll: libc::sockaddr_ll = zeroed();
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = ethertype.to_be();
+        sll.sll_ifindex = ifindex;
+        // SAFETY: passes a live sockaddr_ll and its size; the kernel only reads it.
+        check(unsafe { libc::bind(fd, (&sll as *const libc::sockaddr_ll).cast(), size_of::<libc::sockaddr_ll>() as u32) }).map(drop)
+    }
+
+    /// An interface ioctl on `fd`; the caller reads the union member the
+    /// request fills.
+    fn ifreq_ioctl(fd: RawFd, ifname: &str, request: libc::c_ulong) -> io::Result<libc::ifreq> {
+        let mut ifr: libc::ifreq = zeroed();
+        for (d, s) in ifr.ifr_name.iter_mut().zip(ifname.bytes().take(libc::IFNAMSIZ - 1)) {
+            *d = s as libc::c_char;
+        }
+        // SAFETY: `ifr` is a valid ifreq with a NUL-terminated name; the
+        // kernel writes only within it.
+        check(unsafe { libc::ioctl(fd, request as _, &mut ifr as *mut libc::ifreq) })?;
+        Ok(ifr)
+    }
+
+    pub fn if_index(fd: RawFd, ifname: &str) -> io::Result<c_int> {
+        let ifr = ifreq_ioctl(fd, ifname, libc::SIOCGIFINDEX)?;
+        // SAFETY: SIOCGIFINDEX filled this integer member.
+        Ok(unsafe { ifr.ifr_ifru.ifru_ifindex })
+    }
+
+    pub fn if_mtu(fd: RawFd, ifname: &str) -> io::Result<usize> {
+        let ifr = ifreq_ioctl(fd, ifname, libc::SIOCGIFMTU)?;
+        // SAFETY: SIOCGIFMTU filled this integer member.
+        let mtu = unsafe { ifr.ifr_ifru.ifru_mtu };
+        Ok(mtu.max(0) as usize)
+    }
+
+    /// The hardware type (ARPHRD_*) and address of the interface.
+    pub fn if_hwaddr(fd: RawFd, ifname: &str) -> io::Result<(u16, MacAddr)> {
+        let ifr = ifreq_ioctl(fd, ifname, libc::SIOCGIFHWADDR)?;
+        // SAFETY: SIOCGIFHWADDR filled this sockaddr member (plain bytes).
+        let sa = unsafe { ifr.ifr_ifru.ifru_hwaddr };
+        let mut mac = [0u8; 6];
+        for (d, s) in mac.iter_mut().zip(sa.sa_data) {
+            *d = s as u8;
+        }
+        Ok((sa.sa_family, MacAddr(mac)))
+    }
+
+    pub fn page_size() -> usize {
+        // SAFETY: sysconf has no preconditions.
+        let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if p > 0 {
+            p as usize
+        } else {
+            4096
+        }
+    }
+
+    pub fn mmap_ring(fd: RawFd, len: usize) -> io::Result<NonNull<u8>> {
+        // SAFETY: a fresh shared mapping of the socket's ring; it aliases no
+        // Rust object.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_POPULATE, fd, 0) };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap returned null"))
+    }
+
+    pub fn munmap_ring(base: NonNull<u8>, len: usize) {
+        // SAFETY: unmaps exactly the mapping `mmap_ring` made; its owner is
+        // being dropped, so no borrow into it is alive.
+        unsafe { libc::munmap(base.as_ptr().cast::<c_void>(), len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs the handful of classic BPF opcodes `bpf_program` uses, with the
+    /// kernel's semantics (an out-of-bounds load drops the frame).
+    fn run_bpf(prog: &[libc::sock_filter], frame: &[u8]) -> u32 {
+        let (mut pc, mut a) = (0usize, 0u32);
+        loop {
+            let i = prog[pc];
+            let k = i.k as usize;
+            match i.code {
+                0x28 => match frame.get(k..k + 2) {
+                    Some(b) => a = u32::from(u16::from_be_bytes([b[0], b[1]])),
+                    None => return 0,
+                },
+                0x20 => match frame.get(k..k + 4) {
+                    Some(b) => a = u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+                    None => return 0,
+                },
+                0x15 => pc += usize::from(if a == i.k { i.jt } else { i.jf }),
+                0x06 => return i.k,
+                c => panic!("opcode {c:#x} not expected"),
+            }
+            pc += 1;
+        }
+    }
+
+    fn frame(len: usize, ethertype: u16, offset: usize, word: u32) -> Vec<u8> {
+        let mut f = vec![0xa5u8; len];
+        if len >= 14 {
+            f[12..14].copy_from_slice(&ethertype.to_be_bytes());
+        }
+        if let Some(w) = f.get_mut(offset..offset + 4) {
+            w.copy_from_slice(&word.to_be_bytes());
+        }
+        f
+    }
+
+    #[test]
+    fn bpf_program_agrees_with_the_software_filter() {
+        for (ethertype, offset, accept) in [(0x88b5, 18, [7, 0]), (0x88b6, 18, [0xdead_beef, 0xdead_beef]), (0x88b5, 30, [1, 2])] {
+            let f = RxFilter { ethertype, offset, accept };
+            let prog = bpf_program(&f).unwrap();
+            // Jumps stay inside the program and it ends in a return.
+            for (pc, i) in prog.iter().enumerate().filter(|(_, i)| i.code == 0x15) {
+                assert!(pc + 1 + usize::from(i.jt.max(i.jf)) < prog.len());
+            }
+            assert_eq!(prog.last().unwrap().code, 0x06);
+            for len in [0, 13, 14, offset + 3, offset + 4, 64, 1514] {
+                for et in [ethertype, 0x0800, 0x88b7] {
+                    for word in [accept[0], accept[1], 3, 0xffff_ffff] {
+                        let fr = frame(len, et, offset, word);
+                        let verdict = run_bpf(&prog, &fr);
+                        assert_eq!(verdict != 0, f.matches(&fr), "{f:?} len {len} ethertype {et:#x} word {word:#x}");
+                        assert!(verdict == 0 || verdict as usize >= fr.len(), "accepting truncates");
+                    }
+                }
+            }
+        }
+        let absurd = RxFilter { ethertype: 0x88b5, offset: 1 << 20, accept: [0, 0] };
+        assert_eq!(bpf_program(&absurd).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn ring_geometry_fits_the_kernel_rules() {
+        for page in [4096, 16384, 65536] {
+            for mtu in [0, 576, 1500, 4000, 9000, 9216, 16000, 65535, 65536] {
+                let g = RingGeometry::for_mtu(mtu, page);
+                assert!(g.frame_size.is_power_of_two() && g.frame_size >= SLOT_NET_OFFSET + mtu + SLOT_SLACK, "{g:?}");
+                assert_eq!(g.frame_size % 16, 0);
+                assert_eq!(g.block_size % page, 0, "{g:?}");
+                assert_eq!(g.block_size % g.frame_size, 0, "{g:?}");
+                assert_eq!(g.frame_nr, g.block_nr * (g.block_size / g.frame_size), "{g:?}");
+                assert!(g.frame_nr >= RING_MIN_FRAMES, "{g:?}");
+                assert!(g.frame_nr <= RING_MAX_FRAMES.max(g.block_size / g.frame_size), "{g:?}");
+            }
+        }
+        let std = RingGeometry::for_mtu(1500, 4096);
+        assert_eq!((std.frame_size, std.frame_nr), (2048, 4096));
+        let jumbo = RingGeometry::for_mtu(9000, 4096);
+        assert_eq!((jumbo.frame_size, jumbo.frame_nr), (16384, 512));
+        assert_eq!(SLOT_NET_OFFSET, 80);
+    }
+
+    #[test]
+    fn bad_names_are_not_found() {
+        for name in ["", "0123456789abcdef", "a/b", "a b"] {
+            let e = PacketDevice::open(name).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::NotFound, "{name:?}: {e}");
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! `PacketDevice` over a real veth pair between two network namespaces.
+//! Needs root (to create namespaces, and CAP_NET_RAW for AF_PACKET) and the
+//! `ip` tool; fails with a clear message otherwise.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use via_kernel_agent::wire::{ANY_ENDPOINT, DST_EP_OFFSET, ETHERTYPE};
+use via_kernel_agent::{FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_softnic::{PacketDevice, PacketOptions};
+
+const IFNAME: &str = "veth0";
+const EP_A: u32 = 0x0a0a_0a0a;
+const EP_B: u32 = 0x0b0b_0b0b;
+const WAIT: Duration = Duration::from_secs(3);
+
+fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert!(euid == 0, "packet_veth tests need root (network namespaces, veth pairs and CAP_NET_RAW for AF_PACKET); run them as root");
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().unwrap_or_else(|e| panic!("running `ip {}`: {e} (is iproute2 installed?)", args.join(" ")));
+    assert!(out.status.success(), "`ip {}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+}
+
+/// Two namespaces joined by a veth pair (`veth0` in each); deleted on drop,
+/// panic or not.
+struct VethPair {
+    ns: [String; 2],
+}
+
+impl VethPair {
+    fn new(tag: &str, mtu: u32) -> VethPair {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let base = format!("via-softnic-{}-{}-{tag}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+        let pair = VethPair { ns: [format!("{base}-a"), format!("{base}-b")] };
+        let [a, b] = &pair.ns;
+        ip(&["netns", "add", a]);
+        ip(&["netns", "add", b]);
+        ip(&["link", "add", IFNAME, "netns", a, "type", "veth", "peer", "name", IFNAME, "netns", b]);
+        let mtu = mtu.to_string();
+        for ns in &pair.ns {
+            ip(&["-n", ns, "link", "set", IFNAME, "mtu", &mtu, "up"]);
+        }
+        // Set-up, not synchronisation between the devices: frames sent
+        // before the link is operational may be dropped.
+        let deadline = Instant::now() + WAIT;
+        for ns in &pair.ns {
+            loop {
+                let out = Command::new("ip").args(["-n", ns, "-o", "link", "show", IFNAME]).output().unwrap();
+                if String::from_utf8_lossy(&out.stdout).contains("state UP") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "veth in {ns} did not come up");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        pair
+    }
+
+    /// Runs `f` on a thread that has entered namespace `i`.
+    fn within<T: Send>(&self, i: usize, f: impl FnOnce() -> T + Send) -> T {
+        let path = format!("/var/run/netns/{}", self.ns[i]);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let ns = std::fs::File::open(&path).unwrap_or_else(|e| panic!("opening {path}: {e}"));
+                // SAFETY: setns on a namespace fd we hold open; it changes
+                // only this thread's network namespace.
+                let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(r, 0, "setns({path}): {}", io::Error::last_os_error());
+                f()
+            })
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+        })
+    }
+
+    /// Opens `veth0` in each namespace, each from its own thread.
+    fn open(&self) -> (PacketDevice, PacketDevice) {
+        self.open_with(PacketOptions::default())
+    }
+
+    fn open_with(&self, options: PacketOptions) -> (PacketDevice, PacketDevice) {
+        std::thread::scope(|s| {
+            let a = s.spawn(|| self.within(0, || PacketDevice::open_with(IFNAME, options).unwrap()));
+            let b = s.spawn(|| self.within(1, || PacketDevice::open_with(IFNAME, options).unwrap()));
+            (a.join().unwrap(), b.join().unwrap())
+        })
+    }
+}
+
+impl Drop for VethPair {
+    fn drop(&mut self) {
+        for ns in &self.ns {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+fn filter(ethertype: u16, ep: u32) -> RxFilter {
+    RxFilter { ethertype, offset: DST_EP_OFFSET, accept: [ep, ANY_ENDPOINT] }
+}
+
+/// An Ethernet + endpoint header of `len` bytes (≥ 22).
+fn header(dst: MacAddr, src: MacAddr, ethertype: u16, ep: u32, len: usize) -> Vec<u8> {
+    let mut h: Vec<u8> = (0..len).map(|i| i as u8).collect();
+    h[..6].copy_from_slice(&dst.0);
+    h[6..12].copy_from_slice(&src.0);
+    h[12..14].copy_from_slice(&ethertype.to_be_bytes());
+    h[DST_EP_OFFSET..DST_EP_OFFSET + 4].copy_from_slice(&ep.to_be_bytes());
+    h
+}
+
+fn readable(fd: RawFd, timeout: Duration) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, timeout.as_millis() as i32) == 1 }
+}
+
+/// Receives until `n` frames arrived (or the time is up).
+fn recv_n(d: &mut PacketDevice, n: usize) -> Vec<Vec<u8>> {
+    let deadline = Instant::now() + WAIT;
+    let mut got = Vec::new();
+    while got.len() < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        if readable(d.wait_fd(), left) {
+            d.receive(n - got.len(), &mut |f| got.push(f.to_vec())).unwrap();
+        }
+    }
+    got
+}
+
+/// What is waiting right now, after a short grace for stragglers.
+fn recv_pending(d: &mut PacketDevice) -> Vec<Vec<u8>> {
+    let mut got = Vec::new();
+    if readable(d.wait_fd(), Duration::from_millis(50)) {
+        while d.receive(64, &mut |f| got.push(f.to_vec())).unwrap() > 0 {}
+    }
+    got
+}
+
+fn send_all(d: &mut PacketDevice, frames: &[TxFrame<'_>]) {
+    let deadline = Instant::now() + WAIT;
+    let mut done = 0;
+    while done < frames.len() {
+        done += d.transmit(&frames[done..]).unwrap();
+        assert!(Instant::now() < deadline, "transmit stalled after {done} of {} frames", frames.len());
+    }
+}
+
+fn stat(d: &PacketDevice, name: &str) -> u64 {
+    d.stats().into_iter().find(|s| s.0 == name).unwrap_or_else(|| panic!("no stat {name}")).1
+}
+
+/// A full-MTU frame goes through intact; one byte more is refused.
+fn check_mtu(a: &mut PacketDevice, b: &mut PacketDevice, mtu: usize) {
+    assert_eq!(a.mtu(), mtu);
+    assert_eq!(b.mtu(), mtu);
+    let h = header(b.mac(), a.mac(), ETHERTYPE, EP_B, 78);
+    let rest = 14 + mtu - h.len();
+    let payload: Vec<u8> = (0..rest).map(|i| (i * 7 + 3) as u8).collect();
+    let (p1, p2) = payload.split_at(rest / 3);
+    let mut t = TxFrame::new(&h);
+    t.push(p1);
+    t.push(p2);
+    assert_eq!(t.len(), 14 + mtu);
+    send_all(a, &[t]);
+    let got = recv_n(b, 1);
+    assert_eq!(got.len(), 1, "full-MTU frame did not arrive");
+    assert_eq!(got[0].len(), 14 + mtu);
+    assert!(got[0][..h.len()] == h[..] && got[0][h.len()..] == payload[..], "full-MTU frame arrived altered");
+
+    let one_more = [0u8; 1];
+    let mut big = t;
+    big.push(&one_more);
+    let before = stat(a, "tx_oversize");
+    let e = a.transmit(&[TxFrame::new(&h), big]).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+    assert!(e.to_string().contains(&(15 + mtu).to_string()), "error names the size: {e}");
+    assert_eq!(stat(a, "tx_oversize"), before + 1);
+    assert!(recv_pending(b).is_empty(), "nothing of a refused batch goes out");
+}
+
+#[test]
+fn veth_exchange_filters_and_batches() {
+    require_root();
+    let pair = VethPair::new("std", 1500);
+    pair.within(0, || {
+        let e = PacketDevice::open("nosuch0").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("no such interface: nosuch0"), "{e}");
+        let e = via_softnic::open("/dev/via_nosuch0").err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
+        assert!(via_softnic::open("/dev/via_veth0").is_ok());
+    });
+    let (mut a, mut b) = pair.open();
+    assert_ne!(a.mac(), b.mac());
+    assert_ne!(a.mac(), MacAddr::ZERO);
+    assert!(!a.capabilities().checksummed);
+    // A frame that reached B's ring before its filter went in is still
+    // held back by it.
+    let early = header(b.mac(), a.mac(), ETHERTYPE, 0x1234_5678, 64);
+    send_all(&mut a, &[TxFrame::new(&early)]);
+    assert!(readable(b.wait_fd(), WAIT), "the early frame did not arrive");
+    a.set_filter(filter(ETHERTYPE, EP_A)).unwrap();
+    b.set_filter(filter(ETHERTYPE, EP_B)).unwrap();
+    assert_eq!(b.receive(64, &mut |f| panic!("filtered frame of {} bytes delivered", f.len())).unwrap(), 0);
+    assert_eq!(stat(&b, "rx_filtered_in_software"), 1);
+
+    // A non-matching endpoint is dropped; the matching frame behind it,
+    // gathered from a header and two pieces, arrives intact.
+    let wrong = header(b.mac(), a.mac(), ETHERTYPE, 0xdead_beef, 64);
+    let h = header(b.mac(), a.mac(), ETHERTYPE, EP_B, 78);
+    let mut t = TxFrame::new(&h);
+    t.push(b"hello, ");
+    t.push(b"endpoint B");
+    send_all(&mut a, &[TxFrame::new(&wrong), t]);
+    let got = recv_n(&mut b, 1);
+    assert_eq!(got, vec![[&h[..], b"hello, endpoint B"].concat()]);
+
+    // Endpoint 0 (connection management) reaches everyone, broadcast too,
+    // but not the sender itself.
+    let any = header(MacAddr::BROADCAST, a.mac(), ETHERTYPE, ANY_ENDPOINT, 64);
+    send_all(&mut a, &[TxFrame::new(&any)]);
+    assert_eq!(recv_n(&mut b, 1), vec![any.clone()]);
+    assert_eq!(a.receive(64, &mut |f| panic!("A saw a frame of {} bytes: its own?", f.len())).unwrap(), 0);
+
+    // The other way round.
+    let to_a = header(a.mac(), b.mac(), ETHERTYPE, EP_A, 100);
+    send_all(&mut b, &[TxFrame::new(&to_a)]);
+    assert_eq!(recv_n(&mut a, 1), vec![to_a]);
+
+    check_mtu(&mut a, &mut b, 1500);
+
+    // More than one sendmmsg's worth, in order.
+    let hs: Vec<Vec<u8>> = (0..200u32)
+        .map(|i| {
+            let mut h = header(b.mac(), a.mac(), ETHERTYPE, EP_B, 64);
+            h[40..44].copy_from_slice(&i.to_be_bytes());
+            h
+        })
+        .collect();
+    let frames: Vec<_> = hs.iter().map(|h| TxFrame::new(h)).collect();
+    send_all(&mut a, &frames);
+    let got = recv_n(&mut b, hs.len());
+    assert_eq!(got.len(), hs.len(), "batch of {} frames; stats {:?}", hs.len(), b.stats());
+    assert!(got == hs, "batch arrived altered or out of order");
+
+    // Another EtherType: the socket rebinds, and 0x88B5 no longer arrives.
+    b.set_filter(filter(0x88b6, EP_B)).unwrap();
+    let old = header(b.mac(), a.mac(), ETHERTYPE, EP_B, 64);
+    let new = header(b.mac(), a.mac(), 0x88b6, EP_B, 64);
+    send_all(&mut a, &[TxFrame::new(&old), TxFrame::new(&new)]);
+    assert_eq!(recv_n(&mut b, 1), vec![new]);
+
+    assert!(recv_pending(&mut a).is_empty());
+    assert!(recv_pending(&mut b).is_empty());
+    assert_eq!(stat(&b, "rx_frames"), 204);
+    assert_eq!(stat(&a, "rx_frames"), 1);
+    assert_eq!(stat(&a, "tx_frames"), 207);
+    for d in [&a, &b] {
+        for s in ["rx_bad_slot", "rx_truncated", "kernel_rx_drops"] {
+            assert_eq!(stat(d, s), 0, "{s}: {:?}", d.stats());
+        }
+    }
+}
+
+#[test]
+fn veth_jumbo_frames() {
+    require_root();
+    let pair = VethPair::new("jumbo", 9000);
+    let (mut a, mut b) = pair.open();
+    a.set_filter(filter(ETHERTYPE, EP_A)).unwrap();
+    b.set_filter(filter(ETHERTYPE, EP_B)).unwrap();
+    check_mtu(&mut a, &mut b, 9000);
+    // And a train of them.
+    let h = header(b.mac(), a.mac(), ETHERTYPE, EP_B, 78);
+    let payload = vec![0x5au8; 9000 - 64];
+    let frames: Vec<_> = (0..100)
+        .map(|_| {
+            let mut t = TxFrame::new(&h);
+            t.push(&payload);
+            t
+        })
+        .collect();
+    send_all(&mut a, &frames);
+    let got = recv_n(&mut b, frames.len());
+    assert_eq!(got.len(), frames.len(), "stats {:?}", b.stats());
+    assert!(got.iter().all(|f| f.len() == 9014 && f[78..] == payload[..]));
+}
+
+/// With the bypass, frames skip the queueing discipline; without it they
+/// go through it, and a qdisc that refuses them makes transmit accept none
+/// (ENOBUFS is back-pressure, not an error).
+#[test]
+fn qdisc_bypass_skips_the_queueing_discipline() {
+    require_root();
+    let pair = VethPair::new("qdisc", 1500);
+    // A queue that holds nothing: every frame through it is dropped.
+    pair.within(0, || {
+        let out = Command::new("tc").args(["qdisc", "replace", "dev", IFNAME, "root", "pfifo", "limit", "0"]).output().expect("running tc");
+        assert!(out.status.success(), "tc: {}", String::from_utf8_lossy(&out.stderr));
+    });
+    let (mut a, mut b) = pair.open_with(PacketOptions { qdisc_bypass: false });
+    assert!(!a.qdisc_bypass());
+    b.set_filter(filter(ETHERTYPE, EP_B)).unwrap();
+    let h = header(b.mac(), a.mac(), ETHERTYPE, EP_B, 64);
+    assert_eq!(a.transmit(&[TxFrame::new(&h), TxFrame::new(&h)]).unwrap(), 0, "the qdisc drops, transmit accepts nothing");
+    assert!(recv_pending(&mut b).is_empty());
+
+    let (mut a, mut b) = pair.open();
+    assert!(a.qdisc_bypass());
+    b.set_filter(filter(ETHERTYPE, EP_B)).unwrap();
+    send_all(&mut a, &[TxFrame::new(&h), TxFrame::new(&h)]);
+    assert_eq!(recv_n(&mut b, 2).len(), 2);
+}
+
+/// Without CAP_NET_RAW, opening says what is missing. Capabilities are per
+/// thread, so one thread drops its own.
+#[test]
+fn permission_denied_names_the_capability() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        // As root, a ring for lo's 64 KiB MTU is fine.
+        let lo = PacketDevice::open("lo").unwrap();
+        assert_eq!(lo.mtu(), 65536);
+    }
+    let e = std::thread::spawn(|| {
+        #[repr(C)]
+        struct Header {
+            version: u32,
+            pid: i32,
+        }
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct Data {
+            effective: u32,
+            permitted: u32,
+            inheritable: u32,
+        }
+        let header = Header { version: 0x2008_0522, pid: 0 };
+        let mut data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+        // SAFETY: capget/capset (version 3) read the header and read or
+        // write two data entries; this affects only the calling thread.
+        unsafe {
+            assert_eq!(libc::syscall(libc::SYS_capget, &header, data.as_mut_ptr()), 0);
+            data[0].effective = 0;
+            data[1].effective = 0;
+            assert_eq!(libc::syscall(libc::SYS_capset, &header, data.as_ptr()), 0, "capset: {}", io::Error::last_os_error());
+        }
+        PacketDevice::open("lo").unwrap_err()
+    })
+    .join()
+    .unwrap();
+    assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+    assert!(e.to_string().contains("CAP_NET_RAW"), "{e}");
+}
