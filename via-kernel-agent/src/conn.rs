@@ -79,6 +79,18 @@ pub struct CmFrame {
     pub conn: ConnRepr,
 }
 
+/// The header fields of a received connection-management frame.
+#[derive(Clone, Copy, Debug)]
+pub struct CmHeader {
+    pub kind: Kind,
+    pub src_mac: MacAddr,
+    pub src_ep: u32,
+    pub src_vi: u16,
+    pub dst_vi: u16,
+    pub generation: u32,
+    pub imm: u32,
+}
+
 /// A received request handed to the server application (`VIP_CONN_HANDLE`).
 #[derive(Clone, Debug)]
 pub struct Incoming {
@@ -244,7 +256,8 @@ impl ConnectionManager {
     // ---- input and time ----
 
     /// Handles a connection-management frame addressed to us.
-    pub fn on_frame(&mut self, kind: Kind, src_mac: MacAddr, src_ep: u32, src_vi: u16, dst_vi: u16, generation: u32, imm: u32, conn: ConnRepr, now: Instant) {
+    pub fn on_frame(&mut self, h: CmHeader, conn: ConnRepr, now: Instant) {
+        let CmHeader { kind, src_mac, src_ep, src_vi, dst_vi, generation, imm } = h;
         match kind {
             Kind::ConnRequest => self.on_request(src_mac, src_ep, src_vi, conn),
             Kind::ConnPending | Kind::ConnAccept | Kind::ConnReject | Kind::ConnNoMatch => {
@@ -354,7 +367,8 @@ mod tests {
         let frames: Vec<_> = from.outgoing().drain(..).collect();
         let n = frames.len();
         for f in frames {
-            to.on_frame(f.kind, from_mac, from.ep, f.src_vi, f.dst_vi, f.generation, f.imm, f.conn, now);
+            let h = CmHeader { kind: f.kind, src_mac: from_mac, src_ep: from.ep, src_vi: f.src_vi, dst_vi: f.dst_vi, generation: f.generation, imm: f.imm };
+            to.on_frame(h, f.conn, now);
         }
         n
     }

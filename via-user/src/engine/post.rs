@@ -30,7 +30,7 @@ impl Core {
     /// errors that leave nowhere to write a status are returned.
     fn validate(&self, id: u16, addr: usize, handle: u32, q: Queue) -> Result<WqEntry> {
         let vi = self.vi(id)?;
-        if addr == 0 || addr % DESCRIPTOR_ALIGNMENT != 0 {
+        if addr == 0 || !addr.is_multiple_of(DESCRIPTOR_ALIGNMENT) {
             return Err(ViaError::new(VipReturn::DescriptorError, format!("descriptor address {addr:#x} is not {DESCRIPTOR_ALIGNMENT}-byte aligned")));
         }
         let region = self.mem.lookup(handle).map_err(|e| ViaError::invalid(format!("descriptor memory handle: {e}")))?;

@@ -9,6 +9,7 @@ use crate::descriptor::status;
 use crate::usermem;
 use crate::vi::{RxMessage, ViPhase};
 use std::time::Instant;
+use via_kernel_agent::conn::CmHeader;
 use via_kernel_agent::wire::{flags, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT};
 
 impl Core {
@@ -31,7 +32,10 @@ impl Core {
         }
         if kind.is_connection_management() {
             match ConnRepr::parse(f.payload()) {
-                Ok(c) => self.cm.on_frame(kind, f.src_mac(), f.src_ep(), f.src_vi(), f.dst_vi(), f.generation(), f.imm(), c, now),
+                Ok(c) => {
+                    let h = CmHeader { kind, src_mac: f.src_mac(), src_ep: f.src_ep(), src_vi: f.src_vi(), dst_vi: f.dst_vi(), generation: f.generation(), imm: f.imm() };
+                    self.cm.on_frame(h, c, now)
+                }
                 Err(_) => self.counters.rx_malformed += 1,
             }
             return;
