@@ -304,6 +304,9 @@ impl ConnectionManager {
 
     /// Retransmits requests that are due and settles those whose time is up.
     pub fn on_timer(&mut self, now: Instant) {
+        if self.requests.is_empty() {
+            return;
+        }
         for r in &mut self.requests {
             if r.state != RequestState::InProgress {
                 continue;

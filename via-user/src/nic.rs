@@ -20,9 +20,9 @@ pub(crate) struct Shared {
     spin: Duration,
     name: String,
     names: Mutex<Option<NameService>>,
-    /// When an application thread last entered the engine (ns since `epoch`).
-    last_call: AtomicU64,
-    epoch: Instant,
+    /// Counts application entries into the engine; the progress thread
+    /// compares it across its naps to tell whether the application is active.
+    pub(crate) calls: AtomicU64,
     /// Rounds of progress the background thread ran.
     pub(crate) background_rounds: AtomicU64,
     /// Threads asleep in a wait, and the eventfd that wakes them when
@@ -42,17 +42,18 @@ impl Drop for Shared {
 impl Shared {
     /// One round of progress; wakes sleeping waiters when frames arrived.
     pub(crate) fn run(&self, e: &mut Engine) {
-        if e.progress() && self.sleepers.load(Ordering::Relaxed) > 0 {
+        self.run_at(e, Instant::now())
+    }
+
+    /// [`Shared::run`] with the time already read.
+    pub(crate) fn run_at(&self, e: &mut Engine, now: Instant) {
+        if e.progress_at(now) && self.sleepers.load(Ordering::Relaxed) > 0 {
             let one: u64 = 1;
             // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
             unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
         }
     }
 
-    pub(crate) fn since_last_call(&self) -> Duration {
-        let now = self.epoch.elapsed().as_nanos() as u64;
-        Duration::from_nanos(now.saturating_sub(self.last_call.load(Ordering::Relaxed)))
-    }
 }
 
 /// An opened NIC (`VIP_NIC_HANDLE`). Cloning gives another handle to the
@@ -113,8 +114,7 @@ impl Nic {
             spin,
             name: name.to_string(),
             names: Mutex::new(None),
-            last_call: AtomicU64::new(0),
-            epoch: Instant::now(),
+            calls: AtomicU64::new(0),
             background_rounds: AtomicU64::new(0),
             sleepers: AtomicU32::new(0),
             wake_fd,
@@ -128,7 +128,7 @@ impl Nic {
     /// Enters the engine on behalf of the application.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
         let g = self.shared.engine.lock().unwrap_or_else(|p| p.into_inner());
-        self.shared.last_call.store(self.shared.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.shared.calls.fetch_add(1, Ordering::Relaxed);
         g
     }
 
@@ -153,11 +153,11 @@ impl Nic {
         loop {
             let sleep = {
                 let mut e = self.lock();
-                self.shared.run(&mut e);
+                let now = Instant::now();
+                self.shared.run_at(&mut e, now);
                 if let Some(v) = f(&mut e)? {
                     return Ok(v);
                 }
-                let now = Instant::now();
                 if deadline.is_some_and(|d| now >= d) {
                     return Err(ViaError::timeout(format!("{what}: timed out after {:?}", timeout.unwrap())));
                 }

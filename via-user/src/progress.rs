@@ -15,8 +15,8 @@ use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 /// How long the application must stay out of the engine before the thread
-/// takes over.
-pub const IDLE_AFTER: Duration = Duration::from_micros(500);
+/// takes over (at most twice this in practice).
+pub const IDLE_AFTER: Duration = Duration::from_millis(1);
 /// Longest sleep, so the thread notices the NIC closing.
 const MAX_SLEEP: Duration = Duration::from_millis(50);
 
@@ -26,12 +26,15 @@ pub(crate) fn start(shared: Weak<Shared>) -> std::io::Result<()> {
 }
 
 fn run(weak: Weak<Shared>) {
+    let mut seen = u64::MAX;
     loop {
         let Some(shared) = weak.upgrade() else { return };
-        let idle_for = shared.since_last_call();
-        if idle_for < IDLE_AFTER {
+        let calls = shared.calls.load(Ordering::Relaxed);
+        if calls != seen {
+            // The application entered the engine since we last looked.
+            seen = calls;
             drop(shared);
-            std::thread::sleep(IDLE_AFTER - idle_for);
+            std::thread::sleep(IDLE_AFTER);
             continue;
         }
         let (fd, next) = {

@@ -198,8 +198,8 @@ pub struct Core {
     pub timer_at: Option<Instant>,
     pub counters: Counters,
     pub async_errors: Vec<AsyncError>,
-    // transmit scratch, allocated once
-    hdrs: Box<[[u8; FRAME_HEADER_LEN]; BATCH]>,
+    /// Bounce slots for fragments that gather too many pieces, and
+    /// control-frame payloads; allocated once, on first use.
     bounce: Vec<u8>,
     ready: Vec<u16>,
 }
@@ -208,6 +208,11 @@ pub struct Core {
 pub struct Engine {
     pub dev: Box<dyn FrameDevice>,
     pub core: Core,
+    /// Header slots of the batch being built (apart from `core`, so the
+    /// device can read them while the core is updated).
+    hdrs: Box<transmit::Headers>,
+    /// Where each frame of the batch being built takes its payload from.
+    specs: Box<[transmit::Spec; BATCH]>,
 }
 
 impl Engine {
@@ -244,11 +249,10 @@ impl Engine {
             timer_at: None,
             counters: Counters::default(),
             async_errors: Vec::new(),
-            hdrs: Box::new([[0u8; FRAME_HEADER_LEN]; BATCH]),
             bounce: Vec::new(),
             ready: Vec::new(),
         };
-        Ok(Engine { dev, core })
+        Ok(Engine { dev, core, hdrs: Box::new([[0u8; FRAME_HEADER_LEN]; BATCH]), specs: Box::new([transmit::Spec::default(); BATCH]) })
     }
 
     pub fn wait_fd(&self) -> RawFd {
@@ -258,8 +262,12 @@ impl Engine {
     /// One round of work: receive, timers, transmit. Returns true when
     /// anything was received.
     pub fn progress(&mut self) -> bool {
-        let now = Instant::now();
-        let Engine { dev, core } = self;
+        self.progress_at(Instant::now())
+    }
+
+    /// [`Engine::progress`] with the time already read.
+    pub fn progress_at(&mut self, now: Instant) -> bool {
+        let Engine { dev, core, .. } = self;
         let mut got = 0;
         for _ in 0..4 {
             let n = dev.receive(64, &mut |f| core.on_frame(f, now)).unwrap_or(0);

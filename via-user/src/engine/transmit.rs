@@ -14,13 +14,14 @@ use crate::usermem;
 use std::time::Instant;
 use via_kernel_agent::conn::{CmFrame, Peer};
 use via_kernel_agent::device::MAX_GATHER;
-use via_kernel_agent::wire::{flags, seq_le, seq_lt, HeaderRepr, Kind};
-use via_kernel_agent::TxFrame;
+use via_kernel_agent::wire::{flags, seq_le, seq_lt, HeaderRepr, Kind, FRAME_HEADER_LEN};
+use std::mem::MaybeUninit;
+use via_kernel_agent::{FrameDevice, TxFrame};
 
 /// Where one built frame's payload lives: up to [`MAX_GATHER`] ranges of
 /// registered (or engine-owned bounce) memory.
 #[derive(Clone, Copy, Default)]
-struct Spec {
+pub struct Spec {
     pieces: [(usize, usize); MAX_GATHER],
     n: usize,
     psn: u32,
@@ -32,13 +33,15 @@ const CTL_PAYLOAD: usize = 128;
 impl Engine {
     /// Transmits everything queued: control frames, data of rung VIs, ACKs.
     pub(super) fn flush(&mut self, now: Instant) {
-        let Engine { dev, core } = self;
-        let mut specs = [Spec::default(); BATCH];
+        let Engine { dev, core, hdrs, specs } = self;
+        if core.cm.outgoing().is_empty() && !core.doorbell.is_rung() && core.acks_due.is_empty() {
+            return; // the common idle case: nothing to build
+        }
+        let specs: &mut [Spec; BATCH] = specs;
 
         while !core.cm.outgoing().is_empty() {
-            let n = core.build_control(&mut specs);
-            let frames = core.frames(&specs[..n]);
-            let k = dev.transmit(&frames[..n]).unwrap_or(0);
+            let n = core.build_control(hdrs, specs);
+            let k = send_batch(dev.as_mut(), hdrs, &specs[..n]);
             core.counters.tx_frames += k as u64;
             if k < n {
                 core.counters.tx_ring_full += 1;
@@ -50,13 +53,12 @@ impl Engine {
         core.doorbell.take(&mut ready);
         for &id in &ready {
             loop {
-                let n = core.build_data(id, &mut specs);
+                let n = core.build_data(id, hdrs, specs);
                 if n == 0 {
                     break;
                 }
-                let frames = core.frames(&specs[..n]);
-                let k = dev.transmit(&frames[..n]).unwrap_or(0);
-                core.after_transmit(id, &specs, n, k, now);
+                let k = send_batch(dev.as_mut(), hdrs, &specs[..n]);
+                core.after_transmit(id, specs, n, k, now);
                 if k < n {
                     core.doorbell.ring(id);
                     break;
@@ -72,13 +74,12 @@ impl Engine {
             for chunk in due.chunks(BATCH) {
                 let mut n = 0;
                 for &id in chunk {
-                    if core.build_ack(id, n) {
+                    if core.build_ack(id, &mut hdrs[n]) {
                         specs[n] = Spec::default();
                         n += 1;
                     }
                 }
-                let frames = core.frames(&specs[..n]);
-                let k = if n > 0 { dev.transmit(&frames[..n]).unwrap_or(0) } else { 0 };
+                let k = send_batch(dev.as_mut(), hdrs, &specs[..n]);
                 core.counters.tx_frames += k as u64;
                 core.counters.acks_sent += k as u64;
                 for (i, &id) in chunk.iter().enumerate().take(n) {
@@ -95,25 +96,35 @@ impl Engine {
     }
 }
 
-impl Core {
-    /// The device's view of built frames `specs` (headers in `self.hdrs`),
-    /// in a stack array: nothing is allocated per batch.
-    fn frames(&self, specs: &[Spec]) -> [TxFrame<'_>; BATCH] {
-        let mut out = [TxFrame::new(&[]); BATCH];
-        for (i, s) in specs.iter().enumerate() {
-            out[i] = TxFrame::new(&self.hdrs[i]);
-            for &(addr, len) in &s.pieces[..s.n] {
-                // SAFETY: every piece was checked against the registration
-                // table (or lies in our own bounce buffer) when built, and
-                // the frame is transmitted before the engine lock is released.
-                out[i].push(unsafe { usermem::bytes(addr, len) });
-            }
-        }
-        out
-    }
+/// Header slots of one batch: Ethernet + VIA header of each frame.
+pub type Headers = [[u8; FRAME_HEADER_LEN]; BATCH];
 
+/// Hands the built frames `specs` (headers in `hdrs`) to the device with
+/// one doorbell; returns how many it accepted. Only the frames in use are
+/// initialised: nothing is allocated or cleared per batch.
+fn send_batch(dev: &mut dyn FrameDevice, hdrs: &Headers, specs: &[Spec]) -> usize {
+    if specs.is_empty() {
+        return 0;
+    }
+    let mut buf: [MaybeUninit<TxFrame<'_>>; BATCH] = [const { MaybeUninit::uninit() }; BATCH];
+    for (slot, (s, h)) in buf.iter_mut().zip(specs.iter().zip(hdrs.iter())) {
+        let mut t = TxFrame::new(h);
+        for &(addr, len) in &s.pieces[..s.n] {
+            // SAFETY: every piece was checked against the registration
+            // table (or lies in our own bounce buffer) when built, and the
+            // frame is transmitted before the engine lock is released.
+            t.push(unsafe { usermem::bytes(addr, len) });
+        }
+        slot.write(t);
+    }
+    // SAFETY: the first `specs.len()` (<= BATCH) entries were written above.
+    let frames = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<TxFrame<'_>>(), specs.len()) };
+    dev.transmit(frames).unwrap_or(0)
+}
+
+impl Core {
     /// Builds up to [`BATCH`] data fragments of VI `id`; returns how many.
-    fn build_data(&mut self, id: u16, specs: &mut [Spec; BATCH]) -> usize {
+    fn build_data(&mut self, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH]) -> usize {
         let frag = self.frag;
         let window = self.window;
         let (mac, ep) = (self.mac, self.ep);
@@ -187,7 +198,7 @@ impl Core {
                 vi.tx_idx = vi.tx_idx.wrapping_add(1);
                 vi.tx_off = 0;
             }
-            h.emit(&mut self.hdrs[n]);
+            h.emit(&mut hdrs[n]);
             let ptag = self.vi(id).unwrap().attrs.ptag;
             if !self.gather(e.desc, e.segs as usize, ptag, off, len, n, &mut specs[n]) {
                 // The memory went away under a posted descriptor.
@@ -205,10 +216,11 @@ impl Core {
     #[allow(clippy::too_many_arguments)]
     fn gather(&mut self, desc: usize, segs: usize, ptag: via_kernel_agent::memory::Ptag, off: u32, len: u32, slot: usize, spec: &mut Spec) -> bool {
         spec.n = 0;
+        // Pieces go straight into `spec`; past MAX_GATHER they are copied
+        // into this frame's bounce slot instead (rare: many tiny segments).
+        let mut bounce: Option<(usize, usize)> = None; // (slot base, bytes copied)
         let mut skip = off as usize;
         let mut want = len as usize;
-        let mut pieces = [(0usize, 0usize); 64];
-        let mut np = 0;
         for i in 0..segs {
             if want == 0 {
                 break;
@@ -224,36 +236,43 @@ impl Core {
             if self.mem.check(s.handle, addr, take, ptag).is_err() {
                 return false;
             }
-            if np == pieces.len() {
-                return false;
-            }
-            pieces[np] = (addr, take);
-            np += 1;
             skip = 0;
             want -= take;
+            if bounce.is_none() && spec.n == MAX_GATHER {
+                // Move what we have into the bounce slot and continue there.
+                let frag = self.frag as usize;
+                if self.bounce.len() < frag * BATCH {
+                    self.bounce = vec![0u8; frag * BATCH];
+                }
+                let base = self.bounce.as_mut_ptr() as usize + slot * frag;
+                let mut at = 0;
+                for &(a, l) in &spec.pieces[..spec.n] {
+                    // SAFETY: sources were checked; the slot holds `frag` >= len bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(a as *const u8, (base + at) as *mut u8, l) };
+                    at += l;
+                }
+                bounce = Some((base, at));
+            }
+            match bounce.as_mut() {
+                Some((base, at)) => {
+                    // SAFETY: source checked above; destination stays inside
+                    // this frame's bounce slot (total <= len <= frag).
+                    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, (*base + *at) as *mut u8, take) };
+                    *at += take;
+                }
+                None => {
+                    spec.pieces[spec.n] = (addr, take);
+                    spec.n += 1;
+                }
+            }
         }
         if want != 0 {
             return false;
         }
-        if np <= MAX_GATHER {
-            spec.pieces[..np].copy_from_slice(&pieces[..np]);
-            spec.n = np;
-            return true;
+        if let Some((base, at)) = bounce {
+            spec.pieces[0] = (base, at);
+            spec.n = 1;
         }
-        let frag = self.frag as usize;
-        if self.bounce.is_empty() {
-            self.bounce = vec![0u8; frag * BATCH];
-        }
-        let base = self.bounce.as_mut_ptr() as usize + slot * frag;
-        let mut at = 0;
-        for &(addr, l) in &pieces[..np] {
-            // SAFETY: source checked above; destination is our bounce slot of
-            // `frag` bytes and the pieces add up to `len <= frag`.
-            unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, (base + at) as *mut u8, l) };
-            at += l;
-        }
-        spec.pieces[0] = (base, at);
-        spec.n = 1;
         true
     }
 
@@ -329,9 +348,9 @@ impl Core {
         vi.tx_psn = psn;
     }
 
-    /// Writes a standalone ACK (or NAK) for VI `id` into header slot `slot`;
+    /// Writes a standalone ACK (or NAK) for VI `id` into `hdr`;
     /// false when nothing is owed.
-    fn build_ack(&mut self, id: u16, slot: usize) -> bool {
+    fn build_ack(&mut self, id: u16, hdr: &mut [u8; FRAME_HEADER_LEN]) -> bool {
         let (mac, ep) = (self.mac, self.ep);
         let Ok(vi) = self.vi_mut(id) else { return false };
         if vi.phase != crate::vi::ViPhase::Connected || !vi.ack_owed() {
@@ -365,12 +384,12 @@ impl Core {
             vi.nak_sent_for = Some(vi.rx_expected);
             self.counters.naks_sent += 1;
         }
-        h.emit(&mut self.hdrs[slot]);
+        h.emit(hdr);
         true
     }
 
     /// Moves up to [`BATCH`] queued control frames into header slots.
-    fn build_control(&mut self, specs: &mut [Spec; BATCH]) -> usize {
+    fn build_control(&mut self, hdrs: &mut Headers, specs: &mut [Spec; BATCH]) -> usize {
         if self.bounce.len() < BATCH * CTL_PAYLOAD.max(self.frag as usize) {
             self.bounce = vec![0u8; BATCH * CTL_PAYLOAD.max(self.frag as usize)];
         }
@@ -394,7 +413,7 @@ impl Core {
                 payload_len: n as u16,
                 ..HeaderRepr::default()
             };
-            h.emit(&mut self.hdrs[i]);
+            h.emit(&mut hdrs[i]);
             specs[i] = Spec { n: 1, psn: 0, ..Spec::default() };
             specs[i].pieces[0] = (self.bounce.as_ptr() as usize + at, n);
         }

@@ -1,0 +1,190 @@
+//! via-pingpong: VIA latency and bandwidth between two hosts, beside the
+//! baselines of the same path (raw AF_PACKET frames, UDP, TCP).
+//!
+//! Modules: `common` (options, rows, statistics, the protocol over a
+//! message link), `via` (the VIA transport), `raw` and `sock` (baselines),
+//! `demo` (two namespaces on one machine), `plot` (SVG curves).
+
+mod common;
+mod demo;
+mod plot;
+mod raw;
+mod sock;
+mod via;
+
+use common::{json_array, print_tables, sweep, LinkClient, Options, Row};
+use std::io::{self, Write};
+use via_kernel_agent::names::NameService;
+use via_kernel_agent::MacAddr;
+
+const HELP: &str = "\
+via-pingpong: VIA ping-pong latency and bandwidth, with baselines on the same path
+
+USAGE:
+    via-pingpong --demo [--quick] [--json] [--plot DIR] [--mtu N] [--transports LIST]
+    via-pingpong server [--transport T] [--device DEV] [--bind-ip IP] [--port N] [options]
+    via-pingpong client --peer ADDR [--transport T] [--device DEV] [--port N] [options]
+
+    --demo            as root: create two network namespaces joined by a veth pair, run
+                      server and client of every transport, print the tables, the ratios
+                      VIA/raw, VIA/udp, VIA/tcp and peak memory, remove everything again.
+                      Without root: VIA over the in-process loopback (/dev/via_lo) only.
+    --transport T     via (default), raw (AF_PACKET frames, the floor), udp, tcp
+    --transports L    the demo's transports, comma-separated (default raw,via,via-unrel,udp,tcp)
+    --device DEV      VIA device name: /dev/via_<ifname> (default /dev/via_lo)
+    --peer ADDR       client: server MAC or host name (via, raw; names from $VIA_HOSTS) or IP (udp, tcp)
+    --bind-ip IP      server address for udp/tcp (default 0.0.0.0); --port N (default 18515)
+    --reliability R   reliable (default; VIA reliable delivery) or unreliable (latency only)
+    --sizes LIST      latency sizes in bytes (default 0,1,2,4,...,1048576)
+    --bw-sizes LIST   bandwidth sizes (default 1,2,4,...,1048576)
+    --max-size N      both sweeps stop at N bytes
+    --quick           fewer iterations
+    --json            print one JSON array of rows {transport, op, bytes, iters, t_min_us,
+                      t_typical_us, t_avg_us, t_p99_us, t_p999_us, mb_per_s, mpps}; latency
+                      rows carry mb_per_s = bytes / t_typical, bandwidth rows t_* = 0
+    --plot DIR        write DIR/latency.svg and DIR/bandwidth.svg
+    --mtu N           demo: veth MTU (default 1500)
+    --rounds N        demo: after the sweeps, N alternating rounds of every transport at 64 B
+                      latency and 1 MiB bandwidth; the ratios use their medians (default 5)
+    --discriminator S VIA connection discriminator (default pingpong)
+
+Latency is one-way (round trip / 2) in microseconds; t_typical is the median.
+Environment: VIA_SPIN_US (spin before sleeping, all transports), VIA_HOSTS.";
+
+fn parse() -> Result<(String, Options), String> {
+    let mut o = Options::default();
+    let mut mode = String::new();
+    let mut args = std::env::args().skip(1);
+    let list = |v: &str| -> Result<Vec<usize>, String> { v.split(',').filter(|s| !s.is_empty()).map(|s| s.trim().parse().map_err(|_| format!("bad size {s:?}"))).collect() };
+    while let Some(a) = args.next() {
+        let mut val = || args.next().ok_or_else(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "-h" | "--help" => mode = "help".into(),
+            "--demo" => mode = "demo".into(),
+            "server" | "client" => mode = a.clone(),
+            "--transport" => o.transport = val()?,
+            "--transports" => o.transports = val()?.split(',').map(String::from).collect(),
+            "--device" => o.device = val()?,
+            "--peer" => o.peer = val()?,
+            "--bind-ip" => o.bind_ip = val()?,
+            "--port" => o.port = val()?.parse().map_err(|_| "bad port")?,
+            "--reliability" => {
+                o.reliability = match val()?.as_str() {
+                    "reliable" | "rel" => via_user::Reliability::ReliableDelivery,
+                    "unreliable" | "unrel" => via_user::Reliability::Unreliable,
+                    v => return Err(format!("unknown reliability {v:?}")),
+                }
+            }
+            "--sizes" => o.sizes = list(&val()?)?,
+            "--bw-sizes" => o.bw_sizes = list(&val()?)?,
+            "--max-size" => {
+                let m: usize = val()?.parse().map_err(|_| "bad --max-size")?;
+                o.sizes.retain(|s| *s <= m);
+                o.bw_sizes.retain(|s| *s <= m);
+            }
+            "--quick" => o.quick = true,
+            "--json" => o.json = true,
+            "--plot" => o.plot = Some(val()?),
+            "--rounds" => o.rounds = val()?.parse().map_err(|_| "bad --rounds")?,
+            "--mtu" => o.mtu = val()?.parse().map_err(|_| "bad --mtu")?,
+            "--discriminator" => o.discriminator = val()?,
+            _ => return Err(format!("unknown argument {a:?} (see --help)")),
+        }
+    }
+    if !["via", "raw", "udp", "tcp"].contains(&o.transport.as_str()) {
+        return Err(format!("unknown transport {:?}", o.transport));
+    }
+    Ok((mode, o))
+}
+
+fn ready(addr: &str) {
+    println!("READY {addr}");
+    let _ = io::stdout().flush();
+}
+
+fn server(o: &Options) -> io::Result<()> {
+    let max = common::max_size(o);
+    match o.transport.as_str() {
+        "via" => via::server(o, |mac| ready(&mac)),
+        "raw" => {
+            let mut l = raw::RawLink::open(&o.device, None)?;
+            ready(&l.mac().to_string());
+            common::serve_link(&mut l, max)
+        }
+        "udp" => {
+            let mut l = sock::UdpLink::server(&o.bind_ip, o.port)?;
+            ready(&o.bind_ip);
+            common::serve_link(&mut l, max)
+        }
+        _ => {
+            let mut l = sock::TcpLink::server(&o.bind_ip, o.port, || ready(&o.bind_ip))?;
+            common::serve_link(&mut l, max)
+        }
+    }
+}
+
+fn peer_mac(o: &Options) -> io::Result<MacAddr> {
+    let ns = NameService::load_default()?;
+    ns.lookup(&o.peer).ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("peer {:?} is neither a MAC nor a name in {}", o.peer, NameService::default_path().display())))
+}
+
+fn client(o: &Options) -> io::Result<Vec<Row>> {
+    let max = common::max_size(o);
+    let run = |l: &mut dyn common::Link, name: &str| -> io::Result<Vec<Row>> {
+        let mut c = LinkClient::new(l, max);
+        let rows = sweep(o, name, &mut c, true)?;
+        c.finish()?;
+        Ok(rows)
+    };
+    match o.transport.as_str() {
+        "via" => via::client(o),
+        "raw" => run(&mut raw::RawLink::open(&o.device, Some(peer_mac(o)?))?, "raw"),
+        "udp" => run(&mut sock::UdpLink::client(&o.peer, o.port)?, "udp"),
+        _ => run(&mut sock::TcpLink::client(&o.peer, o.port)?, "tcp"),
+    }
+}
+
+fn main() {
+    let (mode, o) = match parse() {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("via-pingpong: {e}");
+            std::process::exit(2);
+        }
+    };
+    let code = match mode.as_str() {
+        "demo" => demo::run(&o),
+        "server" => match server(&o) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("via-pingpong server: {e}");
+                1
+            }
+        },
+        "client" => match client(&o) {
+            Ok(rows) => {
+                if o.json {
+                    println!("{}", json_array(&rows));
+                } else {
+                    print_tables(&rows.first().map_or(String::new(), |r| r.transport.clone()), &rows);
+                }
+                if let Some(dir) = &o.plot {
+                    if let Err(e) = plot::write(std::path::Path::new(dir), &rows) {
+                        eprintln!("via-pingpong: plots: {e}");
+                    }
+                }
+                0
+            }
+            Err(e) => {
+                eprintln!("via-pingpong client: {e}");
+                1
+            }
+        },
+        _ => {
+            println!("{HELP}");
+            i32::from(mode != "help")
+        }
+    };
+    eprintln!("peak_rss_kib={}", common::peak_rss_kib());
+    std::process::exit(code);
+}

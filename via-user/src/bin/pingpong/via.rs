@@ -1,0 +1,293 @@
+//! The VIA transport of via-pingpong: a server that echoes and counts, and
+//! a client that measures, both on the via-user Rust API.
+//!
+//! Protocol: every test starts with a 12-byte control message from the
+//! client, `[op, size, count]` (little-endian u32; op 1 = latency, 2 =
+//! bandwidth, 3 = end), answered by a 4-byte message from the server.
+//! Latency: `count` ping-pongs of `size` bytes. Bandwidth: the client
+//! streams `count` messages of `size` bytes under credit flow control (the
+//! server grants `RECVS / 2` credits each time it reposted that many
+//! receives, so a reliable VI never meets an empty receive queue), then the
+//! server sends a 4-byte "done".
+
+use crate::common::{max_size, sweep, Bench, Options, Row};
+use std::io;
+use std::time::{Duration, Instant};
+use via_user::{Descriptor, MemAttributes, MemoryRegion, Nic, Reliability, Vi, ViAttributes, VipReturn};
+
+/// Receives the server keeps posted (and the client's initial credit).
+const RECVS: usize = 64;
+/// Each receive's private first segment: small messages (control, credit)
+/// land there whole, so a later message cannot overwrite one not yet read.
+const SLOT: usize = 4096;
+const OP_LAT: u32 = 1;
+const OP_BW: u32 = 2;
+const OP_END: u32 = 3;
+const T: Option<Duration> = Some(Duration::from_secs(30));
+
+fn err(e: via_user::ViaError) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// Both ends' resources: NIC, VI, CQ, buffers, descriptor pools.
+struct End {
+    nic: Nic,
+    ptag: via_user::Ptag,
+    vi: Vi,
+    /// RECVS private slots, then the shared bulk buffer.
+    slots: MemoryRegion,
+    rbuf: MemoryRegion,
+    sbuf: MemoryRegion,
+    /// Descriptor address of each slot.
+    slot_of: Vec<usize>,
+    /// Send descriptors not posted, for reuse.
+    spare: Vec<Descriptor>,
+}
+
+impl End {
+    fn new(device: &str, level: Reliability, max: usize) -> io::Result<End> {
+        let nic = Nic::open(device).map_err(err)?;
+        let ptag = nic.create_ptag().map_err(err)?;
+        let attrs = ViAttributes { reliability: level, max_transfer_size: (max.max(16) + SLOT) as u32, ptag, enable_rdma_write: false, enable_rdma_read: false };
+        let vi = nic.create_vi(&attrs, None, None).map_err(err)?;
+        let mem = MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false };
+        let slots = MemoryRegion::new(&nic, RECVS * SLOT, 4096, mem).map_err(err)?;
+        let rbuf = MemoryRegion::new(&nic, max.max(16), 4096, mem).map_err(err)?;
+        let sbuf = MemoryRegion::new(&nic, max.max(16), 4096, mem).map_err(err)?;
+        let mut end = End { nic, ptag, vi, slots, rbuf, sbuf, slot_of: Vec::new(), spare: Vec::new() };
+        for k in 0..RECVS {
+            let mut d = Descriptor::new(&end.nic, end.ptag, 2).map_err(err)?;
+            d.set(&[(&end.slots, k * SLOT..(k + 1) * SLOT), (&end.rbuf, 0..end.rbuf.len())], None).map_err(err)?;
+            end.slot_of.push(d.addr());
+            end.vi.post_recv(d).map_err(err)?;
+        }
+        Ok(end)
+    }
+
+    /// A send descriptor for `len` bytes of the send buffer.
+    fn send(&mut self, len: usize) -> io::Result<()> {
+        let mut d = match self.spare.pop() {
+            Some(d) => d,
+            None => match self.vi.send_done().map_err(err)? {
+                Some(d) => d,
+                None => Descriptor::new(&self.nic, self.ptag, 1).map_err(err)?,
+            },
+        };
+        if d.length() as usize != len {
+            d.set(&[(&self.sbuf, 0..len)], None).map_err(err)?;
+        }
+        self.vi.post_send(d).map_err(err)
+    }
+
+    /// Collects completed sends into the spare pool, checking them.
+    fn reap(&mut self) -> io::Result<()> {
+        while let Some(d) = self.vi.send_done().map_err(err)? {
+            d.check_ok().map_err(err)?;
+            self.spare.push(d);
+        }
+        Ok(())
+    }
+
+    /// Waits for the next receive; returns its length and the first
+    /// `N` words of a small message, and reposts it.
+    fn recv<const N: usize>(&mut self) -> io::Result<(usize, [u32; N])> {
+        let d = self.vi.recv_wait(T).map_err(err)?;
+        self.consume(d)
+    }
+
+    /// Reads a completed receive and reposts it.
+    fn consume<const N: usize>(&mut self, d: Descriptor) -> io::Result<(usize, [u32; N])> {
+        d.check_ok().map_err(err)?;
+        let n = d.length() as usize;
+        let mut w = [0u32; N];
+        if n <= SLOT {
+            let k = self.slot_of.iter().position(|&a| a == d.addr()).expect("one of our receives");
+            for (i, x) in w.iter_mut().enumerate().take(n / 4) {
+                let mut b = [0u8; 4];
+                self.slots.read(k * SLOT + 4 * i, &mut b).unwrap();
+                *x = u32::from_le_bytes(b);
+            }
+        }
+        self.vi.post_recv(d).map_err(err)?;
+        Ok((n, w))
+    }
+
+    fn send_words(&mut self, w: &[u32]) -> io::Result<()> {
+        let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+        self.sbuf.write(0, &bytes).unwrap();
+        self.send(bytes.len())
+    }
+}
+
+/// Runs the server for one client; returns when the client says end.
+pub fn serve(device: &str, level: Reliability, discriminator: &[u8], max: usize, ready: impl FnOnce(&Nic)) -> io::Result<()> {
+    let mut s = End::new(device, level, max)?;
+    ready(&s.nic);
+    let req = s.nic.connect_wait(discriminator, None).map_err(err)?;
+    s.nic.accept(&req, &s.vi).map_err(err)?;
+    loop {
+        let (n, [op, size, count]) = s.recv::<3>()?;
+        if n != 12 {
+            return Err(io::Error::other(format!("expected a 12-byte control message, got {n} bytes")));
+        }
+        let (size, count) = (size as usize, count as usize);
+        s.reap()?;
+        s.send_words(&[op])?;
+        match op {
+            OP_LAT => {
+                for _ in 0..count {
+                    let (n, _) = s.recv::<0>()?;
+                    if n != size {
+                        return Err(io::Error::other(format!("ping of {n} bytes, expected {size}")));
+                    }
+                    s.send(size)?;
+                    s.reap()?;
+                }
+            }
+            OP_BW => {
+                let mut since_credit = 0;
+                for _ in 0..count {
+                    s.recv::<0>()?;
+                    since_credit += 1;
+                    if since_credit == RECVS / 2 {
+                        since_credit = 0;
+                        s.reap()?;
+                        s.send_words(&[(RECVS / 2) as u32])?;
+                    }
+                }
+                s.reap()?;
+                s.send_words(&[0])?;
+            }
+            OP_END => {
+                // Let the answer reach the client before the VI goes away.
+                let _ = s.vi.send_wait(Some(Duration::from_secs(2)));
+                return Ok(());
+            }
+            _ => return Err(io::Error::other(format!("unknown control op {op}"))),
+        }
+    }
+}
+
+/// A connected client.
+pub struct Client {
+    end: End,
+}
+
+impl Client {
+    /// Connects to the server at `peer` (MAC or host name), retrying while
+    /// the server is not waiting yet.
+    pub fn connect(device: &str, peer: &str, level: Reliability, discriminator: &[u8], max: usize) -> io::Result<Client> {
+        let mut end = End::new(device, level, max)?;
+        let mac = end.nic.lookup_host(peer).map_err(err)?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match end.vi.connect(mac, discriminator, Some(Duration::from_secs(5))) {
+                Ok(()) => break,
+                Err(e) if e.code == VipReturn::NoMatch && Instant::now() < deadline => continue,
+                Err(e) => return Err(err(e)),
+            }
+        }
+        Ok(Client { end })
+    }
+
+    fn control(&mut self, op: u32, size: usize, count: usize) -> io::Result<()> {
+        let e = &mut self.end;
+        e.reap()?;
+        e.send_words(&[op, size as u32, count as u32])?;
+        let (n, [answer]) = e.recv::<1>()?;
+        if n != 4 || answer != op {
+            return Err(io::Error::other("bad control answer"));
+        }
+        Ok(())
+    }
+
+    /// `iters` ping-pongs of `size` bytes (after `warmup` more); returns the
+    /// one-way latency of each in microseconds.
+    pub fn latency(&mut self, size: usize, iters: usize, warmup: usize) -> io::Result<Vec<f64>> {
+        self.control(OP_LAT, size, iters + warmup)?;
+        let e = &mut self.end;
+        let mut out = Vec::with_capacity(iters);
+        for i in 0..iters + warmup {
+            let t0 = Instant::now();
+            e.send(size)?;
+            let (n, _) = e.recv::<0>()?;
+            let dt = t0.elapsed();
+            if n != size {
+                return Err(io::Error::other(format!("pong of {n} bytes, expected {size}")));
+            }
+            e.reap()?;
+            if i >= warmup {
+                out.push(dt.as_secs_f64() * 1e6 / 2.0);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Streams `count` messages of `size` bytes; returns the elapsed time
+    /// until the server confirmed it received them all.
+    pub fn bandwidth(&mut self, size: usize, count: usize) -> io::Result<Duration> {
+        self.control(OP_BW, size, count)?;
+        let e = &mut self.end;
+        let mut credits = RECVS;
+        let mut sent = 0;
+        let t0 = Instant::now();
+        loop {
+            while credits > 0 && sent < count {
+                e.send(size)?;
+                credits -= 1;
+                sent += 1;
+            }
+            // Block for a grant only when nothing more can be sent.
+            let got = if credits == 0 || sent == count { Some(e.vi.recv_wait(T).map_err(err)?) } else { e.vi.recv_done().map_err(err)? };
+            if let Some(d) = got {
+                let (_, [grant]) = e.consume::<1>(d)?;
+                let grant = grant as usize;
+                if grant == 0 {
+                    break; // the server has everything
+                }
+                credits += grant;
+            }
+            e.reap()?;
+        }
+        let dt = t0.elapsed();
+        e.reap()?;
+        Ok(dt)
+    }
+
+    /// Tells the server to stop.
+    pub fn finish(mut self) -> io::Result<()> {
+        self.control(OP_END, 0, 0)
+    }
+
+}
+
+impl Bench for Client {
+    fn latency(&mut self, size: usize, iters: usize, warmup: usize) -> io::Result<Vec<f64>> {
+        Client::latency(self, size, iters, warmup)
+    }
+    fn bandwidth(&mut self, size: usize, count: usize) -> io::Result<Duration> {
+        Client::bandwidth(self, size, count)
+    }
+}
+
+/// The transport's name in tables: `via` (reliable delivery) or `via-unrel`.
+pub fn name(o: &Options) -> &'static str {
+    if o.reliability.is_reliable() { "via" } else { "via-unrel" }
+}
+
+/// `via-pingpong server --transport via`: serves one client.
+pub fn server(o: &Options, ready: impl FnOnce(String)) -> io::Result<()> {
+    serve(&o.device, o.reliability, o.discriminator.as_bytes(), max_size(o), |nic| ready(nic.mac().to_string()))
+}
+
+/// `via-pingpong client --transport via`: the sweep. Bandwidth only on a
+/// reliable VI (an unreliable stream may lose messages by design).
+pub fn client(o: &Options) -> io::Result<Vec<Row>> {
+    let mut c = Client::connect(&o.device, &o.peer, o.reliability, o.discriminator.as_bytes(), max_size(o))?;
+    let rows = sweep(o, name(o), &mut c, o.reliability.is_reliable())?;
+    if std::env::var_os("VIA_STATS").is_some() {
+        eprintln!("client counters: {:?}\ndevice: {:?}", c.end.nic.counters(), c.end.nic.device_counters());
+    }
+    c.finish()?;
+    Ok(rows)
+}
