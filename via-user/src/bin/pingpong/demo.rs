@@ -219,6 +219,10 @@ fn alternating_rounds(o: &Options, h: &Hosts) -> Vec<Row> {
 /// alternating rounds (or, without rounds, from the sweep).
 fn print_ratios(rows: &[Row]) {
     println!("\n=== VIA against the baselines (same run; medians of alternating rounds) ===");
+    if !rows.iter().any(|r| r.transport != "via" && r.transport != "via-unrel") {
+        println!("(no baselines in this run: they need root)");
+        return;
+    }
     let lat = |t| find(rows, t, "lat", 64).map(|r| r.t_typical_us);
     if let Some(v) = lat("via") {
         for (b, target, ok) in [("raw", "<= 1.15", 1.15), ("udp", "< 1", 1.0), ("tcp", "< 1", 1.0)] {

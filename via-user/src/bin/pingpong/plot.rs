@@ -29,8 +29,9 @@ fn log2(x: f64) -> f64 {
 
 fn chart(rows: &[Row], op: &str, ylabel: &str, ylog: bool, y: impl Fn(&Row) -> f64) -> String {
     let pts: Vec<&Row> = rows.iter().filter(|r| r.op == op && r.bytes > 0).collect();
+    // Colours follow the order of all transports, so both plots agree.
     let mut transports: Vec<&str> = Vec::new();
-    for r in &pts {
+    for r in rows {
         if !transports.contains(&r.transport.as_str()) {
             transports.push(&r.transport);
         }
@@ -41,7 +42,9 @@ fn chart(rows: &[Row], op: &str, ylabel: &str, ylog: bool, y: impl Fn(&Row) -> f
         let hi = pts.iter().map(|r| y(r)).fold(1.0, f64::max);
         (lo.max(0.01).log10().floor(), hi.log10().ceil().max(lo.log10().floor() + 1.0))
     } else {
-        (0.0, pts.iter().map(|r| y(r)).fold(1.0, f64::max) * 1.1)
+        let hi = pts.iter().map(|r| y(r)).fold(1.0, f64::max);
+        let step = 10f64.powf(hi.log10().floor()) / 2.0;
+        (0.0, (hi / step).ceil() * step)
     };
     let px = |b: f64| L + log2(b) / xmax * (W - L - R);
     let py = |v: f64| {
@@ -84,6 +87,9 @@ fn chart(rows: &[Row], op: &str, ylabel: &str, ylog: bool, y: impl Fn(&Row) -> f
     for (i, t) in transports.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
         let line: Vec<String> = pts.iter().filter(|r| r.transport == *t).map(|r| format!("{:.1},{:.1}", px(r.bytes as f64), py(y(r)))).collect();
+        if line.is_empty() {
+            continue;
+        }
         let _ = write!(s, r#"<polyline fill="none" stroke="{c}" stroke-width="2" points="{}"/>"#, line.join(" "));
         let ly = T + 20.0 + 20.0 * i as f64;
         let _ = write!(s, r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"/><text x="{}" y="{}">{t}</text>"#, W - R + 10.0, W - R + 35.0, W - R + 40.0, ly + 4.0);
