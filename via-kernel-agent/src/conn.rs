@@ -303,7 +303,14 @@ impl ConnectionManager {
     }
 
     /// Retransmits requests that are due and settles those whose time is up.
+    #[inline]
     pub fn on_timer(&mut self, now: Instant) {
+        if !self.requests.is_empty() {
+            self.on_timer_requests(now);
+        }
+    }
+
+    fn on_timer_requests(&mut self, now: Instant) {
         if self.requests.is_empty() {
             return;
         }

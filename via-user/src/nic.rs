@@ -144,16 +144,37 @@ impl Nic {
         f(&mut e)
     }
 
+    /// A poll (`Done`): answers at once when something is already
+    /// complete, and otherwise runs one round of progress and asks again.
+    pub(crate) fn poll<T>(&self, mut f: impl FnMut(&mut Engine) -> Result<Option<T>>) -> Result<Option<T>> {
+        let mut e = self.lock();
+        if let Some(v) = f(&mut e)? {
+            return Ok(Some(v));
+        }
+        self.shared.run(&mut e);
+        f(&mut e)
+    }
+
     /// Drives the engine until `f` yields a value or `timeout` (None:
     /// forever) passes; spins for the configured time, then sleeps on the
     /// device. `what` names the wait in the timeout error.
     pub(crate) fn wait<T>(&self, timeout: Option<Duration>, what: &str, mut f: impl FnMut(&mut Engine) -> Result<Option<T>>) -> Result<T> {
         let start = Instant::now();
         let deadline = timeout.map(|t| start + t);
+        let mut now = start;
+        let mut round: u32 = 0;
         loop {
             let sleep = {
                 let mut e = self.lock();
-                let now = Instant::now();
+                if let Some(v) = f(&mut e)? {
+                    return Ok(v); // already complete: no clock, no progress
+                }
+                // The clock is read every few spins: timers have a
+                // granularity far above one spin.
+                if round % 8 == 0 {
+                    now = Instant::now();
+                }
+                round = round.wrapping_add(1);
                 self.shared.run_at(&mut e, now);
                 if let Some(v) = f(&mut e)? {
                     return Ok(v);
@@ -164,6 +185,7 @@ impl Nic {
                 if now.duration_since(start) < self.shared.spin {
                     None
                 } else {
+                    now = Instant::now();
                     // Counted while still holding the lock, so a thread that
                     // completes our work after we let go sees us and wakes us.
                     self.shared.sleepers.fetch_add(1, Ordering::Relaxed);
@@ -179,6 +201,7 @@ impl Nic {
                 Some(t) => {
                     sleep_on(&[self.shared.fd, self.shared.wake_fd], t);
                     self.shared.sleepers.fetch_sub(1, Ordering::Relaxed);
+                    round = 0;
                     let mut v: u64 = 0;
                     // SAFETY: reads 8 bytes into a valid u64 from our nonblocking eventfd.
                     unsafe { libc::read(self.shared.wake_fd, (&mut v as *mut u64).cast(), 8) };

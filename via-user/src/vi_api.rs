@@ -85,7 +85,7 @@ impl Vi {
                 Queue::Recv => self.received.push_back(d),
             }
             if q == Queue::Send {
-                self.nic.shared.run(&mut e); // the doorbell: transmit now
+                e.ring_doorbell(); // transmit now
             }
         }
         Ok(())
@@ -113,7 +113,7 @@ impl Vi {
 
     fn done(&mut self, q: Queue) -> Result<Option<Descriptor>> {
         let id = self.id;
-        let r = self.nic.with(|e| e.core.done(id, q))?;
+        let r = self.nic.poll(|e| e.core.done(id, q))?;
         Ok(r.map(|a| self.take(q, a)))
     }
 
@@ -172,7 +172,7 @@ impl Cq {
     /// `VipCQDone`.
     pub fn done(&self) -> Result<Option<Completion>> {
         let id = self.id;
-        Ok(self.nic.with(|e| e.core.cq_done(id))?.map(|(vi, recv)| Completion { vi, recv_queue: recv }))
+        Ok(self.nic.poll(|e| e.core.cq_done(id))?.map(|(vi, recv)| Completion { vi, recv_queue: recv }))
     }
 
     /// `VipCQWait`.

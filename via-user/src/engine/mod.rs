@@ -198,6 +198,9 @@ pub struct Core {
     pub timer_at: Option<Instant>,
     pub counters: Counters,
     pub async_errors: Vec<AsyncError>,
+    /// Posted descriptors (on any queue) waiting to complete with the error
+    /// found when they were posted.
+    pub pre_errored: usize,
     /// Bounce slots for fragments that gather too many pieces, and
     /// control-frame payloads; allocated once, on first use.
     bounce: Vec<u8>,
@@ -249,6 +252,7 @@ impl Engine {
             timer_at: None,
             counters: Counters::default(),
             async_errors: Vec::new(),
+            pre_errored: 0,
             bounce: Vec::new(),
             ready: Vec::new(),
         };
@@ -279,6 +283,12 @@ impl Engine {
         core.run_timers(now);
         self.flush(now);
         got > 0
+    }
+
+    /// Transmits what the doorbell and the ACK scheduler queued, without
+    /// receiving or running timers: what posting a send needs at once.
+    pub fn ring_doorbell(&mut self) {
+        self.flush(Instant::now());
     }
 
     /// The next instant a timer needs the engine.

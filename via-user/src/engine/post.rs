@@ -107,6 +107,7 @@ impl Core {
             return Err(ViaError::resource(format!("{q:?} queue full ({} descriptors posted)", wq.capacity())));
         }
         if e.pre_status != 0 {
+            self.pre_errored += 1;
             self.complete_pre_errored(id, q);
         } else if q == Queue::Send {
             self.doorbell.ring(id);
@@ -148,6 +149,9 @@ impl Core {
     /// Completes, in order, descriptors at the head of the outstanding part
     /// of `q` that carry errors from posting.
     fn complete_pre_errored(&mut self, id: u16, q: Queue) {
+        if self.pre_errored == 0 {
+            return; // the common case: no descriptor failed validation
+        }
         loop {
             let Ok(vi) = self.vi_mut(id) else { return };
             let wq = match q {
@@ -162,6 +166,7 @@ impl Core {
                 vi.tx_idx = vi.tx_idx.wrapping_add(1);
                 vi.tx_off = 0;
             }
+            self.pre_errored = self.pre_errored.saturating_sub(1);
             self.complete_next(id, q, 0, bits, None);
         }
     }

@@ -26,6 +26,8 @@ pub struct Options {
     pub transports: Vec<String>,
     /// Demo: alternating rounds for the headline ratios.
     pub rounds: usize,
+    /// CPU to pin this process to.
+    pub cpu: Option<usize>,
 }
 
 impl Default for Options {
@@ -46,6 +48,7 @@ impl Default for Options {
             mtu: 1500,
             transports: vec!["raw".into(), "via".into(), "via-unrel".into(), "udp".into(), "tcp".into()],
             rounds: 5,
+            cpu: None,
         }
     }
 }

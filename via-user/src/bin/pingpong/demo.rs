@@ -129,6 +129,10 @@ fn run_pair_with(o: &Options, h: &Hosts, transport: &str, extra: Vec<String>) ->
     let mut sargs: Vec<String> = vec!["netns".into(), "exec".into(), h.a.clone(), exe.clone(), "server".into()];
     sargs.extend(["--transport", t, "--reliability", rel, "--device", &format!("/dev/via_{}", h.va), "--bind-ip", &h.ip_a].map(String::from));
     sargs.extend(extra.iter().cloned());
+    let pinned = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    if pinned {
+        sargs.extend(["--cpu".to_string(), "0".to_string()]);
+    }
     let mut server = Command::new("ip").args(&sargs).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| e.to_string())?;
     created().0.push(server.id());
     let mut sout = BufReader::new(server.stdout.take().unwrap());
@@ -144,6 +148,9 @@ fn run_pair_with(o: &Options, h: &Hosts, transport: &str, extra: Vec<String>) ->
     let mut cargs: Vec<String> = vec!["netns".into(), "exec".into(), h.b.clone(), exe, "client".into()];
     cargs.extend(["--transport", t, "--reliability", rel, "--device", &format!("/dev/via_{}", h.vb), "--peer", &peer, "--json"].map(String::from));
     cargs.extend(extra);
+    if pinned {
+        cargs.extend(["--cpu".to_string(), "1".to_string()]);
+    }
     let client = Command::new("ip").args(&cargs).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| e.to_string())?;
     created().0.push(client.id());
     let out = client.wait_with_output().map_err(|e| e.to_string())?;

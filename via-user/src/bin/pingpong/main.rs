@@ -43,6 +43,8 @@ USAGE:
                       t_typical_us, t_avg_us, t_p99_us, t_p999_us, mb_per_s, mpps}; latency
                       rows carry mb_per_s = bytes / t_typical, bandwidth rows t_* = 0
     --plot DIR        write DIR/latency.svg and DIR/bandwidth.svg
+    --cpu N           run on CPU N only (the demo pins the server to CPU 0 and the client
+                      to CPU 1 when there are two or more, for every transport alike)
     --mtu N           demo: veth MTU (default 1500)
     --rounds N        demo: after the sweeps, N alternating rounds of every transport at 64 B
                       latency and 1 MiB bandwidth; the ratios use their medians (default 5)
@@ -85,6 +87,7 @@ fn parse() -> Result<(String, Options), String> {
             "--quick" => o.quick = true,
             "--json" => o.json = true,
             "--plot" => o.plot = Some(val()?),
+            "--cpu" => o.cpu = Some(val()?.parse().map_err(|_| "bad --cpu")?),
             "--rounds" => o.rounds = val()?.parse().map_err(|_| "bad --rounds")?,
             "--mtu" => o.mtu = val()?.parse().map_err(|_| "bad --mtu")?,
             "--discriminator" => o.discriminator = val()?,
@@ -95,6 +98,18 @@ fn parse() -> Result<(String, Options), String> {
         return Err(format!("unknown transport {:?}", o.transport));
     }
     Ok((mode, o))
+}
+
+/// Restricts this process to CPU `cpu` (threads started later inherit it).
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed cpu_set_t with one bit set, passed by pointer with its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            eprintln!("via-pingpong: cannot pin to CPU {cpu}: {}", io::Error::last_os_error());
+        }
+    }
 }
 
 fn ready(addr: &str) {
@@ -152,6 +167,9 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if let Some(cpu) = o.cpu {
+        pin_to(cpu);
+    }
     let code = match mode.as_str() {
         "demo" => demo::run(&o),
         "server" => match server(&o) {
