@@ -12,11 +12,13 @@ use via_kernel_agent::memory::{MemError, Ptag, RegistrationTable};
 /// registered under `ptag`, reads its control segment and checks its
 /// segments fit too. Returns the control segment.
 pub fn read_control(mem: &RegistrationTable, addr: usize, handle: u32, ptag: Ptag) -> Result<ControlSegment, MemError> {
-    mem.check(handle, addr, descriptor_bytes(0), ptag)?;
+    let region = *mem.check(handle, addr, descriptor_bytes(0), ptag)?;
     // SAFETY: the 32 bytes at `addr` were just checked to be registered
     // memory; `addr` is 64-byte aligned (checked by the caller).
     let cs = unsafe { std::ptr::read_volatile(addr as *const ControlSegment) };
-    mem.check(handle, addr, descriptor_bytes(cs.seg_count as usize), ptag)?;
+    if !region.contains(addr, descriptor_bytes(cs.seg_count as usize)) {
+        return Err(MemError::OutOfBounds);
+    }
     Ok(cs)
 }
 

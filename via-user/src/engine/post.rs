@@ -7,6 +7,7 @@ use crate::error::{Result, ViaError, VipReturn};
 use crate::usermem;
 use crate::vi::ViPhase;
 use crate::workqueue::WqEntry;
+use via_kernel_agent::memory::MemError;
 
 /// Which queue of a VI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,21 +34,19 @@ impl Core {
         if addr == 0 || !addr.is_multiple_of(DESCRIPTOR_ALIGNMENT) {
             return Err(ViaError::new(VipReturn::DescriptorError, format!("descriptor address {addr:#x} is not {DESCRIPTOR_ALIGNMENT}-byte aligned")));
         }
-        let region = self.mem.lookup(handle).map_err(|e| ViaError::invalid(format!("descriptor memory handle: {e}")))?;
-        if !region.contains(addr, 32) {
-            return Err(ViaError::invalid("descriptor does not lie in the memory its handle names"));
-        }
         let mut e = WqEntry { desc: addr, desc_handle: handle, ..Default::default() };
         let cs = match usermem::read_control(&self.mem, addr, handle, vi.attrs.ptag) {
             Ok(cs) => cs,
-            Err(via_kernel_agent::memory::MemError::PtagMismatch) => {
+            Err(MemError::PtagMismatch) => {
                 e.pre_status = status::PROTECTION_ERROR;
                 return Ok(e);
             }
-            Err(_) => {
-                e.pre_status = status::FORMAT_ERROR;
+            Err(MemError::OutOfBounds) if self.mem.lookup(handle).is_ok_and(|r| r.contains(addr, 32)) => {
+                e.pre_status = status::FORMAT_ERROR; // its segments run past the region
                 return Ok(e);
             }
+            Err(MemError::OutOfBounds) => return Err(ViaError::invalid("descriptor does not lie in the memory its handle names")),
+            Err(e) => return Err(ViaError::invalid(format!("descriptor memory handle: {e}"))),
         };
         e.segs = cs.seg_count;
         e.control = cs.control;

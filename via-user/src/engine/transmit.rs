@@ -8,7 +8,10 @@
 //! and a partially accepted batch need ([`Core::seek`]).
 
 use super::post::Queue;
-use super::{Core, Engine, BATCH};
+use super::{vi_at, Core, Engine, BATCH};
+use crate::vi::ViPhase;
+use crate::workqueue::WqEntry;
+use via_kernel_agent::memory::{Ptag, RegistrationTable};
 use crate::descriptor::control;
 use crate::usermem;
 use std::time::Instant;
@@ -99,6 +102,72 @@ impl Engine {
 /// Header slots of one batch: Ethernet + VIA header of each frame.
 pub type Headers = [[u8; FRAME_HEADER_LEN]; BATCH];
 
+/// Fills `spec` with the pieces of `[off, off + len)` of the message
+/// described by the descriptor at `desc`, copying into the bounce buffer
+/// when it needs more than [`MAX_GATHER`] pieces.
+#[allow(clippy::too_many_arguments)]
+fn gather(mem: &RegistrationTable, bounce_buf: &mut Vec<u8>, frag: usize, e: &WqEntry, ptag: Ptag, off: u32, len: u32, slot: usize, spec: &mut Spec) -> bool {
+    let (desc, segs) = (e.desc, e.segs as usize);
+    spec.n = 0;
+    // Pieces go straight into `spec`; past MAX_GATHER they are copied
+    // into this frame's bounce slot instead (rare: many tiny segments).
+    let mut bounce: Option<(usize, usize)> = None; // (slot base, bytes copied)
+    let mut skip = off as usize;
+    let mut want = len as usize;
+    for i in 0..segs {
+        if want == 0 {
+            break;
+        }
+        let s = usermem::read_segment(desc, i);
+        let sl = s.length as usize;
+        if skip >= sl {
+            skip -= sl;
+            continue;
+        }
+        let take = (sl - skip).min(want);
+        let addr = s.data.address_bits as usize + skip;
+        if mem.check(s.handle, addr, take, ptag).is_err() {
+            return false;
+        }
+        skip = 0;
+        want -= take;
+        if bounce.is_none() && spec.n == MAX_GATHER {
+            // Move what we have into the bounce slot and continue there.
+            if bounce_buf.len() < frag * BATCH {
+                *bounce_buf = vec![0u8; frag * BATCH];
+            }
+            let base = bounce_buf.as_mut_ptr() as usize + slot * frag;
+            let mut at = 0;
+            for &(a, l) in &spec.pieces[..spec.n] {
+                // SAFETY: sources were checked; the slot holds `frag` >= len bytes.
+                unsafe { std::ptr::copy_nonoverlapping(a as *const u8, (base + at) as *mut u8, l) };
+                at += l;
+            }
+            bounce = Some((base, at));
+        }
+        match bounce.as_mut() {
+            Some((base, at)) => {
+                // SAFETY: source checked above; destination stays inside
+                // this frame's bounce slot (total <= len <= frag).
+                unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, (*base + *at) as *mut u8, take) };
+                *at += take;
+            }
+            None => {
+                spec.pieces[spec.n] = (addr, take);
+                spec.n += 1;
+            }
+        }
+    }
+    if want != 0 {
+        return false;
+    }
+    if let Some((base, at)) = bounce {
+        spec.pieces[0] = (base, at);
+        spec.n = 1;
+    }
+    true
+}
+
 /// Hands the built frames `specs` (headers in `hdrs`) to the device with
 /// one doorbell; returns how many it accepted. Only the frames in use are
 /// initialised: nothing is allocated or cleared per batch.
@@ -125,40 +194,34 @@ fn send_batch(dev: &mut dyn FrameDevice, hdrs: &Headers, specs: &[Spec]) -> usiz
 impl Core {
     /// Builds up to [`BATCH`] data fragments of VI `id`; returns how many.
     fn build_data(&mut self, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH]) -> usize {
-        let frag = self.frag;
-        let window = self.window;
-        let (mac, ep) = (self.mac, self.ep);
+        let Core { vis, mem, bounce, frag, window, mac, ep, .. } = self;
+        let (frag, window, mac, ep) = (*frag, *window, *mac, *ep);
+        let Some(vi) = vi_at(vis, id) else { return 0 };
+        let Some(peer) = vi.peer.as_ref().filter(|_| vi.phase == ViPhase::Connected) else { return 0 };
+        let (pmac, pep, pvi, generation) = (peer.mac, peer.ep, peer.vi, peer.generation);
+        let reliable = vi.reliable();
+        let ptag = vi.attrs.ptag;
         let mut n = 0;
-        while n < BATCH {
-            let Ok(vi) = self.vi_mut(id) else { return n };
-            if vi.phase != crate::vi::ViPhase::Connected {
-                return n;
-            }
-            if vi.tx_idx == vi.sq.tail {
-                break;
-            }
-            let reliable = vi.reliable();
+        while n < BATCH && vi.tx_idx != vi.sq.tail {
             if reliable && vi.in_flight() >= window {
                 break;
             }
-            let e = *vi.sq.get(vi.tx_idx);
-            if e.pre_status != 0 {
+            let en = vi.sq.get_mut(vi.tx_idx);
+            if en.pre_status != 0 {
                 vi.tx_idx = vi.tx_idx.wrapping_add(1);
                 vi.tx_off = 0;
                 continue;
             }
-            if e.nframes == 0 {
-                let en = vi.sq.get_mut(vi.tx_idx);
+            if en.nframes == 0 {
                 en.first_psn = vi.tx_psn;
-                en.nframes = e.len.div_ceil(frag).max(1);
+                en.nframes = en.len.div_ceil(frag).max(1);
                 en.msg_seq = vi.next_msg_seq;
                 vi.next_msg_seq = vi.next_msg_seq.wrapping_add(1);
             }
-            let e = *vi.sq.get(vi.tx_idx);
+            let e = *en;
             debug_assert_eq!(e.first_psn.wrapping_add(vi.tx_off / frag), vi.tx_psn);
             let off = vi.tx_off;
             let len = frag.min(e.len - off);
-            let peer: &Peer = vi.peer.as_ref().expect("connected VI has a peer");
             let mut fl = if off == 0 { flags::FIRST } else { 0 };
             if off + len == e.len {
                 fl |= flags::LAST;
@@ -172,16 +235,16 @@ impl Core {
                     fl |= flags::ACK_REQ;
                 }
             }
-            let h = HeaderRepr {
-                dst_mac: peer.mac,
+            HeaderRepr {
+                dst_mac: pmac,
                 src_mac: mac,
                 kind: Kind::Data as u8,
                 flags: fl,
-                dst_ep: peer.ep,
+                dst_ep: pep,
                 src_ep: ep,
-                dst_vi: peer.vi,
+                dst_vi: pvi,
                 src_vi: id,
-                generation: peer.generation,
+                generation,
                 psn: vi.tx_psn,
                 ack: vi.rx_expected,
                 msg_len: e.len,
@@ -190,7 +253,13 @@ impl Core {
                 msg_seq: e.msg_seq,
                 payload_len: len as u16,
                 ..HeaderRepr::default()
-            };
+            }
+            .emit(&mut hdrs[n]);
+            if !gather(mem, bounce, frag as usize, &e, ptag, off, len, n, &mut specs[n]) {
+                // The memory went away under a posted descriptor.
+                self.break_connection(id);
+                return 0;
+            }
             specs[n].psn = vi.tx_psn;
             vi.tx_psn = vi.tx_psn.wrapping_add(1);
             vi.tx_off += len;
@@ -198,82 +267,9 @@ impl Core {
                 vi.tx_idx = vi.tx_idx.wrapping_add(1);
                 vi.tx_off = 0;
             }
-            h.emit(&mut hdrs[n]);
-            let ptag = self.vi(id).unwrap().attrs.ptag;
-            if !self.gather(e.desc, e.segs as usize, ptag, off, len, n, &mut specs[n]) {
-                // The memory went away under a posted descriptor.
-                self.break_connection(id);
-                return 0;
-            }
             n += 1;
         }
         n
-    }
-
-    /// Fills `spec` with the pieces of `[off, off + len)` of the message
-    /// described by the descriptor at `desc`, copying into the bounce buffer
-    /// when it needs more than [`MAX_GATHER`] pieces.
-    #[allow(clippy::too_many_arguments)]
-    fn gather(&mut self, desc: usize, segs: usize, ptag: via_kernel_agent::memory::Ptag, off: u32, len: u32, slot: usize, spec: &mut Spec) -> bool {
-        spec.n = 0;
-        // Pieces go straight into `spec`; past MAX_GATHER they are copied
-        // into this frame's bounce slot instead (rare: many tiny segments).
-        let mut bounce: Option<(usize, usize)> = None; // (slot base, bytes copied)
-        let mut skip = off as usize;
-        let mut want = len as usize;
-        for i in 0..segs {
-            if want == 0 {
-                break;
-            }
-            let s = usermem::read_segment(desc, i);
-            let sl = s.length as usize;
-            if skip >= sl {
-                skip -= sl;
-                continue;
-            }
-            let take = (sl - skip).min(want);
-            let addr = s.data.address_bits as usize + skip;
-            if self.mem.check(s.handle, addr, take, ptag).is_err() {
-                return false;
-            }
-            skip = 0;
-            want -= take;
-            if bounce.is_none() && spec.n == MAX_GATHER {
-                // Move what we have into the bounce slot and continue there.
-                let frag = self.frag as usize;
-                if self.bounce.len() < frag * BATCH {
-                    self.bounce = vec![0u8; frag * BATCH];
-                }
-                let base = self.bounce.as_mut_ptr() as usize + slot * frag;
-                let mut at = 0;
-                for &(a, l) in &spec.pieces[..spec.n] {
-                    // SAFETY: sources were checked; the slot holds `frag` >= len bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(a as *const u8, (base + at) as *mut u8, l) };
-                    at += l;
-                }
-                bounce = Some((base, at));
-            }
-            match bounce.as_mut() {
-                Some((base, at)) => {
-                    // SAFETY: source checked above; destination stays inside
-                    // this frame's bounce slot (total <= len <= frag).
-                    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, (*base + *at) as *mut u8, take) };
-                    *at += take;
-                }
-                None => {
-                    spec.pieces[spec.n] = (addr, take);
-                    spec.n += 1;
-                }
-            }
-        }
-        if want != 0 {
-            return false;
-        }
-        if let Some((base, at)) = bounce {
-            spec.pieces[0] = (base, at);
-            spec.n = 1;
-        }
-        true
     }
 
     /// Accounts for a batch of `n` fragments of VI `id` of which the device
