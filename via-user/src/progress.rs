@@ -3,9 +3,9 @@
 //! acknowledges what it received, retransmits, and answers connection
 //! requests — the work a NIC with its own processor would do.
 //!
-//! It stays out of the way of active callers: while an application thread
-//! has entered the engine within the last [`IDLE_AFTER`], the thread only
-//! sleeps. Once the application is idle it runs progress, then sleeps until
+//! It stays out of the way of active callers: while application threads
+//! keep entering the engine, the thread only naps (1 ms, doubling to
+//! 16 ms). Once the application is idle it runs progress, then sleeps until
 //! the next timer, or on the device's fd when nothing is pending. It holds
 //! only a weak reference, and ends when the NIC is closed.
 
@@ -17,6 +17,9 @@ use std::time::{Duration, Instant};
 /// How long the application must stay out of the engine before the thread
 /// takes over (at most twice this in practice).
 pub const IDLE_AFTER: Duration = Duration::from_millis(1);
+/// Longest nap between looks while the application is active. A passive
+/// peer's ACKs may wait this long; the sender's retransmission timer covers it.
+const MAX_NAP: Duration = Duration::from_millis(16);
 /// Longest sleep, so the thread notices the NIC closing.
 const MAX_SLEEP: Duration = Duration::from_millis(50);
 
@@ -27,16 +30,21 @@ pub(crate) fn start(shared: Weak<Shared>) -> std::io::Result<()> {
 
 fn run(weak: Weak<Shared>) {
     let mut seen = u64::MAX;
+    let mut nap = IDLE_AFTER;
     loop {
         let Some(shared) = weak.upgrade() else { return };
         let calls = shared.calls.load(Ordering::Relaxed);
         if calls != seen {
-            // The application entered the engine since we last looked.
+            // The application entered the engine since we last looked: it
+            // drives progress itself. Look less often the longer it stays
+            // busy, so that a spinning application is seldom interrupted.
             seen = calls;
             drop(shared);
-            std::thread::sleep(IDLE_AFTER);
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(MAX_NAP);
             continue;
         }
+        nap = IDLE_AFTER;
         let (fd, next) = {
             let Ok(mut e) = shared.engine.try_lock() else {
                 drop(shared);
