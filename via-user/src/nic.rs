@@ -171,7 +171,7 @@ impl Nic {
                 }
                 // The clock is read every few spins: timers have a
                 // granularity far above one spin.
-                if round % 8 == 0 {
+                if round.is_multiple_of(8) {
                     now = Instant::now();
                 }
                 round = round.wrapping_add(1);

@@ -67,6 +67,19 @@ impl Vi {
         r
     }
 
+    /// [`Vi::connect`], retried while the answer is NO_MATCH (the server
+    /// is not waiting yet), as VIA programs do, until `timeout` in all.
+    pub fn connect_retrying(&mut self, mac: MacAddr, discriminator: &[u8], timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.connect(mac, discriminator, Some(left)) {
+                Err(e) if e.code == crate::VipReturn::NoMatch && Instant::now() < deadline => continue,
+                r => return r,
+            }
+        }
+    }
+
     /// `VipDisconnect`: everything posted completes as flushed and can be
     /// collected with the Done calls.
     pub fn disconnect(&mut self) -> Result<()> {

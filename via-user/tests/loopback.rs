@@ -34,13 +34,7 @@ impl Host {
 }
 
 fn connect(_client: &Host, vi: &mut Vi, server_mac: via_user::MacAddr, disc: &[u8]) {
-    loop {
-        match vi.connect(server_mac, disc, T) {
-            Ok(()) => return,
-            Err(e) if e.code == VipReturn::NoMatch => continue,
-            Err(e) => panic!("connect: {e}"),
-        }
-    }
+    vi.connect_retrying(server_mac, disc, T.unwrap()).expect("connect");
 }
 
 fn data(seed: u8, n: usize) -> Vec<u8> {

@@ -93,14 +93,7 @@ impl Side {
     /// Client: connect `vi` to the server, retrying while nobody waits yet.
     fn connect(&self, vi: &mut Vi, peer: &str, disc: &[u8]) {
         let mac = self.nic.lookup_host(peer).or_fail("name service");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            match vi.connect(mac, disc, Some(Duration::from_secs(5))) {
-                Ok(()) => return,
-                Err(e) if e.code == VipReturn::NoMatch && Instant::now() < deadline => continue,
-                Err(e) => fail(&format!("ConnectRequest: {e}")),
-            }
-        }
+        vi.connect_retrying(mac, disc, Duration::from_secs(20)).or_fail("ConnectRequest");
     }
 }
 
@@ -222,13 +215,9 @@ fn reject(a: &Args) {
         let _ = s.nic.connect_wait(b"never", Some(Duration::from_millis(300)));
     } else {
         let mac = s.nic.lookup_host(&a.peer).or_fail("name service");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            match vi.connect(mac, b"rej", Some(Duration::from_secs(5))) {
-                Err(e) if e.code == VipReturn::NoMatch && Instant::now() < deadline => continue,
-                Err(e) if e.code == VipReturn::Reject => break,
-                r => fail(&format!("expected REJECT, got {r:?}")),
-            }
+        match vi.connect_retrying(mac, b"rej", Duration::from_secs(20)) {
+            Err(e) if e.code == VipReturn::Reject => {}
+            r => fail(&format!("expected REJECT, got {r:?}")),
         }
         if vi.state() != ViPhase::Idle {
             fail("VI not Idle after a rejected request");

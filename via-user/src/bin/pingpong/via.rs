@@ -13,7 +13,7 @@
 use crate::common::{max_size, sweep, Bench, Options, Row};
 use std::io;
 use std::time::{Duration, Instant};
-use via_user::{Descriptor, MemAttributes, MemoryRegion, Nic, Reliability, Vi, ViAttributes, VipReturn};
+use via_user::{Descriptor, MemAttributes, MemoryRegion, Nic, Reliability, Vi, ViAttributes};
 
 /// Receives the server keeps posted (and the client's initial credit).
 const RECVS: usize = 64;
@@ -188,14 +188,7 @@ impl Client {
     pub fn connect(device: &str, peer: &str, level: Reliability, discriminator: &[u8], max: usize) -> io::Result<Client> {
         let mut end = End::new(device, level, max)?;
         let mac = end.nic.lookup_host(peer).map_err(err)?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match end.vi.connect(mac, discriminator, Some(Duration::from_secs(5))) {
-                Ok(()) => break,
-                Err(e) if e.code == VipReturn::NoMatch && Instant::now() < deadline => continue,
-                Err(e) => return Err(err(e)),
-            }
-        }
+        end.vi.connect_retrying(mac, discriminator, Duration::from_secs(30)).map_err(err)?;
         Ok(Client { end })
     }
 
