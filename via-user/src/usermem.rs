@@ -50,6 +50,18 @@ pub fn write_completion(mem: &RegistrationTable, addr: usize, handle: u32, lengt
     true
 }
 
+/// Zeroes `Length` and `Status` of the descriptor at `addr`, which the
+/// caller has just checked to lie in registered memory.
+pub fn clear_completion(addr: usize) {
+    let cs = addr as *mut ControlSegment;
+    // SAFETY: the caller validated the control segment against the
+    // registration table under the engine lock.
+    unsafe {
+        std::ptr::addr_of_mut!((*cs).length).write_volatile(0);
+        std::ptr::addr_of_mut!((*cs).status).write_volatile(0);
+    }
+}
+
 /// A view of `len` bytes of registered memory at `addr`, for the device to
 /// gather from.
 ///

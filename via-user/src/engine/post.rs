@@ -95,8 +95,9 @@ impl Core {
         if phase == ViPhase::Error {
             e.pre_status = status::DESC_FLUSHED_ERROR;
         }
-        // Clear the completion fields before the descriptor becomes visible.
-        usermem::write_completion(&self.mem, addr, handle, 0, 0, None);
+        // Clear the completion fields before the descriptor becomes visible
+        // (its memory was just validated, or the post was refused above).
+        usermem::clear_completion(addr);
         let vi = self.vi_mut(id)?;
         let wq = match q {
             Queue::Send => &mut vi.sq,

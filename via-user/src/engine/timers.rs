@@ -9,12 +9,15 @@ use std::time::Instant;
 
 impl Core {
     /// Runs the timers that are due at `now`.
+    #[inline]
     pub fn run_timers(&mut self, now: Instant) {
         self.cm.on_timer(now);
-        match self.timer_at {
-            Some(t) if t <= now => {}
-            _ => return,
+        if self.timer_at.is_some_and(|t| t <= now) {
+            self.run_due_timers(now);
         }
+    }
+
+    fn run_due_timers(&mut self, now: Instant) {
         self.timer_at = None;
         let (rto_max, limit) = (self.config.rto_max, self.config.retry_limit);
         let mut next: Option<Instant> = None;

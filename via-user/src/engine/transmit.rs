@@ -35,11 +35,17 @@ const CTL_PAYLOAD: usize = 128;
 
 impl Engine {
     /// Transmits everything queued: control frames, data of rung VIs, ACKs.
+    #[inline]
     pub(super) fn flush(&mut self, now: Instant) {
-        let Engine { dev, core, hdrs, specs } = self;
-        if core.cm.outgoing().is_empty() && !core.doorbell.is_rung() && core.acks_due.is_empty() {
+        let c = &mut self.core;
+        if c.cm.outgoing().is_empty() && !c.doorbell.is_rung() && c.acks_due.is_empty() {
             return; // the common idle case: nothing to build
         }
+        self.flush_queued(now);
+    }
+
+    fn flush_queued(&mut self, now: Instant) {
+        let Engine { dev, core, hdrs, specs } = self;
         let specs: &mut [Spec; BATCH] = specs;
 
         while !core.cm.outgoing().is_empty() {
