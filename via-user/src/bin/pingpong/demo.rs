@@ -115,11 +115,11 @@ fn common_args(o: &Options) -> Vec<String> {
 /// Runs one transport: server on host a, client on host b. Returns the
 /// client's rows and both sides' peak RSS in KiB.
 fn run_pair(o: &Options, h: &Hosts, transport: &str) -> Result<(Vec<Row>, u64, u64), String> {
-    run_pair_with(o, h, transport, common_args(o))
+    run_pair_with(h, transport, common_args(o))
 }
 
-fn run_pair_with(o: &Options, h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<Row>, u64, u64), String> {
-    let _ = o;
+/// [`run_pair`] with explicit size arguments for both sides.
+fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<Row>, u64, u64), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let exe = exe.to_string_lossy().to_string();
     let (t, rel) = match transport {
@@ -191,7 +191,7 @@ fn alternating_rounds(o: &Options, h: &Hosts) -> Vec<Row> {
         for t in &wanted {
             let mut args: Vec<String> = vec!["--sizes".into(), "64".into(), "--bw-sizes".into()];
             args.push(if *t == "raw" || *t == "via" { (1 << 20).to_string() } else { String::new() });
-            match run_pair_with(o, h, t, args) {
+            match run_pair_with(h, t, args) {
                 Ok((rows, _, _)) => {
                     for r in rows {
                         let (list, v) = if r.op == "lat" { (&mut lat, r.t_typical_us) } else { (&mut bw, r.mb_per_s) };
