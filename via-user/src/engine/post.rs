@@ -148,10 +148,14 @@ impl Core {
 
     /// Completes, in order, descriptors at the head of the outstanding part
     /// of `q` that carry errors from posting.
+    #[inline]
     fn complete_pre_errored(&mut self, id: u16, q: Queue) {
-        if self.pre_errored == 0 {
-            return; // the common case: no descriptor failed validation
+        if self.pre_errored != 0 {
+            self.complete_pre_errored_slow(id, q); // some descriptor failed validation
         }
+    }
+
+    fn complete_pre_errored_slow(&mut self, id: u16, q: Queue) {
         loop {
             let Ok(vi) = self.vi_mut(id) else { return };
             let wq = match q {
