@@ -147,10 +147,6 @@ impl RegistrationTable {
         }
     }
 
-    pub fn ptag_exists(&self, tag: Ptag) -> bool {
-        self.ptag_slot(tag).is_ok()
-    }
-
     /// Registers `[addr, addr + len)` and returns its handle.
     pub fn register(&mut self, addr: usize, len: usize, attrs: MemAttributes) -> Result<u32, MemError> {
         if len == 0 || addr.checked_add(len).is_none() {

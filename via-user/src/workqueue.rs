@@ -89,11 +89,6 @@ impl WorkQueue {
         &mut self.slots[(idx & self.mask) as usize]
     }
 
-    /// Does `idx` name an entry between `from` (inclusive) and `tail`?
-    pub fn in_range(&self, from: u32, idx: u32) -> bool {
-        idx.wrapping_sub(from) < self.tail.wrapping_sub(from)
-    }
-
     /// Hands back the oldest completed entry.
     pub fn pop_completed(&mut self) -> Option<WqEntry> {
         if self.head == self.done {
@@ -102,11 +97,6 @@ impl WorkQueue {
         let e = *self.get(self.head);
         self.head = self.head.wrapping_add(1);
         Some(e)
-    }
-
-    /// Is there a completed entry waiting to be handed back?
-    pub fn has_completed(&self) -> bool {
-        self.head != self.done
     }
 }
 
