@@ -97,6 +97,12 @@ pub mod flags {
     pub const ACK_REQ: u16 = 0x0010;
     /// The frame belongs to a reliable connection (sequence checked).
     pub const RELIABLE: u16 = 0x0020;
+    /// On an `Ack`: the message `msg_seq` failed at the peer; `imm` holds
+    /// the `VIP_STATUS_*` error bits its descriptor completes with, and
+    /// `ack` acknowledges everything before what failed.
+    pub const ERROR: u16 = 0x0040;
+    /// With [`ERROR`]: the peer broke the connection over it.
+    pub const FATAL: u16 = 0x0080;
 }
 
 /// Why a frame could not be parsed.

@@ -37,10 +37,10 @@ pub mod vi;
 pub mod vi_api;
 pub mod workqueue;
 
-pub use engine::{Config, Counters, IncomingRequest};
+pub use engine::{AsyncError, AsyncErrorKind, Config, Counters, IncomingRequest};
 pub use error::{Result, ViaError, VipReturn};
 pub use nic::{Completion, Nic, NicAttributes};
-pub use region::{Descriptor, MemoryRegion};
+pub use region::{Descriptor, MemoryRegion, Op, RemoteBuffer};
 pub use vi::{Reliability, ViAttributes, ViPhase};
 pub use vi_api::{Cq, Vi};
 pub use via_kernel_agent::memory::{MemAttributes, Ptag};

@@ -10,7 +10,7 @@
 //! it is posted: read a buffer after its descriptor completed, and do not
 //! change a send buffer while its descriptor is posted (the VIA contract).
 
-use crate::descriptor::{self, control, descriptor_bytes, status, DataSegment, Pvoid64, DESCRIPTOR_ALIGNMENT};
+use crate::descriptor::{self, control, descriptor_bytes, status, AddressSegment, DataSegment, Pvoid64, DESCRIPTOR_ALIGNMENT};
 use crate::error::{Result, ViaError};
 use crate::nic::Nic;
 use std::alloc::Layout;
@@ -115,6 +115,77 @@ impl MemoryRegion {
     fn same(&self, other: &MemoryRegion) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
+
+    /// `VipQueryMem`: the region's protection tag and RDMA enable bits.
+    pub fn attributes(&self) -> Result<MemAttributes> {
+        Ok(self.inner.nic.lock().core.mem.lookup(self.inner.handle)?.attrs)
+    }
+
+    /// `VipSetMemAttributes`: changes the protection tag (it must exist)
+    /// and the RDMA enable bits. Checks made from now on use the new ones.
+    pub fn set_attributes(&self, attrs: MemAttributes) -> Result<()> {
+        self.inner.nic.lock().core.mem.set_attributes(self.inner.ptr as usize, self.inner.handle, attrs).map_err(|e| match e {
+            via_kernel_agent::memory::MemError::BadPtag => ViaError::new(crate::VipReturn::InvalidPtag, "unknown protection tag"),
+            e => e.into(),
+        })
+    }
+
+    /// The address and handle a peer needs to RDMA into or out of
+    /// `range` of this region (send it to the peer in a message).
+    pub fn remote(&self, range: Range<usize>) -> Result<RemoteBuffer> {
+        self.check(range.start, range.len())?;
+        Ok(RemoteBuffer { addr: self.inner.ptr as u64 + range.start as u64, handle: self.inner.handle, len: range.len() as u64 })
+    }
+}
+
+/// A range of a peer's registered memory, the target of RDMA (what a
+/// `VIP_ADDRESS_SEGMENT` names, plus the length the peer offered).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteBuffer {
+    pub addr: u64,
+    pub handle: u32,
+    pub len: u64,
+}
+
+impl RemoteBuffer {
+    /// Encoded size: address, handle, length, big-endian.
+    pub const BYTES: usize = 20;
+
+    pub fn to_bytes(&self) -> [u8; Self::BYTES] {
+        let mut b = [0u8; Self::BYTES];
+        b[0..8].copy_from_slice(&self.addr.to_be_bytes());
+        b[8..12].copy_from_slice(&self.handle.to_be_bytes());
+        b[12..20].copy_from_slice(&self.len.to_be_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: &[u8]) -> Result<RemoteBuffer> {
+        if b.len() < Self::BYTES {
+            return Err(ViaError::invalid(format!("a remote buffer takes {} bytes, got {}", Self::BYTES, b.len())));
+        }
+        Ok(RemoteBuffer {
+            addr: u64::from_be_bytes(b[0..8].try_into().unwrap()),
+            handle: u32::from_be_bytes(b[8..12].try_into().unwrap()),
+            len: u64::from_be_bytes(b[12..20].try_into().unwrap()),
+        })
+    }
+
+    /// The part of this buffer starting `off` bytes in (no bounds check:
+    /// the target checks every access).
+    pub fn offset(&self, off: u64) -> RemoteBuffer {
+        RemoteBuffer { addr: self.addr.wrapping_add(off), handle: self.handle, len: self.len.saturating_sub(off) }
+    }
+}
+
+/// The operation a descriptor asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Send (on the send queue) or receive (on the receive queue).
+    SendRecv,
+    /// Write the local segments into the remote buffer.
+    RdmaWrite(RemoteBuffer),
+    /// Read the remote buffer into the local segments (reliable VIs).
+    RdmaRead(RemoteBuffer),
 }
 
 /// A `VIP_DESCRIPTOR` in registered memory, with room for a fixed number
@@ -129,7 +200,7 @@ pub struct Descriptor {
 impl Descriptor {
     /// A descriptor with room for `max_segs` data segments, registered under `ptag`.
     pub fn new(nic: &Nic, ptag: Ptag, max_segs: usize) -> Result<Descriptor> {
-        let bytes = descriptor_bytes(max_segs.max(2));
+        let bytes = descriptor_bytes(max_segs.max(2) + 1); // + an RDMA address segment
         let attrs = MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false };
         let mem = MemoryRegion::new(nic, bytes, DESCRIPTOR_ALIGNMENT, attrs)?;
         Ok(Descriptor { mem, max_segs: max_segs.max(1), refs: Vec::new() })
@@ -153,8 +224,20 @@ impl Descriptor {
     /// Fills in a send/receive descriptor over `segments` (region, byte
     /// range), with optional immediate data.
     pub fn set(&mut self, segments: &[(&MemoryRegion, Range<usize>)], imm: Option<u32>) -> Result<()> {
+        self.set_op(Op::SendRecv, segments, imm, false)
+    }
+
+    /// Fills in a descriptor for `op` over the local `segments`, with
+    /// optional immediate data (sends and RDMA writes) and the QFENCE bit
+    /// (wait for earlier RDMA reads of the VI before starting).
+    pub fn set_op(&mut self, op: Op, segments: &[(&MemoryRegion, Range<usize>)], imm: Option<u32>, fence: bool) -> Result<()> {
+        let remote = match op {
+            Op::SendRecv => None,
+            Op::RdmaWrite(r) | Op::RdmaRead(r) => Some(r),
+        };
+        let first = usize::from(remote.is_some());
         if segments.len() > self.max_segs {
-            return Err(ViaError::invalid(format!("{} segments, the descriptor has room for {}", segments.len(), self.max_segs)));
+            return Err(ViaError::invalid(format!("{} data segments, the descriptor has room for {}", segments.len(), self.max_segs)));
         }
         let mut total: u64 = 0;
         for (r, range) in segments {
@@ -170,24 +253,45 @@ impl Descriptor {
                 self.refs.push((*r).clone());
             }
         }
+        let opbits = match op {
+            Op::SendRecv => control::OP_SENDRECV,
+            Op::RdmaWrite(_) => control::OP_RDMAWRITE,
+            Op::RdmaRead(_) => control::OP_RDMAREAD,
+        };
         let cs = descriptor::ControlSegment {
-            seg_count: segments.len() as u16,
-            control: control::OP_SENDRECV | if imm.is_some() { control::IMMEDIATE } else { 0 },
+            seg_count: (first + segments.len()) as u16,
+            control: opbits | if imm.is_some() { control::IMMEDIATE } else { 0 } | if fence { control::QFENCE } else { 0 },
             immediate_data: imm.unwrap_or(0),
             length: total as u32,
             ..Default::default()
         };
         let base = self.addr();
         // SAFETY: the descriptor region holds the control segment and
-        // `max_segs` >= segments.len() data segments.
+        // room for `first + segments.len()` segments (checked above).
         unsafe {
             std::ptr::write_volatile(base as *mut descriptor::ControlSegment, cs);
+            if let Some(r) = remote {
+                let a = AddressSegment { data: Pvoid64 { address_bits: r.addr }, handle: r.handle, reserved: 0 };
+                std::ptr::write_volatile((base + 32) as *mut AddressSegment, a);
+            }
             for (i, (r, range)) in segments.iter().enumerate() {
                 let ds = DataSegment { data: Pvoid64 { address_bits: (r.as_ptr() as usize + range.start) as u64 }, handle: r.handle(), length: range.len() as u32 };
-                std::ptr::write_volatile((base + 32 + 16 * i) as *mut DataSegment, ds);
+                std::ptr::write_volatile((base + 32 + 16 * (first + i)) as *mut DataSegment, ds);
             }
         }
         Ok(())
+    }
+
+    /// Writes raw control-segment fields, for tests of malformed
+    /// descriptors (reserved bits, segment counts).
+    pub fn set_raw_control(&mut self, control: u16, seg_count: u16, length: u32) {
+        let base = self.addr() as *mut descriptor::ControlSegment;
+        // SAFETY: the control segment is the first 32 bytes of our region.
+        unsafe {
+            std::ptr::addr_of_mut!((*base).control).write_volatile(control);
+            std::ptr::addr_of_mut!((*base).seg_count).write_volatile(seg_count);
+            std::ptr::addr_of_mut!((*base).length).write_volatile(length);
+        }
     }
 
     /// The raw `Status` field.

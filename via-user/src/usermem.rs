@@ -5,7 +5,7 @@
 //! registered and promised (by the VIA contract) to keep alive while
 //! registered.
 
-use crate::descriptor::{descriptor_bytes, ControlSegment, DataSegment};
+use crate::descriptor::{descriptor_bytes, AddressSegment, ControlSegment, DataSegment};
 use via_kernel_agent::memory::{MemError, Ptag, RegistrationTable};
 
 /// Checks that the descriptor at `addr` with handle `handle` lies in memory
@@ -28,6 +28,13 @@ pub fn read_segment(addr: usize, i: usize) -> DataSegment {
     // SAFETY: `read_control` checked that all `seg_count` segments lie in
     // registered memory; callers pass `i < seg_count`; 16-byte aligned.
     unsafe { std::ptr::read_volatile((addr + 32 + 16 * i) as *const DataSegment) }
+}
+
+/// Reads segment 0 of the RDMA descriptor at `addr` as the remote
+/// address segment (its size was checked by [`read_control`]).
+pub fn read_address_segment(addr: usize) -> AddressSegment {
+    // SAFETY: as for `read_segment` with i = 0 (callers check seg_count >= 1).
+    unsafe { std::ptr::read_volatile((addr + 32) as *const AddressSegment) }
 }
 
 /// Writes the completion fields of the descriptor at `addr`, if its memory

@@ -4,6 +4,7 @@
 //! questions about it.
 
 use crate::workqueue::WorkQueue;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use via_kernel_agent::conn::Peer;
 use via_kernel_agent::memory::Ptag;
@@ -86,6 +87,25 @@ pub struct RxMessage {
     /// Scatter cursor: data segment and offset inside it.
     pub seg: u16,
     pub seg_off: u32,
+    /// PSN of the message's first fragment (for error reports).
+    pub first_psn: u32,
+    /// RDMA write: the target address and memory handle; the data goes
+    /// there and `entry` (if any) only receives the immediate data.
+    pub rdma: Option<(usize, u32)>,
+}
+
+/// An RDMA read this VI serves: the response frames still to send.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadJob {
+    /// PSN and message number of the request (echoed in every response).
+    pub psn: u32,
+    pub msg_seq: u32,
+    /// Start of the requested range in our memory, checked when queued.
+    pub addr: usize,
+    pub handle: u32,
+    pub len: u32,
+    /// Next byte to send.
+    pub off: u32,
 }
 
 /// One VI.
@@ -116,6 +136,12 @@ pub struct ViState {
     pub retries: u32,
     /// The `una` for which a NAK already caused a rewind.
     pub nak_rewound: Option<u32>,
+    /// RDMA reads transmitted and not yet completed.
+    pub reads_outstanding: u32,
+    /// Ask again for the rest of stalled RDMA reads (a response was lost).
+    pub read_resume: bool,
+    /// RDMA reads the peer asked of us, answered in order.
+    pub read_jobs: VecDeque<ReadJob>,
 
     // ---- receiver ----
     pub rx_expected: u32,
@@ -128,6 +154,10 @@ pub struct ViState {
     pub nak: bool,
     /// The `rx_expected` a NAK was last sent for.
     pub nak_sent_for: Option<u32>,
+    /// The last message that failed here and was reported to the sender:
+    /// (first PSN, one past its last PSN, message number, status bits). A
+    /// retransmission of it is answered with the report again.
+    pub last_rx_error: Option<(u32, u32, u32, u32)>,
 }
 
 impl ViState {
@@ -150,6 +180,9 @@ impl ViState {
             rto,
             retries: 0,
             nak_rewound: None,
+            reads_outstanding: 0,
+            read_resume: false,
+            read_jobs: VecDeque::new(),
             rx_expected: 0,
             rx: None,
             ack_count: 0,
@@ -157,6 +190,7 @@ impl ViState {
             ack_now: false,
             nak: false,
             nak_sent_for: None,
+            last_rx_error: None,
         }
     }
 
@@ -192,6 +226,10 @@ impl ViState {
         self.ack_now = false;
         self.nak = false;
         self.nak_sent_for = None;
+        self.reads_outstanding = 0;
+        self.read_resume = false;
+        self.read_jobs.clear();
+        self.last_rx_error = None;
     }
 
     /// The earliest timer of this VI.

@@ -35,6 +35,30 @@ pub struct WqEntry {
     pub nframes: u32,
     /// Message sequence number, assigned at the first transmission.
     pub msg_seq: u32,
+    /// Index of the first local data segment: 0, or 1 for RDMA, whose
+    /// segment 0 is the remote address segment.
+    pub seg0: u16,
+    /// RDMA: the remote address and memory handle (address segment).
+    pub raddr: u64,
+    pub rhandle: u32,
+    /// Error bits the peer reported for this message (REMOTE_DESC,
+    /// RDMA_PROT); it completes with them once acknowledged.
+    pub remote_status: u32,
+    /// RDMA read: response bytes placed so far, and whether the last
+    /// response arrived.
+    pub got: u32,
+    pub read_done: bool,
+}
+
+impl WqEntry {
+    /// The `VIP_CONTROL_OP_*` operation.
+    pub fn op(&self) -> u16 {
+        self.control & crate::descriptor::control::OP_MASK
+    }
+
+    pub fn is_read(&self) -> bool {
+        self.op() == crate::descriptor::control::OP_RDMAREAD
+    }
 }
 
 /// A VI's send or receive queue.

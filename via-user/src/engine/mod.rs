@@ -27,7 +27,7 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 use via_kernel_agent::conn::ConnectionManager;
 use via_kernel_agent::memory::{random_u32, RegistrationTable};
-use via_kernel_agent::wire::{ANY_ENDPOINT, DST_EP_OFFSET, ETHERTYPE, FRAME_HEADER_LEN, VIA_HEADER_LEN};
+use via_kernel_agent::wire::{HeaderRepr, ANY_ENDPOINT, DST_EP_OFFSET, ETHERTYPE, FRAME_HEADER_LEN, VIA_HEADER_LEN};
 use via_kernel_agent::{FrameDevice, MacAddr, RxFilter};
 
 /// Frames built and handed to the device per doorbell.
@@ -133,6 +133,8 @@ pub struct Counters {
     pub length_errors: u64,
     pub connections_lost: u64,
     pub cq_overflows: u64,
+    pub rdma_prot_errors: u64,
+    pub read_responses_dropped: u64,
 }
 
 impl Counters {
@@ -157,6 +159,8 @@ impl Counters {
             ("length_errors", self.length_errors),
             ("connections_lost", self.connections_lost),
             ("cq_overflows", self.cq_overflows),
+            ("rdma_prot_errors", self.rdma_prot_errors),
+            ("read_responses_dropped", self.read_responses_dropped),
         ]
     }
 }
@@ -174,6 +178,10 @@ pub enum AsyncErrorKind {
     ConnLost,
     /// A message arrived for a reliable VI with no receive posted.
     RecvQueueEmpty,
+    /// The peer's RDMA write broke our protection (ptag, bounds, enable bits).
+    RdmaWriteProt,
+    /// The peer's RDMA read broke our protection.
+    RdmaReadProt,
 }
 
 /// Everything of an opened NIC except the device.
@@ -201,6 +209,8 @@ pub struct Core {
     /// Posted descriptors (on any queue) waiting to complete with the error
     /// found when they were posted.
     pub pre_errored: usize,
+    /// Error reports (built headers) to send ahead of everything else.
+    pub reports: Vec<HeaderRepr>,
     /// Bounce slots for fragments that gather too many pieces, and
     /// control-frame payloads; allocated once, on first use.
     bounce: Vec<u8>,
@@ -253,6 +263,7 @@ impl Engine {
             counters: Counters::default(),
             async_errors: Vec::new(),
             pre_errored: 0,
+            reports: Vec::new(),
             bounce: Vec::new(),
             ready: Vec::new(),
         };

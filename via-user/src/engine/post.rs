@@ -55,11 +55,24 @@ impl Core {
             e.pre_status = status::FORMAT_ERROR;
             return Ok(e);
         }
-        if cs.control & control::OP_MASK != control::OP_SENDRECV {
-            return Err(ViaError::new(VipReturn::DescriptorError, "RDMA operations are not implemented yet"));
+        let op = cs.control & control::OP_MASK;
+        let rdma = op == control::OP_RDMAWRITE || op == control::OP_RDMAREAD;
+        let bad_op = match q {
+            Queue::Recv => op != control::OP_SENDRECV || cs.control & control::QFENCE != 0,
+            Queue::Send => op == control::OP_RESERVED || (op == control::OP_RDMAREAD && (cs.control & control::IMMEDIATE != 0 || !vi.reliable())),
+        };
+        if bad_op || (rdma && cs.seg_count == 0) {
+            e.pre_status = status::FORMAT_ERROR; // reserved op, RDMA on a receive queue, read on an unreliable VI
+            return Ok(e);
+        }
+        if rdma {
+            let a = usermem::read_address_segment(addr);
+            e.seg0 = 1;
+            e.raddr = a.data.address_bits;
+            e.rhandle = a.handle;
         }
         let mut total: u64 = 0;
-        for i in 0..cs.seg_count as usize {
+        for i in e.seg0 as usize..cs.seg_count as usize {
             let s = usermem::read_segment(addr, i);
             if s.length == 0 {
                 continue;
@@ -132,8 +145,21 @@ impl Core {
             Queue::Send => vi.send_cq,
             Queue::Recv => vi.recv_cq,
         };
+        let op = match (q, e.op()) {
+            (Queue::Send, control::OP_RDMAWRITE) => status::OP_RDMA_WRITE,
+            (Queue::Send, control::OP_RDMAREAD) => {
+                if e.nframes != 0 {
+                    vi.reads_outstanding = vi.reads_outstanding.saturating_sub(1);
+                    if vi.tx_idx != vi.sq.tail {
+                        self.doorbell.ring(id); // a QFENCE may wait for this read
+                    }
+                }
+                status::OP_RDMA_READ
+            }
+            _ => q.op_status(),
+        };
         let imm_bit = if imm.is_some() { status::IMMEDIATE } else { 0 };
-        usermem::write_completion(&self.mem, e.desc, e.desc_handle, length, bits | status::DONE | q.op_status() | imm_bit, imm);
+        usermem::write_completion(&self.mem, e.desc, e.desc_handle, length, bits | status::DONE | op | imm_bit, imm);
         if let Some(cq) = cq {
             if let Ok(c) = self.cq_mut(cq) {
                 let before = c.overflows;
@@ -192,6 +218,9 @@ impl Core {
             vi.tx_off = 0;
             vi.rx = None;
             vi.rto_at = None;
+            vi.reads_outstanding = 0;
+            vi.read_resume = false;
+            vi.read_jobs.clear();
         }
     }
 

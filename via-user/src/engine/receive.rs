@@ -7,7 +7,7 @@ use super::post::Queue;
 use super::{vi_at, AsyncError, AsyncErrorKind, Core};
 use crate::descriptor::status;
 use crate::usermem;
-use crate::vi::{RxMessage, ViPhase};
+use crate::vi::{ReadJob, Reliability, RxMessage, ViPhase};
 use std::time::Instant;
 use via_kernel_agent::conn::CmHeader;
 use via_kernel_agent::wire::{flags, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT};
@@ -55,14 +55,20 @@ impl Core {
             self.counters.rx_stale += 1;
             return;
         }
-        if f.flags() & flags::ACK != 0 {
-            let nak = kind == Kind::Ack && f.flags() & flags::ACK_REQ != 0;
+        let fl = f.flags();
+        if kind == Kind::Ack && fl & flags::ERROR != 0 {
+            self.on_error_report(id, &f, now);
+            return;
+        }
+        if fl & flags::ACK != 0 {
+            let nak = kind == Kind::Ack && fl & flags::ACK_REQ != 0;
             self.on_ack(id, f.ack(), nak, now);
         }
         match kind {
-            Kind::Data => self.on_data(id, &f, now),
+            Kind::Data | Kind::RdmaWrite | Kind::RdmaReadReq => self.on_sequenced(id, kind, &f, now),
+            Kind::RdmaReadResp => self.on_read_response(id, &f, now),
             Kind::Ack => {}
-            _ => self.counters.rx_malformed += 1, // RDMA kinds: not supported yet
+            _ => self.counters.rx_malformed += 1,
         }
     }
 
@@ -82,13 +88,19 @@ impl Core {
 
     /// Puts VI `id` into the Error state: its connection is gone.
     pub fn connection_lost(&mut self, id: u16) {
+        self.enter_error(id, AsyncErrorKind::ConnLost);
+    }
+
+    /// Puts VI `id` into the Error state, reporting `why`; everything
+    /// outstanding completes as flushed.
+    pub fn enter_error(&mut self, id: u16, why: AsyncErrorKind) {
         let Ok(vi) = self.vi_mut(id) else { return };
         if vi.phase == ViPhase::Error {
             return;
         }
         vi.phase = ViPhase::Error;
         self.counters.connections_lost += 1;
-        self.async_errors.push(AsyncError { vi: id, kind: AsyncErrorKind::ConnLost });
+        self.async_errors.push(AsyncError { vi: id, kind: why });
         self.flush_vi(id);
     }
 
@@ -105,7 +117,7 @@ impl Core {
             vi.retries = 0;
             vi.rto = self.config.rto_initial;
             vi.nak_rewound = None;
-            vi.rto_at = if vi.una == vi.sent_hi { None } else { Some(now + vi.rto) };
+            vi.rto_at = if vi.una == vi.sent_hi && vi.reads_outstanding == 0 { None } else { Some(now + vi.rto) };
             let (rto_at, behind) = (vi.rto_at, seq_lt(vi.tx_psn, ack));
             if let Some(t) = rto_at {
                 self.arm(t);
@@ -140,13 +152,17 @@ impl Core {
             if e.nframes == 0 || !seq_le(e.first_psn.wrapping_add(e.nframes), vi.una) {
                 return;
             }
-            let len = e.len;
-            self.complete_next(id, Queue::Send, len, 0, None);
+            if e.is_read() && !e.read_done && e.remote_status == 0 {
+                return; // the request arrived; the data has not yet
+            }
+            let (len, bits) = if e.remote_status != 0 { (0, e.remote_status) } else { (e.len, 0) };
+            self.complete_next(id, Queue::Send, len, bits, None);
         }
     }
 
-    /// A data fragment for VI `id` from its peer.
-    fn on_data<T: AsRef<[u8]>>(&mut self, id: u16, f: &Frame<T>, now: Instant) {
+    /// A frame of the peer's sequenced stream (send or RDMA write
+    /// fragment, RDMA read request) for VI `id`.
+    fn on_sequenced<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>, now: Instant) {
         let reliable;
         let psn = f.psn();
         {
@@ -157,24 +173,34 @@ impl Core {
                     if seq_lt(psn, vi.rx_expected) {
                         self.counters.rx_duplicate += 1;
                         vi.ack_now = true;
-                    } else {
-                        self.counters.rx_out_of_order += 1;
-                        if vi.nak_sent_for != Some(vi.rx_expected) {
-                            vi.nak = true;
+                        let again = vi.last_rx_error.filter(|&(first, end, _, _)| seq_le(first, psn) && seq_lt(psn, end));
+                        self.acks_due.push(id);
+                        if let Some((_, end, seq, bits)) = again {
+                            self.queue_report(id, end, seq, bits, false); // the report was lost
+                        } else if kind == Kind::RdmaReadReq {
+                            self.on_read_request(id, f, true); // a response was lost
                         }
+                        return;
+                    }
+                    self.counters.rx_out_of_order += 1;
+                    if vi.nak_sent_for != Some(vi.rx_expected) {
+                        vi.nak = true;
                     }
                     self.acks_due.push(id);
                     return;
                 }
             } else if psn != vi.rx_expected {
-                // Unreliable: a gap loses the message being reassembled.
-                if vi.rx.is_some() {
-                    vi.rx = None;
-                }
+                // Unreliable: a gap loses the rest of the message being
+                // reassembled; a descriptor it had consumed completes PARTIAL.
+                self.abandon_partial(id);
             }
-            vi.rx_expected = psn.wrapping_add(1);
+            vi_at(&mut self.vis, id).unwrap().rx_expected = psn.wrapping_add(1);
         }
-        if !self.place(id, f) {
+        let alive = match kind {
+            Kind::RdmaReadReq => reliable && self.on_read_request(id, f, false),
+            _ => self.place(id, kind, f),
+        };
+        if !alive {
             return; // the VI broke
         }
         if reliable {
@@ -192,19 +218,178 @@ impl Core {
         }
     }
 
-    /// Places an in-sequence fragment; false when the VI broke.
-    fn place<T: AsRef<[u8]>>(&mut self, id: u16, f: &Frame<T>) -> bool {
+    /// Unreliable VI: the message being reassembled lost a fragment. If it
+    /// had consumed a receive descriptor, that completes with PARTIAL_ERROR
+    /// and the bytes placed so far.
+    fn abandon_partial(&mut self, id: u16) {
+        let Some(vi) = vi_at(&mut self.vis, id) else { return };
+        let Some(m) = vi.rx.take() else { return };
+        if m.entry.is_some() {
+            let op = if m.rdma.is_some() { status::OP_REMOTE_RDMA_WRITE } else { 0 };
+            self.complete_next(id, Queue::Recv, m.got, m.error | status::PARTIAL_ERROR | op, m.imm);
+        }
+    }
+
+    /// Checks an RDMA access by the peer to `[addr, addr + len)` of our
+    /// memory under `handle`: the VI's and the region's enable bit, the
+    /// VI's protection tag, the region's bounds. Returns the address.
+    fn rdma_target(&self, id: u16, addr: u64, handle: u32, len: u32, write: bool) -> Option<usize> {
+        let vi = self.vi(id).ok()?;
+        let vi_enabled = if write { vi.attrs.enable_rdma_write } else { vi.attrs.enable_rdma_read };
+        if !vi_enabled {
+            return None;
+        }
+        let addr = usize::try_from(addr).ok()?;
+        let r = self.mem.check(handle, addr, len as usize, vi.attrs.ptag).ok()?;
+        let enabled = if write { r.attrs.enable_rdma_write } else { r.attrs.enable_rdma_read };
+        enabled.then_some(addr)
+    }
+
+    /// The peer's RDMA access `msg_seq` (first PSN `psn`) broke our
+    /// protection. Reliable VIs report it to the initiator, whose descriptor
+    /// completes with RDMA_PROT_ERROR, and break the connection (false);
+    /// unreliable ones drop the message and go on (true). Either way our
+    /// memory is untouched and the error is reported here.
+    fn rdma_violation(&mut self, id: u16, psn: u32, msg_seq: u32, why: AsyncErrorKind) -> bool {
+        self.counters.rdma_prot_errors += 1;
+        let reliable = self.vi(id).is_ok_and(|v| v.reliable());
+        if reliable {
+            self.queue_report(id, psn, msg_seq, status::RDMA_PROT_ERROR, true);
+            self.enter_error(id, why);
+            return false;
+        }
+        self.async_errors.push(AsyncError { vi: id, kind: why });
+        true
+    }
+
+    /// An RDMA read request from the peer (reliable VIs only). `again`:
+    /// a retransmission asking for the rest from `offset`. False when the
+    /// VI broke.
+    fn on_read_request<T: AsRef<[u8]>>(&mut self, id: u16, f: &Frame<T>, again: bool) -> bool {
+        let (psn, seq, len, off, handle) = (f.psn(), f.msg_seq(), f.msg_len(), f.offset(), f.rdma_handle());
+        let Some(addr) = self.rdma_target(id, f.rdma_addr(), handle, len, false) else {
+            if again {
+                return true; // reported the first time
+            }
+            return self.rdma_violation(id, psn, seq, AsyncErrorKind::RdmaReadProt);
+        };
+        let max_jobs = self.config.queue_depth;
+        let vi = vi_at(&mut self.vis, id).unwrap();
+        if off > len || vi.read_jobs.iter().any(|j| j.psn == psn) {
+            return true;
+        }
+        if vi.read_jobs.len() >= max_jobs {
+            self.counters.read_responses_dropped += 1; // the requester asks again
+            return true;
+        }
+        vi.read_jobs.push_back(ReadJob { psn, msg_seq: seq, addr, handle, len, off });
+        self.doorbell.ring(id);
+        true
+    }
+
+    /// Response data for one of our RDMA reads.
+    fn on_read_response<T: AsRef<[u8]>>(&mut self, id: u16, f: &Frame<T>, now: Instant) {
+        let (psn, seq, off, payload) = (f.psn(), f.msg_seq(), f.offset(), f.payload());
+        let vi = vi_at(&mut self.vis, id).unwrap();
+        let mut idx = vi.sq.done;
+        let found = loop {
+            if idx == vi.sq.tail {
+                break None;
+            }
+            let e = vi.sq.get(idx);
+            if e.nframes != 0 && e.is_read() && e.first_psn == psn && e.msg_seq == seq {
+                break Some(*e);
+            }
+            idx = idx.wrapping_add(1);
+        };
+        let Some(e) = found else {
+            self.counters.rx_duplicate += 1; // an old read, already complete
+            return;
+        };
+        let end = off as u64 + payload.len() as u64;
+        let last = f.flags() & flags::LAST != 0;
+        if e.read_done || off != e.got || f.msg_len() != e.len || end > e.len as u64 || last != (end == e.len as u64) {
+            self.counters.rx_out_of_order += 1; // a gap: a later resume asks again
+            return;
+        }
+        // A response means the request arrived: an implicit acknowledgement.
+        if seq_le(vi.una, psn) {
+            self.on_ack(id, psn.wrapping_add(1), false, now);
+        }
+        let ptag = self.vi(id).unwrap().attrs.ptag;
+        let mut cur = segment_cursor(e.desc, e.seg0 as usize, e.segs as usize, off);
+        let placed = self.scatter(e.desc, e.segs as usize, ptag, &mut cur, payload);
+        let rto = self.config.rto_initial;
+        let vi = vi_at(&mut self.vis, id).unwrap();
+        let en = vi.sq.get_mut(idx);
+        en.got += payload.len() as u32;
+        if !placed {
+            en.remote_status |= status::PROTECTION_ERROR; // our memory went away
+        }
+        en.read_done |= last || !placed;
+        let done = en.read_done;
+        vi.retries = 0;
+        vi.rto = rto;
+        vi.rto_at = Some(now + rto);
+        self.arm(now + rto);
+        if done {
+            self.complete_acked(id);
+        }
+    }
+
+    /// The peer reports that our message `msg_seq` failed there.
+    fn on_error_report<T: AsRef<[u8]>>(&mut self, id: u16, f: &Frame<T>, now: Instant) {
+        let (seq, bits, fatal) = (f.msg_seq(), f.imm() & status::ERROR_MASK, f.flags() & flags::FATAL != 0);
+        let vi = vi_at(&mut self.vis, id).unwrap();
+        let mut idx = vi.sq.done;
+        while idx != vi.sq.tail {
+            let e = vi.sq.get_mut(idx);
+            if e.nframes != 0 && e.msg_seq == seq {
+                e.remote_status |= bits;
+                break;
+            }
+            idx = idx.wrapping_add(1);
+        }
+        if vi.reliable() {
+            self.on_ack(id, f.ack(), false, now);
+        }
+        if fatal {
+            // The failed message is at the head now: it completes with its
+            // error, everything after it is flushed.
+            let vi = self.vi(id).unwrap();
+            if vi.sq.done != vi.sq.tail {
+                let e = *vi.sq.get(vi.sq.done);
+                if e.nframes != 0 && e.msg_seq == seq {
+                    self.complete_next(id, Queue::Send, 0, e.remote_status, None);
+                }
+            }
+            self.connection_lost(id);
+        }
+    }
+
+    /// Starts reassembling a message whose first fragment is `f`: takes a
+    /// receive descriptor for a send or an RDMA write with immediate data,
+    /// checks an RDMA write's target. False when the VI broke.
+    fn begin_message<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>) -> bool {
         let fl = f.flags();
         let vi = vi_at(&mut self.vis, id).unwrap();
         let reliable = vi.reliable();
-        if fl & flags::FIRST != 0 {
-            if vi.rx.is_some() && reliable {
-                self.counters.rx_bad_offset += 1;
+        if vi.rx.is_some() && reliable {
+            self.counters.rx_bad_offset += 1;
+        }
+        let mut m = RxMessage { entry: None, msg_seq: f.msg_seq(), msg_len: f.msg_len(), got: 0, error: 0, imm: None, seg: 0, seg_off: 0, first_psn: f.psn(), rdma: None };
+        if fl & flags::IMMEDIATE != 0 {
+            m.imm = Some(f.imm());
+        }
+        vi.rx = Some(m); // discarded unless completed below
+        if kind == Kind::RdmaWrite {
+            match self.rdma_target(id, f.rdma_addr(), f.rdma_handle(), f.msg_len(), true) {
+                Some(addr) => m.rdma = Some((addr, f.rdma_handle())),
+                None => return self.rdma_violation(id, m.first_psn, m.msg_seq, AsyncErrorKind::RdmaWriteProt),
             }
-            let mut m = RxMessage { entry: None, msg_seq: f.msg_seq(), msg_len: f.msg_len(), got: 0, error: 0, imm: None, seg: 0, seg_off: 0 };
-            if fl & flags::IMMEDIATE != 0 {
-                m.imm = Some(f.imm());
-            }
+        }
+        let vi = vi_at(&mut self.vis, id).unwrap();
+        if kind == Kind::Data || m.imm.is_some() {
             if vi.rq.done == vi.rq.tail {
                 self.counters.rx_no_receive_posted += 1;
                 if reliable {
@@ -212,18 +397,28 @@ impl Core {
                     self.break_connection(id);
                     return false;
                 }
-                vi.rx = Some(m); // discard this message
-            } else {
-                let e = vi.rq.get(vi.rq.done);
-                m.entry = Some(vi.rq.done);
-                if m.msg_len > e.len || m.msg_len > vi.attrs.max_transfer_size {
-                    m.error = status::LENGTH_ERROR;
-                    self.counters.length_errors += 1;
-                }
-                vi.rx = Some(m);
+                return true; // unreliable: the message is dropped and counted
+            }
+            let e = vi.rq.get(vi.rq.done);
+            m.entry = Some(vi.rq.done);
+            if kind == Kind::Data && (m.msg_len > e.len || m.msg_len > vi.attrs.max_transfer_size) {
+                m.error = status::LENGTH_ERROR;
+                self.counters.length_errors += 1;
             }
         }
+        vi.rx = Some(m);
+        true
+    }
+
+    /// Places an in-sequence fragment of a send or RDMA write; false when
+    /// the VI broke.
+    fn place<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>) -> bool {
+        let fl = f.flags();
+        if fl & flags::FIRST != 0 && !self.begin_message(id, kind, f) {
+            return false;
+        }
         let vi = vi_at(&mut self.vis, id).unwrap();
+        let reliable = vi.reliable();
         let Some(mut m) = vi.rx else {
             // A middle fragment with no message: its start was lost.
             return true;
@@ -231,60 +426,82 @@ impl Core {
         let payload = f.payload();
         let end = m.got as u64 + payload.len() as u64;
         let last = fl & flags::LAST != 0;
-        if f.msg_seq() != m.msg_seq || f.msg_len() != m.msg_len || f.offset() != m.got || end > m.msg_len as u64 || last != (end == m.msg_len as u64) {
+        let same_kind = (kind == Kind::RdmaWrite) == m.rdma.is_some() || (m.entry.is_none() && m.rdma.is_none());
+        if !same_kind || f.msg_seq() != m.msg_seq || f.msg_len() != m.msg_len || f.offset() != m.got || end > m.msg_len as u64 || last != (end == m.msg_len as u64) {
             self.counters.rx_bad_offset += 1;
-            vi.rx = None;
             if reliable {
+                vi.rx = None;
                 self.break_connection(id);
                 return false;
             }
+            self.abandon_partial(id);
             return true;
         }
-        if let (Some(entry), 0) = (m.entry, m.error) {
-            let e = *vi.rq.get(entry);
-            let ptag = vi.attrs.ptag;
-            if !self.scatter(e.desc, e.segs as usize, ptag, &mut m, payload) {
-                m.error = status::PROTECTION_ERROR;
+        let ptag = vi.attrs.ptag;
+        if m.error == 0 {
+            if let Some((base, handle)) = m.rdma {
+                let addr = base + m.got as usize; // inside the range checked at the first fragment
+                if self.mem.check(handle, addr, payload.len(), ptag).is_ok() {
+                    // SAFETY: [addr, addr + len) was just checked against the table.
+                    unsafe { usermem::copy_in(addr, payload) };
+                } else {
+                    m.error = status::PROTECTION_ERROR; // deregistered meanwhile
+                }
+            } else if let Some(entry) = m.entry {
+                let e = *vi.rq.get(entry);
+                let mut cur = (m.seg, m.seg_off);
+                if !self.scatter(e.desc, e.segs as usize, ptag, &mut cur, payload) {
+                    m.error = status::PROTECTION_ERROR;
+                }
+                (m.seg, m.seg_off) = cur;
             }
         }
         m.got += payload.len() as u32;
         let vi = self.vi_mut(id).unwrap();
-        if last {
-            vi.rx = None;
-            if m.entry.is_some() {
-                let len = if m.error == status::LENGTH_ERROR { 0 } else { m.got };
-                self.complete_next(id, Queue::Recv, len, m.error, m.imm);
-            }
-        } else {
+        if !last {
             vi.rx = Some(m);
+            return true;
+        }
+        vi.rx = None;
+        if m.entry.is_some() {
+            let len = if m.error == status::LENGTH_ERROR { 0 } else { m.got };
+            let op = if m.rdma.is_some() { status::OP_REMOTE_RDMA_WRITE } else { 0 };
+            self.complete_next(id, Queue::Recv, len, m.error | op, m.imm);
+        }
+        let vi = self.vi_mut(id).unwrap();
+        if m.error != 0 && vi.attrs.reliability == Reliability::ReliableReception {
+            // The sender's descriptor learns that ours failed.
+            let end = vi.rx_expected;
+            vi.last_rx_error = Some((m.first_psn, end, m.msg_seq, status::REMOTE_DESC_ERROR));
+            self.queue_report(id, end, m.msg_seq, status::REMOTE_DESC_ERROR, false);
         }
         true
     }
 
-    /// Copies `payload` into the receive descriptor at `desc` from the
-    /// message's scatter cursor on; false on a protection failure.
-    /// `segs` is the segment count validated when the descriptor was posted.
-    fn scatter(&self, desc: usize, segs: usize, ptag: via_kernel_agent::memory::Ptag, m: &mut RxMessage, mut payload: &[u8]) -> bool {
+    /// Copies `payload` into the descriptor at `desc` from the scatter
+    /// cursor `cur` (segment, offset in it) on; false on a protection
+    /// failure. `segs` is the segment count validated when it was posted.
+    fn scatter(&self, desc: usize, segs: usize, ptag: via_kernel_agent::memory::Ptag, cur: &mut (u16, u32), mut payload: &[u8]) -> bool {
         while !payload.is_empty() {
-            if m.seg as usize >= segs {
+            if cur.0 as usize >= segs {
                 return false;
             }
-            let s = usermem::read_segment(desc, m.seg as usize);
-            let room = s.length.saturating_sub(m.seg_off) as usize;
+            let s = usermem::read_segment(desc, cur.0 as usize);
+            let room = s.length.saturating_sub(cur.1) as usize;
             if room == 0 {
-                m.seg += 1;
-                m.seg_off = 0;
+                cur.0 += 1;
+                cur.1 = 0;
                 continue;
             }
             let n = room.min(payload.len());
-            let addr = s.data.address_bits as usize + m.seg_off as usize;
+            let addr = s.data.address_bits as usize + cur.1 as usize;
             if self.mem.check(s.handle, addr, n, ptag).is_err() {
                 return false;
             }
             // SAFETY: [addr, addr + n) was just checked against the table.
             unsafe { usermem::copy_in(addr, &payload[..n]) };
             payload = &payload[n..];
-            m.seg_off += n as u32;
+            cur.1 += n as u32;
         }
         true
     }
@@ -298,4 +515,17 @@ impl Core {
         }
         self.connection_lost(id);
     }
+}
+
+/// The scatter cursor (segment, offset in it) for byte `off` of the data
+/// segments `seg0..segs` of the descriptor at `desc`.
+fn segment_cursor(desc: usize, seg0: usize, segs: usize, mut off: u32) -> (u16, u32) {
+    for i in seg0..segs {
+        let len = usermem::read_segment(desc, i).length;
+        if off < len {
+            return (i as u16, off);
+        }
+        off -= len;
+    }
+    (segs as u16, off)
 }

@@ -3,7 +3,9 @@
 //! engine-wide deadline (`Core::timer_at`) says when to look; only then are
 //! the VIs scanned.
 
+use super::post::Queue;
 use super::Core;
+use crate::descriptor::status;
 use crate::vi::ViPhase;
 use std::time::Instant;
 
@@ -33,20 +35,29 @@ impl Core {
                 self.acks_due.push(id);
             }
             if vi.rto_at.is_some_and(|t| t <= now) {
-                if vi.una == vi.sent_hi {
+                if vi.una == vi.sent_hi && vi.reads_outstanding == 0 {
                     vi.rto_at = None;
                 } else {
                     vi.retries += 1;
                     self.counters.rto_expiries += 1;
                     if vi.retries > limit {
+                        // The message at the head could not be delivered:
+                        // TRANSPORT_ERROR; everything after it is flushed.
+                        let head = (vi.sq.done != vi.sq.tail).then(|| *vi.sq.get(vi.sq.done));
+                        if head.is_some_and(|e| e.nframes != 0) {
+                            self.complete_next(id, Queue::Send, 0, status::TRANSPORT_ERROR, None);
+                        }
                         self.break_connection(id);
                         continue;
                     }
                     vi.rto = (vi.rto * 2).min(rto_max);
                     vi.rto_at = Some(now + vi.rto);
                     vi.nak_rewound = None;
-                    let una = vi.una;
-                    self.seek(id, una);
+                    vi.read_resume = vi.reads_outstanding > 0;
+                    if vi.una != vi.sent_hi {
+                        let una = vi.una;
+                        self.seek(id, una);
+                    }
                     self.doorbell.ring(id);
                 }
             }

@@ -28,6 +28,9 @@ pub struct Spec {
     pieces: [(usize, usize); MAX_GATHER],
     n: usize,
     psn: u32,
+    /// Read-response frames: payload bytes (the job advances by them once
+    /// the device took the frame).
+    resp: Option<u32>,
 }
 
 /// Room for one control frame's payload.
@@ -38,7 +41,7 @@ impl Engine {
     #[inline]
     pub(super) fn flush(&mut self, now: Instant) {
         let c = &mut self.core;
-        if c.cm.outgoing().is_empty() && !c.doorbell.is_rung() && c.acks_due.is_empty() {
+        if c.cm.outgoing().is_empty() && !c.doorbell.is_rung() && c.acks_due.is_empty() && c.reports.is_empty() {
             return; // the common idle case: nothing to build
         }
         self.flush_queued(now);
@@ -47,6 +50,23 @@ impl Engine {
     fn flush_queued(&mut self, now: Instant) {
         let Engine { dev, core, hdrs, specs } = self;
         let specs: &mut [Spec; BATCH] = specs;
+
+        // Error reports go first: they must reach the peer before any ACK
+        // that covers the message they are about.
+        while !core.reports.is_empty() {
+            let take = core.reports.len().min(BATCH);
+            for (i, h) in core.reports.iter().take(take).enumerate() {
+                h.emit(&mut hdrs[i]);
+                specs[i] = Spec::default();
+            }
+            let k = send_batch(dev.as_mut(), hdrs, &specs[..take]);
+            core.counters.tx_frames += k as u64;
+            core.reports.drain(..k);
+            if k < take {
+                core.counters.tx_ring_full += 1;
+                break;
+            }
+        }
 
         while !core.cm.outgoing().is_empty() {
             let n = core.build_control(hdrs, specs);
@@ -61,6 +81,18 @@ impl Engine {
         let mut ready = std::mem::take(&mut core.ready);
         core.doorbell.take(&mut ready);
         for &id in &ready {
+            loop {
+                let n = core.build_side(id, hdrs, specs);
+                if n == 0 {
+                    break;
+                }
+                let k = send_batch(dev.as_mut(), hdrs, &specs[..n]);
+                core.after_side(id, specs, n, k);
+                if k < n {
+                    core.doorbell.ring(id);
+                    break;
+                }
+            }
             loop {
                 let n = core.build_data(id, hdrs, specs);
                 if n == 0 {
@@ -115,12 +147,13 @@ pub type Headers = [[u8; FRAME_HEADER_LEN]; BATCH];
 fn gather(mem: &RegistrationTable, bounce_buf: &mut Vec<u8>, frag: usize, e: &WqEntry, ptag: Ptag, off: u32, len: u32, slot: usize, spec: &mut Spec) -> bool {
     let (desc, segs) = (e.desc, e.segs as usize);
     spec.n = 0;
+    spec.resp = None;
     // Pieces go straight into `spec`; past MAX_GATHER they are copied
     // into this frame's bounce slot instead (rare: many tiny segments).
     let mut bounce: Option<(usize, usize)> = None; // (slot base, bytes copied)
     let mut skip = off as usize;
     let mut want = len as usize;
-    for i in 0..segs {
+    for i in e.seg0 as usize..segs {
         if want == 0 {
             break;
         }
@@ -218,18 +251,27 @@ impl Core {
                 vi.tx_off = 0;
                 continue;
             }
+            let e = *en;
+            if e.control & control::QFENCE != 0 && vi.tx_off == 0 && reads_pending(vi) {
+                break; // QFENCE: wait until the earlier RDMA reads complete
+            }
+            let en = vi.sq.get_mut(vi.tx_idx);
+            let is_read = e.is_read();
             if en.nframes == 0 {
                 en.first_psn = vi.tx_psn;
-                en.nframes = en.len.div_ceil(frag).max(1);
+                en.nframes = if is_read { 1 } else { en.len.div_ceil(frag).max(1) };
                 en.msg_seq = vi.next_msg_seq;
                 vi.next_msg_seq = vi.next_msg_seq.wrapping_add(1);
+                if is_read {
+                    vi.reads_outstanding += 1;
+                }
             }
             let e = *en;
             debug_assert_eq!(e.first_psn.wrapping_add(vi.tx_off / frag), vi.tx_psn);
             let off = vi.tx_off;
-            let len = frag.min(e.len - off);
+            let len = if is_read { 0 } else { frag.min(e.len - off) };
             let mut fl = if off == 0 { flags::FIRST } else { 0 };
-            if off + len == e.len {
+            if is_read || off + len == e.len {
                 fl |= flags::LAST;
             }
             if e.control & control::IMMEDIATE != 0 {
@@ -241,10 +283,15 @@ impl Core {
                     fl |= flags::ACK_REQ;
                 }
             }
+            let kind = match e.op() {
+                control::OP_RDMAWRITE => Kind::RdmaWrite,
+                control::OP_RDMAREAD => Kind::RdmaReadReq,
+                _ => Kind::Data,
+            };
             HeaderRepr {
                 dst_mac: pmac,
                 src_mac: mac,
-                kind: Kind::Data as u8,
+                kind: kind as u8,
                 flags: fl,
                 dst_ep: pep,
                 src_ep: ep,
@@ -256,12 +303,17 @@ impl Core {
                 msg_len: e.len,
                 offset: off,
                 imm: e.imm,
+                rdma_addr: e.raddr,
+                rdma_handle: e.rhandle,
                 msg_seq: e.msg_seq,
                 payload_len: len as u16,
                 ..HeaderRepr::default()
             }
             .emit(&mut hdrs[n]);
-            if !gather(mem, bounce, frag as usize, &e, ptag, off, len, n, &mut specs[n]) {
+            specs[n].resp = None;
+            if is_read {
+                specs[n].n = 0;
+            } else if !gather(mem, bounce, frag as usize, &e, ptag, off, len, n, &mut specs[n]) {
                 // The memory went away under a posted descriptor.
                 self.break_connection(id);
                 return 0;
@@ -269,7 +321,7 @@ impl Core {
             specs[n].psn = vi.tx_psn;
             vi.tx_psn = vi.tx_psn.wrapping_add(1);
             vi.tx_off += len;
-            if vi.tx_off >= e.len {
+            if is_read || vi.tx_off >= e.len {
                 vi.tx_idx = vi.tx_idx.wrapping_add(1);
                 vi.tx_off = 0;
             }
@@ -416,7 +468,7 @@ impl Core {
                 ..HeaderRepr::default()
             };
             h.emit(&mut hdrs[i]);
-            specs[i] = Spec { n: 1, psn: 0, ..Spec::default() };
+            specs[i] = Spec { n: 1, ..Spec::default() };
             specs[i].pieces[0] = (self.bounce.as_ptr() as usize + at, n);
         }
         take
@@ -437,5 +489,144 @@ impl Core {
             imm: 0,
             conn: Default::default(),
         });
+    }
+}
+
+/// Does the send queue hold an RDMA read, before the transmit position,
+/// that has not completed? (What a QFENCE descriptor waits for.)
+fn reads_pending(vi: &crate::vi::ViState) -> bool {
+    if vi.reads_outstanding == 0 {
+        return false;
+    }
+    let mut idx = vi.sq.done;
+    while idx != vi.tx_idx {
+        let e = vi.sq.get(idx);
+        if e.is_read() && e.nframes != 0 && !e.read_done && e.remote_status == 0 {
+            return true;
+        }
+        idx = idx.wrapping_add(1);
+    }
+    false
+}
+
+impl Core {
+    /// Builds up to [`BATCH`] frames of VI `id` outside its sequenced
+    /// stream: responses to the peer's RDMA reads, and requests for the
+    /// rest of our stalled reads. Returns how many.
+    fn build_side(&mut self, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH]) -> usize {
+        let Core { vis, mem, frag, mac, ep, .. } = self;
+        let (frag, mac, ep) = (*frag, *mac, *ep);
+        let Some(vi) = vi_at(vis, id) else { return 0 };
+        let Some(peer) = vi.peer.as_ref().filter(|_| vi.phase == ViPhase::Connected) else { return 0 };
+        let base = HeaderRepr {
+            dst_mac: peer.mac,
+            src_mac: mac,
+            dst_ep: peer.ep,
+            src_ep: ep,
+            dst_vi: peer.vi,
+            src_vi: id,
+            generation: peer.generation,
+            ack: vi.rx_expected,
+            ..HeaderRepr::default()
+        };
+        let ptag = vi.attrs.ptag;
+        let mut n = 0;
+        // Responses, front job first; `off` runs ahead of the jobs, which
+        // advance only by what the device takes (after_side).
+        let mut j = 0;
+        let mut off = vi.read_jobs.front().map_or(0, |job| job.off);
+        while n < BATCH && j < vi.read_jobs.len() {
+            let job = vi.read_jobs[j];
+            let len = frag.min(job.len - off);
+            let mut fl = flags::RELIABLE | flags::ACK;
+            if off == 0 {
+                fl |= flags::FIRST;
+            }
+            if off + len == job.len {
+                fl |= flags::LAST;
+            }
+            let addr = job.addr + off as usize;
+            if len > 0 && mem.check(job.handle, addr, len as usize, ptag).is_err() {
+                // Deregistered since the request: nothing more of it is sent
+                // (the requester's read times out).
+                vi.read_jobs.remove(j);
+                off = vi.read_jobs.get(j).map_or(0, |x| x.off);
+                continue;
+            }
+            HeaderRepr { kind: Kind::RdmaReadResp as u8, flags: fl, psn: job.psn, msg_len: job.len, offset: off, msg_seq: job.msg_seq, payload_len: len as u16, ..base }.emit(&mut hdrs[n]);
+            specs[n] = Spec { n: usize::from(len > 0), resp: Some(len), ..Spec::default() };
+            specs[n].pieces[0] = (addr, len as usize);
+            n += 1;
+            off += len;
+            if off == job.len {
+                j += 1;
+                off = vi.read_jobs.get(j).map_or(0, |x| x.off);
+            }
+        }
+        // Stalled reads whose request was acknowledged: ask for the rest.
+        if vi.read_resume {
+            vi.read_resume = false;
+            let mut idx = vi.sq.done;
+            while idx != vi.tx_idx && n < BATCH {
+                let e = *vi.sq.get(idx);
+                idx = idx.wrapping_add(1);
+                if !e.is_read() || e.nframes == 0 || e.read_done || e.remote_status != 0 || !seq_lt(e.first_psn, vi.una) {
+                    continue;
+                }
+                let fl = flags::RELIABLE | flags::ACK | flags::FIRST | flags::LAST;
+                HeaderRepr { kind: Kind::RdmaReadReq as u8, flags: fl, psn: e.first_psn, msg_len: e.len, offset: e.got, rdma_addr: e.raddr, rdma_handle: e.rhandle, msg_seq: e.msg_seq, ..base }.emit(&mut hdrs[n]);
+                specs[n] = Spec::default();
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Accounts for `n` side frames of VI `id` of which the device took `k`.
+    fn after_side(&mut self, id: u16, specs: &[Spec; BATCH], n: usize, k: usize) {
+        self.counters.tx_frames += k as u64;
+        let Ok(vi) = self.vi_mut(id) else { return };
+        for s in &specs[..k] {
+            let Some(len) = s.resp else { continue };
+            if let Some(job) = vi.read_jobs.front_mut() {
+                job.off += len;
+                if job.off >= job.len {
+                    vi.read_jobs.pop_front();
+                }
+            }
+        }
+        if specs[k..n].iter().any(|s| s.resp.is_none()) {
+            vi.read_resume = true; // a resume request was refused: again next round
+        }
+    }
+
+    /// Queues an error report to VI `id`'s peer: message `msg_seq` failed
+    /// here with `bits`; everything before PSN `ack` is acknowledged.
+    /// `fatal`: we are breaking the connection over it.
+    pub(super) fn queue_report(&mut self, id: u16, ack: u32, msg_seq: u32, bits: u32, fatal: bool) {
+        let (mac, ep) = (self.mac, self.ep);
+        let Ok(vi) = self.vi(id) else { return };
+        let Some(peer) = vi.peer.as_ref() else { return };
+        let mut fl = flags::ACK | flags::RELIABLE | flags::ERROR;
+        if fatal {
+            fl |= flags::FATAL;
+        }
+        let h = HeaderRepr {
+            dst_mac: peer.mac,
+            src_mac: mac,
+            kind: Kind::Ack as u8,
+            flags: fl,
+            dst_ep: peer.ep,
+            src_ep: ep,
+            dst_vi: peer.vi,
+            src_vi: id,
+            generation: peer.generation,
+            psn: vi.tx_psn,
+            ack,
+            imm: bits,
+            msg_seq,
+            ..HeaderRepr::default()
+        };
+        self.reports.push(h);
     }
 }
