@@ -5,6 +5,7 @@
 
 use crate::engine::{AsyncError, Config, Counters, Engine, IncomingRequest, MAX_CQ, MAX_SEGMENTS, MAX_TRANSFER_SIZE, MAX_VI};
 use crate::error::{Result, ViaError, VipReturn};
+use crate::notify::{Notice, Notifier, NotifyTarget};
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -30,6 +31,7 @@ pub(crate) struct Shared {
     /// (that thread drained the device, so its fd will not wake them).
     sleepers: AtomicU32,
     wake_fd: RawFd,
+    pub(crate) notifier: Notifier,
 }
 
 impl Drop for Shared {
@@ -52,6 +54,7 @@ impl Shared {
             // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
             unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
         }
+        self.notifier.collect(e);
     }
 
 }
@@ -79,7 +82,25 @@ pub struct NicAttributes {
     pub max_ptags: usize,
     pub max_discriminator_len: usize,
     pub thread_safe: bool,
+    pub hardware_version: u64,
+    pub provider_version: u64,
+    /// Registration is bounded by the address space, not by pinning.
+    pub max_register_bytes: u64,
+    pub max_register_block_bytes: u64,
+    pub max_descriptors_per_queue: usize,
+    /// A CQ grows past its size rather than lose a completion; this is the
+    /// largest size `CreateCQ` accepts.
+    pub max_cq_entries: usize,
+    /// `VIP_RELIABILITY_LEVEL` bits: all three levels.
+    pub reliability_level_support: u16,
+    /// Levels on which RDMA read works: Reliable Delivery and Reception.
+    pub rdma_read_support: u16,
 }
+
+/// `ProviderVersion`: 0x0001_0000 | minor.
+pub const PROVIDER_VERSION: u64 = 0x0001_0003;
+/// Largest CQ `CreateCQ` accepts.
+pub const MAX_CQ_ENTRIES: usize = 1 << 20;
 
 /// A completion queue's answer: which VI, which queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +139,7 @@ impl Nic {
             background_rounds: AtomicU64::new(0),
             sleepers: AtomicU32::new(0),
             wake_fd,
+            notifier: Notifier::default(),
         });
         if background {
             crate::progress::start(Arc::downgrade(&shared)).map_err(|e| ViaError::io("starting the progress thread", e))?;
@@ -139,26 +161,40 @@ impl Nic {
 
     /// Runs `f` on the engine after one round of progress.
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
-        let mut e = self.lock();
-        self.shared.run(&mut e);
-        f(&mut e)
+        let r = {
+            let mut e = self.lock();
+            self.shared.run(&mut e);
+            f(&mut e)
+        };
+        self.shared.notifier.deliver();
+        r
     }
 
     /// A poll (`Done`): answers at once when something is already
     /// complete, and otherwise runs one round of progress and asks again.
     pub(crate) fn poll<T>(&self, mut f: impl FnMut(&mut Engine) -> Result<Option<T>>) -> Result<Option<T>> {
-        let mut e = self.lock();
-        if let Some(v) = f(&mut e)? {
-            return Ok(Some(v));
-        }
-        self.shared.run(&mut e);
-        f(&mut e)
+        let r = {
+            let mut e = self.lock();
+            if let Some(v) = f(&mut e)? {
+                return Ok(Some(v));
+            }
+            self.shared.run(&mut e);
+            f(&mut e)
+        };
+        self.shared.notifier.deliver();
+        r
     }
 
     /// Drives the engine until `f` yields a value or `timeout` (None:
     /// forever) passes; spins for the configured time, then sleeps on the
     /// device. `what` names the wait in the timeout error.
-    pub(crate) fn wait<T>(&self, timeout: Option<Duration>, what: &str, mut f: impl FnMut(&mut Engine) -> Result<Option<T>>) -> Result<T> {
+    pub(crate) fn wait<T>(&self, timeout: Option<Duration>, what: &str, f: impl FnMut(&mut Engine) -> Result<Option<T>>) -> Result<T> {
+        let r = self.wait_inner(timeout, what, f);
+        self.shared.notifier.deliver();
+        r
+    }
+
+    fn wait_inner<T>(&self, timeout: Option<Duration>, what: &str, mut f: impl FnMut(&mut Engine) -> Result<Option<T>>) -> Result<T> {
         let start = Instant::now();
         let deadline = timeout.map(|t| start + t);
         let mut now = start;
@@ -212,8 +248,11 @@ impl Nic {
 
     /// Runs one round of progress (for callers that poll).
     pub fn progress(&self) {
-        let mut e = self.lock();
-        self.shared.run(&mut e);
+        {
+            let mut e = self.lock();
+            self.shared.run(&mut e);
+        }
+        self.shared.notifier.deliver();
     }
 
     pub fn name(&self) -> &str {
@@ -239,6 +278,14 @@ impl Nic {
             max_ptags: MAX_PTAGS,
             max_discriminator_len: MAX_DISCRIMINATOR,
             thread_safe: true,
+            hardware_version: 0,
+            provider_version: PROVIDER_VERSION,
+            max_register_bytes: isize::MAX as u64,
+            max_register_block_bytes: isize::MAX as u64,
+            max_descriptors_per_queue: e.core.config.queue_depth.next_power_of_two(),
+            max_cq_entries: MAX_CQ_ENTRIES,
+            reliability_level_support: crate::vi::reliability::UNRELIABLE | crate::vi::reliability::RELIABLE_DELIVERY | crate::vi::reliability::RELIABLE_RECEPTION,
+            rdma_read_support: crate::vi::reliability::RELIABLE_DELIVERY | crate::vi::reliability::RELIABLE_RECEPTION,
         }
     }
 
@@ -252,10 +299,26 @@ impl Nic {
         self.lock().dev.stats()
     }
 
-    /// Asynchronous errors since the last call (what `VipErrorCallback`
-    /// would have reported).
+    /// Asynchronous errors since the last call, when no error callback
+    /// is set (with one set, they go to it instead).
     pub fn take_async_errors(&self) -> Vec<AsyncError> {
         std::mem::take(&mut self.lock().core.async_errors)
+    }
+
+    /// `VipErrorCallback`: `f` sees every asynchronous error from now on,
+    /// from whichever thread runs progress (None: back to collecting them
+    /// for [`Nic::take_async_errors`]).
+    pub fn set_error_callback(&self, f: Option<Box<dyn FnMut(AsyncError) + Send>>) {
+        self.shared.notifier.set_error_callback(f);
+        self.progress(); // errors already pending go to the new callback
+    }
+
+    /// Arms a one-shot notification at the engine level: the next
+    /// completion on `target` is taken off its queue and given to `f`.
+    /// (The C ABI's notify calls; the Rust API wraps it per object.)
+    pub fn notify(&self, target: NotifyTarget, f: Box<dyn FnOnce(Notice) + Send>) {
+        self.shared.notifier.arm(target, f);
+        self.progress(); // a completion already waiting is delivered now
     }
 
     /// `VipCreatePtag`.

@@ -54,6 +54,7 @@ fn run(weak: Weak<Shared>) {
             shared.run(&mut e);
             (e.wait_fd(), e.next_deadline())
         };
+        shared.notifier.deliver();
         shared.background_rounds.fetch_add(1, Ordering::Relaxed);
         drop(shared);
         let now = Instant::now();

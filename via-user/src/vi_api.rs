@@ -10,7 +10,9 @@ use crate::error::{Result, ViaError};
 use crate::nic::{Completion, Nic};
 use crate::region::Descriptor;
 use crate::vi::{ViAttributes, ViPhase};
+use crate::notify::{Notice, NotifyTarget};
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use via_kernel_agent::MacAddr;
 
@@ -18,8 +20,22 @@ use via_kernel_agent::MacAddr;
 pub struct Vi {
     nic: Nic,
     id: u16,
-    sent: VecDeque<Descriptor>,
-    received: VecDeque<Descriptor>,
+    /// Descriptors posted and not yet handed back, per queue; shared with
+    /// notification callbacks, which hand them back on another thread.
+    sent: Arc<Mutex<VecDeque<Descriptor>>>,
+    received: Arc<Mutex<VecDeque<Descriptor>>>,
+}
+
+fn lock(l: &Mutex<VecDeque<Descriptor>>) -> std::sync::MutexGuard<'_, VecDeque<Descriptor>> {
+    l.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Takes the descriptor at `addr` out of `list`: the oldest, since each
+/// queue completes in posting order.
+fn take_from(list: &Mutex<VecDeque<Descriptor>>, addr: usize) -> Descriptor {
+    let mut l = lock(list);
+    let i = l.iter().position(|d| d.addr() == addr).expect("engine completed a descriptor this VI posted");
+    l.remove(i).unwrap()
 }
 
 impl Nic {
@@ -27,7 +43,7 @@ impl Nic {
     /// receive queues.
     pub fn create_vi(&self, attrs: &ViAttributes, send_cq: Option<&Cq>, recv_cq: Option<&Cq>) -> Result<Vi> {
         let id = self.lock().core.create_vi(*attrs, send_cq.map(|c| c.id), recv_cq.map(|c| c.id))?;
-        Ok(Vi { nic: self.clone(), id, sent: VecDeque::new(), received: VecDeque::new() })
+        Ok(Vi { nic: self.clone(), id, sent: Default::default(), received: Default::default() })
     }
 }
 
@@ -44,6 +60,21 @@ impl Vi {
     /// `VipQueryVi`: state and attributes.
     pub fn state(&self) -> ViPhase {
         self.nic.with(|e| e.core.vi(self.id).map(|v| v.phase)).unwrap_or(ViPhase::Error)
+    }
+
+    /// `VipQueryVi`: state, attributes, and whether the send and receive
+    /// queues are empty (nothing posted that was not handed back).
+    pub fn query(&self) -> (ViPhase, ViAttributes, bool, bool) {
+        let e = self.nic.lock();
+        let v = e.core.vi(self.id).expect("VI exists while the handle does");
+        (v.phase, v.attrs, v.sq.is_empty(), v.rq.is_empty())
+    }
+
+    /// `VipSetViAttributes`: reliability level and MaxTransferSize change
+    /// only while the VI is Idle; the protection tag (which must exist) and
+    /// the RDMA enable bits at any time.
+    pub fn set_attributes(&mut self, attrs: &ViAttributes) -> Result<()> {
+        self.nic.lock().core.set_vi_attributes(self.id, *attrs)
     }
 
     pub fn attributes(&self) -> ViAttributes {
@@ -94,8 +125,8 @@ impl Vi {
             let mut e = self.nic.lock();
             e.core.post(id, d.addr(), d.handle(), q)?;
             match q {
-                Queue::Send => self.sent.push_back(d),
-                Queue::Recv => self.received.push_back(d),
+                Queue::Send => lock(&self.sent).push_back(d),
+                Queue::Recv => lock(&self.received).push_back(d),
             }
             if q == Queue::Send {
                 e.ring_doorbell(); // transmit now
@@ -115,13 +146,33 @@ impl Vi {
     }
 
     fn take(&mut self, q: Queue, addr: usize) -> Descriptor {
-        let list = match q {
-            Queue::Send => &mut self.sent,
-            Queue::Recv => &mut self.received,
+        take_from(if q == Queue::Send { &self.sent } else { &self.received }, addr)
+    }
+
+    fn notify(&self, q: Queue, f: impl FnOnce(Descriptor) + Send + 'static) {
+        let (list, target) = match q {
+            Queue::Send => (self.sent.clone(), NotifyTarget::Send(self.id)),
+            Queue::Recv => (self.received.clone(), NotifyTarget::Recv(self.id)),
         };
-        let d = list.pop_front().expect("engine completed a descriptor this VI posted");
-        debug_assert_eq!(d.addr(), addr);
-        d
+        self.nic.notify(
+            target,
+            Box::new(move |n| {
+                if let Notice::Descriptor(addr) = n {
+                    f(take_from(&list, addr));
+                }
+            }),
+        );
+    }
+
+    /// `VipSendNotify`: the next send to complete is taken off the queue
+    /// and handed to `f` (once), on whichever thread runs progress.
+    pub fn send_notify(&self, f: impl FnOnce(Descriptor) + Send + 'static) {
+        self.notify(Queue::Send, f)
+    }
+
+    /// `VipRecvNotify`.
+    pub fn recv_notify(&self, f: impl FnOnce(Descriptor) + Send + 'static) {
+        self.notify(Queue::Recv, f)
     }
 
     fn done(&mut self, q: Queue) -> Result<Option<Descriptor>> {
@@ -159,13 +210,14 @@ impl Vi {
 
     /// Descriptors posted and not yet handed back (send, receive).
     pub fn posted(&self) -> (usize, usize) {
-        (self.sent.len(), self.received.len())
+        (lock(&self.sent).len(), lock(&self.received).len())
     }
 }
 
 impl Drop for Vi {
     fn drop(&mut self) {
         let id = self.id;
+        self.nic.shared.notifier.disarm(&[NotifyTarget::Send(id), NotifyTarget::Recv(id)]);
         let _ = self.nic.with(|e| e.core.destroy_vi(id));
         self.nic.progress();
     }
@@ -195,6 +247,19 @@ impl Cq {
         Ok(Completion { vi, recv_queue: recv })
     }
 
+    /// `VipCQNotify`: the next completion is taken off the CQ and handed
+    /// to `f` (once), on whichever thread runs progress.
+    pub fn notify(&self, f: impl FnOnce(Completion) + Send + 'static) {
+        self.nic.notify(
+            NotifyTarget::Cq(self.id),
+            Box::new(move |n| {
+                if let Notice::Completion(vi, recv_queue) = n {
+                    f(Completion { vi, recv_queue });
+                }
+            }),
+        );
+    }
+
     /// `VipResizeCQ`.
     pub fn resize(&self, entries: usize) -> Result<()> {
         let id = self.id;
@@ -209,6 +274,7 @@ impl Cq {
 impl Drop for Cq {
     fn drop(&mut self) {
         let id = self.id;
+        self.nic.shared.notifier.disarm(&[NotifyTarget::Cq(id)]);
         let _ = self.nic.lock().core.destroy_cq(id);
     }
 }

@@ -330,14 +330,39 @@ impl Core {
         self.cqs.get_mut((id as usize).wrapping_sub(1)).and_then(Option::as_mut).ok_or_else(|| ViaError::invalid(format!("no CQ with handle {id}")))
     }
 
+    /// The checks of VI attributes that need no VI.
+    fn check_vi_attributes(attrs: &ViAttributes) -> Result<()> {
+        if attrs.max_transfer_size > MAX_TRANSFER_SIZE {
+            return Err(ViaError::new(crate::VipReturn::InvalidMtu, format!("MaxTransferSize {} exceeds the NIC's {}", attrs.max_transfer_size, MAX_TRANSFER_SIZE)));
+        }
+        if attrs.enable_rdma_read && !attrs.reliability.is_reliable() {
+            return Err(ViaError::new(crate::VipReturn::InvalidRdmaRead, "RDMA read needs a reliable level (RDMAReadSupport is Reliable Delivery and Reliable Reception)"));
+        }
+        Ok(())
+    }
+
+    /// `VipSetViAttributes` on VI `id`.
+    pub fn set_vi_attributes(&mut self, id: u16, attrs: ViAttributes) -> Result<()> {
+        Self::check_vi_attributes(&attrs)?;
+        let old = self.vi(id)?.attrs;
+        let idle = self.vi(id)?.phase == ViPhase::Idle;
+        if !idle && (attrs.reliability != old.reliability || attrs.max_transfer_size != old.max_transfer_size) {
+            return Err(ViaError::state("the reliability level and MaxTransferSize change only while the VI is idle"));
+        }
+        if attrs.ptag != old.ptag {
+            self.mem.acquire_ptag(attrs.ptag).map_err(|_| ViaError::new(crate::VipReturn::InvalidPtag, "unknown protection tag"))?;
+            self.mem.release_ptag(old.ptag);
+        }
+        self.vi_mut(id)?.attrs = attrs;
+        Ok(())
+    }
+
     /// Creates a VI; its CQs (if any) must exist.
     pub fn create_vi(&mut self, attrs: ViAttributes, send_cq: Option<u16>, recv_cq: Option<u16>) -> Result<u16> {
         for cq in [send_cq, recv_cq].into_iter().flatten() {
             self.cq_mut(cq)?;
         }
-        if attrs.max_transfer_size > MAX_TRANSFER_SIZE {
-            return Err(ViaError::new(crate::VipReturn::InvalidMtu, format!("MaxTransferSize {} exceeds the NIC's {}", attrs.max_transfer_size, MAX_TRANSFER_SIZE)));
-        }
+        Self::check_vi_attributes(&attrs)?;
         self.mem.acquire_ptag(attrs.ptag).map_err(|_| ViaError::new(crate::VipReturn::InvalidPtag, "unknown protection tag"))?;
         let slot = match self.vis.iter().position(Option::is_none) {
             Some(s) => s,
@@ -374,8 +399,8 @@ impl Core {
     }
 
     pub fn create_cq(&mut self, entries: usize) -> Result<u16> {
-        if entries == 0 {
-            return Err(ViaError::invalid("a CQ needs at least one entry"));
+        if entries == 0 || entries > crate::nic::MAX_CQ_ENTRIES {
+            return Err(ViaError::invalid(format!("a CQ has 1 to {} entries, not {entries}", crate::nic::MAX_CQ_ENTRIES)));
         }
         let slot = match self.cqs.iter().position(Option::is_none) {
             Some(s) => s,
