@@ -9,6 +9,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
+pub mod conform;
+
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
 /// Two network namespaces `a` and `b` joined by a veth pair `va` <-> `vb`.

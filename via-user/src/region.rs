@@ -314,6 +314,11 @@ impl Descriptor {
         self.cs().length
     }
 
+    /// The `ImmediateData` field as posted (what a send carries).
+    pub fn immediate_data_sent(&self) -> u32 {
+        self.cs().immediate_data
+    }
+
     /// Immediate data, when the status says it arrived.
     pub fn immediate(&self) -> Option<u32> {
         let cs = self.cs();

@@ -62,6 +62,23 @@ impl Vi {
         self.nic.with(|e| e.core.vi(self.id).map(|v| v.phase)).unwrap_or(ViPhase::Error)
     }
 
+    /// `VipDestroyVi`: refused with INVALID_STATE while the VI is connected
+    /// or has descriptors posted that were not handed back (the VI is
+    /// returned with the error). Dropping a VI instead tears it down
+    /// regardless.
+    pub fn destroy(self) -> std::result::Result<(), (Vi, ViaError)> {
+        let check = {
+            let e = self.nic.lock();
+            e.core.vi(self.id).map(|v| (v.phase, v.sq.len() + v.rq.len()))
+        };
+        match check {
+            Ok((ViPhase::Idle | ViPhase::Error, 0)) => Ok(()), // Drop destroys it
+            Ok((ViPhase::Idle | ViPhase::Error, n)) => Err((self, ViaError::state(format!("{n} descriptors are still posted on the VI (collect them with Done first)")))),
+            Ok((phase, _)) => Err((self, ViaError::state(format!("the VI is {phase:?}: disconnect it first")))),
+            Err(e) => Err((self, e)),
+        }
+    }
+
     /// `VipQueryVi`: state, attributes, and whether the send and receive
     /// queues are empty (nothing posted that was not handed back).
     pub fn query(&self) -> (ViPhase, ViAttributes, bool, bool) {

@@ -393,6 +393,8 @@ impl Core {
             if vi.rq.done == vi.rq.tail {
                 self.counters.rx_no_receive_posted += 1;
                 if reliable {
+                    // Not delivered: the Disconnect's ACK must not cover it.
+                    vi.rx_expected = m.first_psn;
                     self.async_errors.push(AsyncError { vi: id, kind: AsyncErrorKind::RecvQueueEmpty });
                     self.break_connection(id);
                     return false;
