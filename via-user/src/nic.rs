@@ -246,6 +246,13 @@ impl Nic {
         }
     }
 
+    /// Drives progress until `cond` holds or `timeout` passes, spinning
+    /// then sleeping like the other waits: for an application that polls
+    /// its own memory for what a peer's RDMA write put there.
+    pub fn wait_until(&self, timeout: Option<Duration>, mut cond: impl FnMut() -> bool) -> Result<()> {
+        self.wait(timeout, "wait_until", |_| Ok(cond().then_some(())))
+    }
+
     /// Runs one round of progress (for callers that poll).
     pub fn progress(&self) {
         {

@@ -294,6 +294,11 @@ impl Descriptor {
         }
     }
 
+    /// The `Control` field (operation and flags) as last set.
+    pub fn control(&self) -> u16 {
+        self.cs().control
+    }
+
     /// The raw `Status` field.
     pub fn status(&self) -> u32 {
         self.cs().status

@@ -131,3 +131,23 @@ fn rdma_write_outside_enabled_memory_is_refused() {
     assert_eq!(mem, data(7, 256 << 10), "the target's memory is untouched");
     assert!(errs.iter().any(|e| e.kind == via_user::AsyncErrorKind::RdmaWriteProt), "{errs:?}");
 }
+
+#[test]
+fn many_rdma_writes_in_flight() {
+    with_target("many", true, |c, vi, rb, _| {
+        let src = c.region(4096, false);
+        let mut spare: Vec<Descriptor> = Vec::new();
+        let (mut posted, mut done) = (0, 0);
+        while done < 2000 {
+            while posted < 2000 && posted - done < 32 {
+                let d = spare.pop().unwrap_or_else(|| c.desc(Op::RdmaWrite(rb), &src, 0, 4096, None, false));
+                vi.post_send(d).unwrap();
+                posted += 1;
+            }
+            let d = vi.send_wait(T).unwrap_or_else(|e| panic!("after {done} of {posted}: {e}; counters {:?}", c.nic.counters()));
+            d.check_ok().unwrap();
+            spare.push(d);
+            done += 1;
+        }
+    });
+}

@@ -28,6 +28,8 @@ pub struct Options {
     pub rounds: usize,
     /// CPU to pin this process to.
     pub cpu: Option<usize>,
+    /// VIA RDMA mode: "write" or "read" (None: send/receive).
+    pub rdma: Option<String>,
 }
 
 impl Default for Options {
@@ -46,9 +48,10 @@ impl Default for Options {
             discriminator: "pingpong".into(),
             plot: None,
             mtu: 1500,
-            transports: vec!["raw".into(), "via".into(), "via-unrel".into(), "udp".into(), "tcp".into()],
+            transports: ["raw", "via", "via-unrel", "via-write", "via-read", "udp", "tcp"].map(String::from).to_vec(),
             rounds: 5,
             cpu: None,
+            rdma: None,
         }
     }
 }

@@ -122,10 +122,16 @@ fn run_pair(o: &Options, h: &Hosts, transport: &str) -> Result<(Vec<Row>, u64, u
 fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<Row>, u64, u64), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let exe = exe.to_string_lossy().to_string();
-    let (t, rel) = match transport {
-        "via-unrel" => ("via", "unreliable"),
-        t => (t, "reliable"),
+    let (t, rel, rdma) = match transport {
+        "via-unrel" => ("via", "unreliable", None),
+        "via-write" => ("via", "reliable", Some("write")),
+        "via-read" => ("via", "reliable", Some("read")),
+        t => (t, "reliable", None),
     };
+    let mut extra = extra;
+    if let Some(m) = rdma {
+        extra.extend(["--rdma".to_string(), m.to_string()]);
+    }
     let mut sargs: Vec<String> = vec!["netns".into(), "exec".into(), h.a.clone(), exe.clone(), "server".into()];
     sargs.extend(["--transport", t, "--reliability", rel, "--device", &format!("/dev/via_{}", h.va), "--bind-ip", &h.ip_a].map(String::from));
     sargs.extend(extra.iter().cloned());
@@ -190,7 +196,7 @@ fn alternating_rounds(o: &Options, h: &Hosts) -> Vec<Row> {
     for round in 0..o.rounds {
         for t in &wanted {
             let mut args: Vec<String> = vec!["--sizes".into(), "64".into(), "--bw-sizes".into()];
-            args.push(if *t == "raw" || *t == "via" { (1 << 20).to_string() } else { String::new() });
+            args.push(if ["raw", "via", "via-write", "via-read"].contains(&t.as_str()) { (1 << 20).to_string() } else { String::new() });
             match run_pair_with(h, t, args) {
                 Ok((rows, _, _)) => {
                     for r in rows {
@@ -226,7 +232,7 @@ fn alternating_rounds(o: &Options, h: &Hosts) -> Vec<Row> {
 /// alternating rounds (or, without rounds, from the sweep).
 fn print_ratios(rows: &[Row]) {
     println!("\n=== VIA against the baselines (same run; medians of alternating rounds) ===");
-    if !rows.iter().any(|r| r.transport != "via" && r.transport != "via-unrel") {
+    if !rows.iter().any(|r| !r.transport.starts_with("via")) {
         println!("(no baselines in this run: they need root)");
         return;
     }
@@ -240,7 +246,19 @@ fn print_ratios(rows: &[Row]) {
             }
         }
     }
+    if let (Some(w), Some(v)) = (lat("via-write"), lat("via")) {
+        let r = w / v;
+        println!("latency 64 B    RDMA write/send = {w:.2} / {v:.2} us = {r:.3}   (target <= 1) {}", if r <= 1.0 { "PASS" } else { "MISS" });
+    }
+    if let Some(x) = lat("via-read") {
+        println!("latency 64 B    RDMA read (whole read, a round trip) = {x:.2} us");
+    }
     let bw = |t| find(rows, t, "bw", 1 << 20).map(|r| r.mb_per_s);
+    for t in ["via-write", "via-read"] {
+        if let (Some(v), Some(x)) = (bw(t), bw("raw")) {
+            println!("bandwidth 1 MiB {t}/raw = {v:.1} / {x:.1} MB/s = {:.3}", v / x);
+        }
+    }
     if let (Some(v), Some(x)) = (bw("via"), bw("raw")) {
         let r = v / x;
         println!("bandwidth 1 MiB VIA/raw  = {v:.1} / {x:.1} MB/s = {r:.3}   (target >= 0.9) {}", if r >= 0.9 { "PASS" } else { "MISS" });

@@ -30,7 +30,12 @@ USAGE:
                       VIA/raw, VIA/udp, VIA/tcp and peak memory, remove everything again.
                       Without root: VIA over the in-process loopback (/dev/via_lo) only.
     --transport T     via (default), raw (AF_PACKET frames, the floor), udp, tcp
-    --transports L    the demo's transports, comma-separated (default raw,via,via-unrel,udp,tcp)
+    --transports L    the demo's transports, comma-separated (default
+                      raw,via,via-unrel,via-write,via-read,udp,tcp)
+    --rdma MODE       with --transport via: write (RDMA write latency, perftest
+                      ib_write_lat style: one-way, memory polled) or read (RDMA
+                      read; latency is the whole read, a round trip) and their
+                      bandwidths
     --device DEV      VIA device name: /dev/via_<ifname> (default /dev/via_lo)
     --peer ADDR       client: server MAC or host name (via, raw; names from $VIA_HOSTS) or IP (udp, tcp)
     --bind-ip IP      server address for udp/tcp (default 0.0.0.0); --port N (default 18515)
@@ -91,6 +96,13 @@ fn parse() -> Result<(String, Options), String> {
             "--rounds" => o.rounds = val()?.parse().map_err(|_| "bad --rounds")?,
             "--mtu" => o.mtu = val()?.parse().map_err(|_| "bad --mtu")?,
             "--discriminator" => o.discriminator = val()?,
+            "--rdma" => {
+                let m = val()?;
+                if m != "write" && m != "read" {
+                    return Err(format!("--rdma is write or read, not {m:?}"));
+                }
+                o.rdma = Some(m);
+            }
             _ => return Err(format!("unknown argument {a:?} (see --help)")),
         }
     }

@@ -9,11 +9,22 @@
 //! server grants `RECVS / 2` credits each time it reposted that many
 //! receives, so a reliable VI never meets an empty receive queue), then the
 //! server sends a 4-byte "done".
+//!
+//! RDMA modes (`--rdma write|read`, demo transports `via-write` and
+//! `via-read`): at the start the two ends swap the address and handle of
+//! their receive buffers (op 4). RDMA write latency (op 5) is the perftest
+//! `ib_write_lat` pattern: each side writes `size` bytes into the other's
+//! buffer and polls the last byte of its own for the iteration's tag (a
+//! write needs no receive descriptor). RDMA read latency is the time of one
+//! whole read (a round trip, as `ib_read_lat` reports). Both bandwidths
+//! stream writes or reads into or out of the server's buffer while the
+//! server waits for the closing message (op 6), serving them.
 
 use crate::common::{max_size, sweep, Bench, Options, Row};
 use std::io;
 use std::time::{Duration, Instant};
-use via_user::{Descriptor, MemAttributes, MemoryRegion, Nic, Reliability, Vi, ViAttributes};
+use via_user::descriptor::control;
+use via_user::{Descriptor, MemAttributes, MemoryRegion, Nic, Op, Reliability, RemoteBuffer, Vi, ViAttributes};
 
 /// Receives the server keeps posted (and the client's initial credit).
 const RECVS: usize = 64;
@@ -23,6 +34,11 @@ const SLOT: usize = 4096;
 const OP_LAT: u32 = 1;
 const OP_BW: u32 = 2;
 const OP_END: u32 = 3;
+const OP_XCHG: u32 = 4;
+const OP_WLAT: u32 = 5;
+const OP_WAIT: u32 = 6;
+/// RDMA operations kept in flight by the bandwidth tests.
+const RDMA_WINDOW: usize = 32;
 const T: Option<Duration> = Some(Duration::from_secs(30));
 
 fn err(e: via_user::ViaError) -> io::Error {
@@ -42,19 +58,24 @@ struct End {
     slot_of: Vec<usize>,
     /// Send descriptors not posted, for reuse.
     spare: Vec<Descriptor>,
+    /// The peer's receive buffer (after the RDMA exchange).
+    peer_buf: Option<RemoteBuffer>,
 }
 
 impl End {
     fn new(device: &str, level: Reliability, max: usize) -> io::Result<End> {
         let nic = Nic::open(device).map_err(err)?;
         let ptag = nic.create_ptag().map_err(err)?;
-        let attrs = ViAttributes { reliability: level, max_transfer_size: (max.max(16) + SLOT) as u32, ptag, enable_rdma_write: false, enable_rdma_read: false };
+        // Both ends open their receive buffer to RDMA (reads need a
+        // reliable level), so every VIA mode connects the same VIs.
+        let read = level.is_reliable();
+        let attrs = ViAttributes { reliability: level, max_transfer_size: (max.max(16) + SLOT) as u32, ptag, enable_rdma_write: true, enable_rdma_read: read };
         let vi = nic.create_vi(&attrs, None, None).map_err(err)?;
         let mem = MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false };
         let slots = MemoryRegion::new(&nic, RECVS * SLOT, 4096, mem).map_err(err)?;
-        let rbuf = MemoryRegion::new(&nic, max.max(16), 4096, mem).map_err(err)?;
+        let rbuf = MemoryRegion::new(&nic, max.max(16), 4096, MemAttributes { ptag, enable_rdma_write: true, enable_rdma_read: read }).map_err(err)?;
         let sbuf = MemoryRegion::new(&nic, max.max(16), 4096, mem).map_err(err)?;
-        let mut end = End { nic, ptag, vi, slots, rbuf, sbuf, slot_of: Vec::new(), spare: Vec::new() };
+        let mut end = End { nic, ptag, vi, slots, rbuf, sbuf, slot_of: Vec::new(), spare: Vec::new(), peer_buf: None };
         for k in 0..RECVS {
             let mut d = Descriptor::new(&end.nic, end.ptag, 2).map_err(err)?;
             d.set(&[(&end.slots, k * SLOT..(k + 1) * SLOT), (&end.rbuf, 0..end.rbuf.len())], None).map_err(err)?;
@@ -78,10 +99,54 @@ impl End {
                 None => Descriptor::new(&self.nic, self.ptag, 1).map_err(err)?,
             },
         };
-        if d.length() as usize != len {
+        if d.length() as usize != len || d.control() != control::OP_SENDRECV {
             d.set(&[(&self.sbuf, 0..len)], None).map_err(err)?;
         }
         self.vi.post_send(d).map_err(err)
+    }
+
+    /// Posts an RDMA write of `sbuf[..len]` into the peer's buffer, or an
+    /// RDMA read of the peer's buffer into `rbuf[..len]`.
+    fn post_rdma(&mut self, write: bool, len: usize) -> io::Result<()> {
+        let peer = self.peer_buf.ok_or_else(|| io::Error::other("RDMA before the buffer exchange"))?;
+        // Completions are the caller's to collect (they count them), so a
+        // fresh descriptor is made when the pool is empty.
+        let mut d = match self.spare.pop() {
+            Some(d) => d,
+            None => Descriptor::new(&self.nic, self.ptag, 1).map_err(err)?,
+        };
+        let op = if write { control::OP_RDMAWRITE } else { control::OP_RDMAREAD };
+        if d.length() as usize != len || d.control() != op {
+            let (op, local) = if write { (Op::RdmaWrite(peer), &self.sbuf) } else { (Op::RdmaRead(peer), &self.rbuf) };
+            d.set_op(op, &[(local, 0..len)], None, false).map_err(err)?;
+        }
+        self.vi.post_send(d).map_err(err)
+    }
+
+    /// The byte at `at` of the receive buffer.
+    fn rbuf_byte(&self, at: usize) -> u8 {
+        let mut b = [0u8];
+        self.rbuf.read(at, &mut b).unwrap();
+        b[0]
+    }
+
+    /// RDMA write latency: write `size` bytes tagged `tag` in their last
+    /// byte, or (`first` false) wait for the peer's write first.
+    fn write_pong(&mut self, size: usize, tag: u8) -> io::Result<()> {
+        self.sbuf.write(size - 1, &[tag]).unwrap();
+        self.post_rdma(true, size)?;
+        self.reap()
+    }
+
+    /// Waits until the last byte of `rbuf[..size]` says `tag`.
+    fn await_tag(&self, size: usize, tag: u8) -> io::Result<()> {
+        let (nic, rbuf) = (&self.nic, &self.rbuf);
+        nic.wait_until(T, || {
+            let mut b = [0u8];
+            rbuf.read(size - 1, &mut b).unwrap();
+            b[0] == tag
+        })
+        .map_err(err)
     }
 
     /// Collects completed sends into the spare pool, checking them.
@@ -131,14 +196,45 @@ pub fn serve(device: &str, level: Reliability, discriminator: &[u8], max: usize,
     let req = s.nic.connect_wait(discriminator, None).map_err(err)?;
     s.nic.accept(&req, &s.vi).map_err(err)?;
     loop {
-        let (n, [op, size, count]) = s.recv::<3>()?;
-        if n != 12 {
+        let (n, [op, size, count, a0, a1, h, l0, l1]) = s.recv::<8>()?;
+        if n != 12 && !(op == OP_XCHG && n == 32) {
             return Err(io::Error::other(format!("expected a 12-byte control message, got {n} bytes")));
         }
         let (size, count) = (size as usize, count as usize);
         s.reap()?;
+        if op == OP_XCHG {
+            s.peer_buf = Some(words_to_buffer([a0, a1, h, l0, l1]));
+            let mine = s.rbuf.remote(0..s.rbuf.len()).map_err(err)?;
+            let mut w = vec![op];
+            w.extend(buffer_to_words(&mine));
+            s.send_words(&w)?;
+            continue;
+        }
+        if op == OP_WLAT {
+            let zero = vec![0u8; size.max(1)];
+            s.rbuf.write(0, &zero).unwrap();
+        }
         s.send_words(&[op])?;
         match op {
+            OP_WLAT => {
+                for i in 0..count {
+                    let tag = (i % 255) as u8 + 1;
+                    s.await_tag(size, tag)?;
+                    s.write_pong(size, tag)?;
+                }
+            }
+            OP_WAIT => {
+                // RDMA traffic of the client: serve it until its closing
+                // message, spinning like a NIC's own processor would (a
+                // wait would sleep after VIA_SPIN_US and add a wake-up to
+                // every read).
+                loop {
+                    if let Some(d) = s.vi.recv_done().map_err(err)? {
+                        s.consume::<0>(d)?;
+                        break;
+                    }
+                }
+            }
             OP_LAT => {
                 for _ in 0..count {
                     // Echo first, repost the receive after: the critical
@@ -190,6 +286,22 @@ impl Client {
         let mac = end.nic.lookup_host(peer).map_err(err)?;
         end.vi.connect_retrying(mac, discriminator, Duration::from_secs(30)).map_err(err)?;
         Ok(Client { end })
+    }
+
+    /// Swaps receive-buffer addresses with the server (RDMA modes).
+    fn exchange(&mut self) -> io::Result<()> {
+        let e = &mut self.end;
+        e.reap()?;
+        let mine = e.rbuf.remote(0..e.rbuf.len()).map_err(err)?;
+        let mut w = vec![OP_XCHG, 0, 0];
+        w.extend(buffer_to_words(&mine));
+        e.send_words(&w)?;
+        let (n, [op, a0, a1, h, l0, l1]) = e.recv::<6>()?;
+        if n != 24 || op != OP_XCHG {
+            return Err(io::Error::other("bad buffer exchange answer"));
+        }
+        e.peer_buf = Some(words_to_buffer([a0, a1, h, l0, l1]));
+        Ok(())
     }
 
     fn control(&mut self, op: u32, size: usize, count: usize) -> io::Result<()> {
@@ -263,6 +375,94 @@ impl Client {
 
 }
 
+/// The RDMA modes of the client (see the module comment).
+pub struct RdmaClient {
+    c: Client,
+    write: bool,
+}
+
+impl Bench for RdmaClient {
+    fn latency(&mut self, size: usize, iters: usize, warmup: usize) -> io::Result<Vec<f64>> {
+        let size = size.max(1); // the tag needs a byte
+        let mut out = Vec::with_capacity(iters);
+        if self.write {
+            let zero = vec![0u8; size];
+            self.c.end.rbuf.write(0, &zero).unwrap();
+            self.c.control(OP_WLAT, size, iters + warmup)?;
+            let e = &mut self.c.end;
+            for i in 0..iters + warmup {
+                let tag = (i % 255) as u8 + 1;
+                let t0 = Instant::now();
+                e.write_pong(size, tag)?;
+                e.await_tag(size, tag)?;
+                let dt = t0.elapsed();
+                if i >= warmup {
+                    out.push(dt.as_secs_f64() * 1e6 / 2.0);
+                }
+            }
+        } else {
+            self.c.control(OP_WAIT, 0, 0)?;
+            let e = &mut self.c.end;
+            while e.vi.posted().0 > 0 {
+                let d = e.vi.send_wait(T).map_err(err)?;
+                d.check_ok().map_err(err)?;
+                e.spare.push(d);
+            }
+            for i in 0..iters + warmup {
+                let t0 = Instant::now();
+                e.post_rdma(false, size)?;
+                let d = e.vi.send_wait(T).map_err(err)?;
+                let dt = t0.elapsed();
+                d.check_ok().map_err(err)?;
+                e.spare.push(d);
+                if i >= warmup {
+                    out.push(dt.as_secs_f64() * 1e6);
+                }
+            }
+            e.send_words(&[0])?;
+        }
+        let e = &mut self.c.end;
+        e.reap()?;
+        let _ = e.rbuf_byte(0);
+        Ok(out)
+    }
+
+    fn bandwidth(&mut self, size: usize, count: usize) -> io::Result<Duration> {
+        self.c.control(OP_WAIT, 0, 0)?;
+        let e = &mut self.c.end;
+        // Only the RDMA operations are counted below: collect earlier sends.
+        while e.vi.posted().0 > 0 {
+            let d = e.vi.send_wait(T).map_err(err)?;
+            d.check_ok().map_err(err)?;
+            e.spare.push(d);
+        }
+        let t0 = Instant::now();
+        let (mut posted, mut done) = (0, 0);
+        while done < count {
+            while posted < count && posted - done < RDMA_WINDOW {
+                e.post_rdma(self.write, size)?;
+                posted += 1;
+            }
+            let d = e.vi.send_wait(T).map_err(err)?;
+            d.check_ok().map_err(err)?;
+            e.spare.push(d);
+            done += 1;
+        }
+        let dt = t0.elapsed();
+        e.send_words(&[0])?;
+        e.reap()?;
+        Ok(dt)
+    }
+}
+
+fn buffer_to_words(b: &RemoteBuffer) -> [u32; 5] {
+    [b.addr as u32, (b.addr >> 32) as u32, b.handle, b.len as u32, (b.len >> 32) as u32]
+}
+
+fn words_to_buffer(w: [u32; 5]) -> RemoteBuffer {
+    RemoteBuffer { addr: w[0] as u64 | (w[1] as u64) << 32, handle: w[2], len: w[3] as u64 | (w[4] as u64) << 32 }
+}
+
 impl Bench for Client {
     fn latency(&mut self, size: usize, iters: usize, warmup: usize) -> io::Result<Vec<f64>> {
         Client::latency(self, size, iters, warmup)
@@ -272,9 +472,15 @@ impl Bench for Client {
     }
 }
 
-/// The transport's name in tables: `via` (reliable delivery) or `via-unrel`.
+/// The transport's name in tables: `via` (reliable delivery), `via-unrel`,
+/// or the RDMA modes `via-write` and `via-read`.
 pub fn name(o: &Options) -> &'static str {
-    if o.reliability.is_reliable() { "via" } else { "via-unrel" }
+    match (o.rdma.as_deref(), o.reliability.is_reliable()) {
+        (Some("write"), _) => "via-write",
+        (Some(_), _) => "via-read",
+        (None, true) => "via",
+        (None, false) => "via-unrel",
+    }
 }
 
 /// `via-pingpong server --transport via`: serves one client.
@@ -286,6 +492,12 @@ pub fn server(o: &Options, ready: impl FnOnce(String)) -> io::Result<()> {
 /// reliable VI (an unreliable stream may lose messages by design).
 pub fn client(o: &Options) -> io::Result<Vec<Row>> {
     let mut c = Client::connect(&o.device, &o.peer, o.reliability, o.discriminator.as_bytes(), max_size(o))?;
+    if let Some(mode) = &o.rdma {
+        c.exchange()?;
+        let mut r = RdmaClient { c, write: mode == "write" };
+        let rows = sweep(o, name(o), &mut r, true)?;
+        return r.c.finish().map(|()| rows);
+    }
     let rows = sweep(o, name(o), &mut c, o.reliability.is_reliable())?;
     if std::env::var_os("VIA_STATS").is_some() {
         eprintln!("client counters: {:?}\ndevice: {:?}", c.end.nic.counters(), c.end.nic.device_counters());
