@@ -21,7 +21,7 @@ fn need_root() {
 fn demo_reports_every_transport_and_cleans_up() {
     need_root();
     let child = Command::new(EXE)
-        .args(["--demo", "--quick", "--json", "--sizes", "0,64,5000", "--bw-sizes", "64,100000", "--rounds", "1", "--transports", "raw,via,via-unrel,udp,tcp"])
+        .args(["--demo", "--quick", "--json", "--sizes", "0,64,5000", "--bw-sizes", "64,100000", "--rounds", "1", "--transports", "raw,via,via-unrel,via-write,via-read,udp,tcp"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -30,13 +30,13 @@ fn demo_reports_every_transport_and_cleans_up() {
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "demo failed: {}", String::from_utf8_lossy(&out.stderr));
-    for t in ["raw", "via", "via-unrel", "udp", "tcp"] {
+    for t in ["raw", "via", "via-unrel", "via-write", "via-read", "udp", "tcp"] {
         for size in [0, 64, 5000] {
             let row = format!("\"transport\":\"{t}\",\"op\":\"lat\",\"bytes\":{size},");
             assert!(stdout.contains(&row), "no latency row for {t} at {size} B in:\n{stdout}");
         }
     }
-    for t in ["raw", "via", "udp", "tcp"] {
+    for t in ["raw", "via", "via-write", "via-read", "udp", "tcp"] {
         let row = format!("\"transport\":\"{t}\",\"op\":\"bw\",\"bytes\":100000,");
         assert!(stdout.contains(&row), "no bandwidth row for {t}");
     }

@@ -189,6 +189,10 @@ pub fn fill(seed: u8, n: usize) -> Vec<u8> {
 /// Entry point of the `via-conform` binary.
 pub fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--list") {
+        print!("{}", markdown());
+        return;
+    }
     let (role, name) = (args.first().cloned().unwrap_or_default(), args.get(1).cloned().unwrap_or_default());
     let mut dev = String::new();
     let mut peer = None;
@@ -218,6 +222,20 @@ pub fn main() {
         "initiator" => (rule.initiator)(&mut ctx),
         r => fail(rule.name, &format!("unknown role {r:?}")),
     }
+}
+
+/// The rules as a Markdown list by area (docs/CONFORMANCE.md's body).
+pub fn markdown() -> String {
+    let mut out = String::new();
+    let mut area = "";
+    for r in rules() {
+        if r.area != area {
+            area = r.area;
+            out += &format!("\n### {area}\n\n");
+        }
+        out += &format!("- `{}`: {}\n", r.name, r.text);
+    }
+    out
 }
 
 /// Runs rule `name` across two fresh hosts and asserts that both halves

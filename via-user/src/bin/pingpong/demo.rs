@@ -185,13 +185,46 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     (!v.is_empty()).then(|| v[v.len() / 2])
 }
 
+/// Per-round headline figures: (transport, op) -> one value per round
+/// (None where that round's run failed).
+#[derive(Default)]
+pub struct Rounds {
+    values: Vec<((String, &'static str), Vec<Option<f64>>)>,
+}
+
+impl Rounds {
+    fn push(&mut self, t: &str, op: &'static str, round: usize, v: f64) {
+        let i = match self.values.iter().position(|(k, _)| k.0 == t && k.1 == op) {
+            Some(i) => i,
+            None => {
+                self.values.push(((t.to_string(), op), Vec::new()));
+                self.values.len() - 1
+            }
+        };
+        let list = &mut self.values[i].1;
+        list.resize(list.len().max(round + 1), None);
+        list[round] = Some(v);
+    }
+
+    fn get(&self, t: &str, op: &str) -> Option<&Vec<Option<f64>>> {
+        self.values.iter().find(|(k, _)| k.0 == t && k.1 == op).map(|(_, v)| v)
+    }
+
+    /// The median over rounds of `a / b`, each round's pair measured
+    /// minutes apart at most, so that drift cancels.
+    fn paired_ratio(&self, a: &str, b: &str, op: &str) -> Option<f64> {
+        let (xa, xb) = (self.get(a, op)?, self.get(b, op)?);
+        median(xa.iter().zip(xb).filter_map(|(x, y)| Some(x.as_ref()? / y.as_ref()?)).collect())
+    }
+}
+
 /// The headline figures measured again in alternating rounds (raw, via,
 /// udp, tcp, raw, via, ...), so that drift of this noisy machine hits every
 /// transport alike: latency at 64 B and bandwidth at 1 MiB. Returns one
-/// row per transport and op holding the median over the rounds.
-fn alternating_rounds(o: &Options, h: &Hosts) -> Vec<Row> {
-    let mut lat: Vec<(String, Vec<f64>)> = Vec::new();
-    let mut bw: Vec<(String, Vec<f64>)> = Vec::new();
+/// row per transport and op holding the median over the rounds, and the
+/// per-round values.
+fn alternating_rounds(o: &Options, h: &Hosts) -> (Vec<Row>, Rounds) {
+    let mut rounds = Rounds::default();
     let wanted: Vec<&String> = o.transports.iter().filter(|t| *t != "via-unrel").collect();
     for round in 0..o.rounds {
         for t in &wanted {
@@ -200,10 +233,10 @@ fn alternating_rounds(o: &Options, h: &Hosts) -> Vec<Row> {
             match run_pair_with(h, t, args) {
                 Ok((rows, _, _)) => {
                     for r in rows {
-                        let (list, v) = if r.op == "lat" { (&mut lat, r.t_typical_us) } else { (&mut bw, r.mb_per_s) };
-                        match list.iter_mut().find(|(n, _)| n == *t) {
-                            Some((_, xs)) => xs.push(v),
-                            None => list.push((t.to_string(), vec![v])),
+                        if r.op == "lat" {
+                            rounds.push(t, "lat", round, r.t_typical_us);
+                        } else {
+                            rounds.push(t, "bw", round, r.mb_per_s);
                         }
                     }
                 }
@@ -212,60 +245,64 @@ fn alternating_rounds(o: &Options, h: &Hosts) -> Vec<Row> {
         }
     }
     let mut out = Vec::new();
-    for (t, xs) in lat {
-        eprintln!("via-pingpong --demo: {t:<4} 64 B latency per round (us): {}", xs.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" "));
-        let mut r = Row::latency(&t, 64, vec![median(xs).unwrap_or(0.0)]);
-        r.iters = o.rounds;
+    for ((t, op), xs) in &rounds.values {
+        let xs: Vec<f64> = xs.iter().flatten().copied().collect();
+        let (what, unit) = if *op == "lat" { ("64 B latency", "us") } else { ("1 MiB bandwidth", "MB/s") };
+        eprintln!("via-pingpong --demo: {t:<4} {what} per round ({unit}): {}", xs.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" "));
+        let mut r = if *op == "lat" {
+            Row::latency(t, 64, vec![median(xs.clone()).unwrap_or(0.0)])
+        } else {
+            let mut r = Row::bandwidth(t, 1 << 20, 1, Duration::from_secs(1));
+            r.mb_per_s = median(xs.clone()).unwrap_or(0.0);
+            r
+        };
+        r.iters = xs.len();
         out.push(r);
     }
-    for (t, xs) in bw {
-        eprintln!("via-pingpong --demo: {t:<4} 1 MiB bandwidth per round (MB/s): {}", xs.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(" "));
-        let mut r = Row::bandwidth(&t, 1 << 20, 1, Duration::from_secs(1));
-        r.mb_per_s = median(xs).unwrap_or(0.0);
-        r.iters = o.rounds;
-        out.push(r);
-    }
-    out
+    (out, rounds)
 }
 
-/// Prints the ratios the targets are stated in, from the medians of the
-/// alternating rounds (or, without rounds, from the sweep).
-fn print_ratios(rows: &[Row]) {
-    println!("\n=== VIA against the baselines (same run; medians of alternating rounds) ===");
-    if !rows.iter().any(|r| !r.transport.starts_with("via")) {
+/// Prints the ratios the targets are stated in. With alternating rounds,
+/// each ratio is the median of the per-round ratios (the two transports of
+/// a pair measured in the same round); the medians of each transport's
+/// rounds are shown beside it. Without rounds, the sweep's figures.
+fn print_ratios(rows: &[Row], rounds: Option<&Rounds>) {
+    let paired = rounds.is_some();
+    println!("\n=== VIA against the baselines (same run; {}) ===", if paired { "median of per-round ratios of alternating rounds" } else { "sweep figures" });
+    if !rows.iter().any(|r| !r.transport.starts_with("via")) && !rows.iter().any(|r| r.transport == "via-write") {
         println!("(no baselines in this run: they need root)");
         return;
     }
-    let lat = |t| find(rows, t, "lat", 64).map(|r| r.t_typical_us);
-    if let Some(v) = lat("via") {
-        for (b, target, ok) in [("raw", "<= 1.15", 1.15), ("udp", "< 1", 1.0), ("tcp", "< 1", 1.0)] {
-            if let Some(x) = lat(b) {
-                let r = v / x;
-                let pass = if b == "raw" { r <= ok } else { r < ok };
-                println!("latency 64 B    VIA/{b:<4} = {v:.2} / {x:.2} us = {r:.3}   (target {target}) {}", if pass { "PASS" } else { "MISS" });
-            }
+    let val = |t: &str, op: &str| find(rows, t, op, if op == "lat" { 64 } else { 1 << 20 }).map(|r| if op == "lat" { r.t_typical_us } else { r.mb_per_s });
+    let ratio = |a: &str, b: &str, op: &str| -> Option<(f64, f64, f64)> {
+        let (x, y) = (val(a, op)?, val(b, op)?);
+        let r = rounds.and_then(|rs| rs.paired_ratio(a, b, op)).unwrap_or(x / y);
+        Some((x, y, r))
+    };
+    let verdict = |ok: bool| if ok { "PASS" } else { "MISS" };
+    for (b, target) in [("raw", "<= 1.15"), ("udp", "< 1"), ("tcp", "< 1")] {
+        if let Some((v, x, r)) = ratio("via", b, "lat") {
+            let pass = if b == "raw" { r <= 1.15 } else { r < 1.0 };
+            println!("latency 64 B    VIA/{b:<4} = {r:.3}  (medians {v:.2} / {x:.2} us; target {target}) {}", verdict(pass));
         }
     }
-    if let (Some(w), Some(v)) = (lat("via-write"), lat("via")) {
-        let r = w / v;
-        println!("latency 64 B    RDMA write/send = {w:.2} / {v:.2} us = {r:.3}   (target <= 1) {}", if r <= 1.0 { "PASS" } else { "MISS" });
+    if let Some((w, v, r)) = ratio("via-write", "via", "lat") {
+        println!("latency 64 B    RDMA write/send = {r:.3}  (medians {w:.2} / {v:.2} us; target <= 1) {}", verdict(r <= 1.0));
     }
-    if let Some(x) = lat("via-read") {
+    if let Some(x) = val("via-read", "lat") {
         println!("latency 64 B    RDMA read (whole read, a round trip) = {x:.2} us");
     }
-    let bw = |t| find(rows, t, "bw", 1 << 20).map(|r| r.mb_per_s);
+    if let Some((v, x, r)) = ratio("via", "raw", "bw") {
+        println!("bandwidth 1 MiB VIA/raw  = {r:.3}  (medians {v:.1} / {x:.1} MB/s; target >= 0.9) {}", verdict(r >= 0.9));
+    }
     for t in ["via-write", "via-read"] {
-        if let (Some(v), Some(x)) = (bw(t), bw("raw")) {
-            println!("bandwidth 1 MiB {t}/raw = {v:.1} / {x:.1} MB/s = {:.3}", v / x);
+        if let Some((v, x, r)) = ratio(t, "raw", "bw") {
+            println!("bandwidth 1 MiB {t}/raw = {r:.3}  (medians {v:.1} / {x:.1} MB/s)");
         }
     }
-    if let (Some(v), Some(x)) = (bw("via"), bw("raw")) {
-        let r = v / x;
-        println!("bandwidth 1 MiB VIA/raw  = {v:.1} / {x:.1} MB/s = {r:.3}   (target >= 0.9) {}", if r >= 0.9 { "PASS" } else { "MISS" });
-    }
     for b in ["udp", "tcp"] {
-        if let (Some(v), Some(x)) = (bw("via"), bw(b)) {
-            println!("bandwidth 1 MiB VIA/{b:<4} = {v:.1} / {x:.1} MB/s = {:.3}", v / x);
+        if let Some((v, x, r)) = ratio("via", b, "bw") {
+            println!("bandwidth 1 MiB VIA/{b:<4} = {r:.3}  (medians {v:.1} / {x:.1} MB/s)");
         }
     }
 }
@@ -302,9 +339,14 @@ pub fn run(o: &Options) -> i32 {
             }
         }
     }
-    let headline = if o.rounds > 0 { alternating_rounds(o, &h) } else { rows.clone() };
+    let (headline, rounds) = if o.rounds > 0 {
+        let (r, x) = alternating_rounds(o, &h);
+        (r, Some(x))
+    } else {
+        (rows.clone(), None)
+    };
     drop(h);
-    report(o, &rows, &headline);
+    report(o, &rows, &headline, rounds.as_ref());
     if !o.json {
         println!("\n=== peak resident memory (KiB) ===");
         for (t, s, c) in &rss {
@@ -314,7 +356,7 @@ pub fn run(o: &Options) -> i32 {
     i32::from(failed)
 }
 
-fn report(o: &Options, rows: &[Row], headline: &[Row]) {
+fn report(o: &Options, rows: &[Row], headline: &[Row], rounds: Option<&Rounds>) {
     if o.json {
         println!("{}", json_array(rows));
     } else {
@@ -325,7 +367,7 @@ fn report(o: &Options, rows: &[Row], headline: &[Row]) {
                 print_tables(&r.transport, rows);
             }
         }
-        print_ratios(headline);
+        print_ratios(headline, rounds);
     }
     if let Some(dir) = &o.plot {
         match crate::plot::write(std::path::Path::new(dir), rows) {
@@ -352,7 +394,7 @@ fn run_loopback(o: &Options) -> i32 {
     match crate::via::client(&so) {
         Ok(rows) => {
             let _ = server.join();
-            report(o, &rows, &rows);
+            report(o, &rows, &rows, None);
             0
         }
         Err(e) => {

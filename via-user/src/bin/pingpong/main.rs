@@ -35,7 +35,7 @@ USAGE:
     --rdma MODE       with --transport via: write (RDMA write latency, perftest
                       ib_write_lat style: one-way, memory polled) or read (RDMA
                       read; latency is the whole read, a round trip) and their
-                      bandwidths
+                      bandwidths (a 0-byte RDMA write latency writes the 1-byte tag)
     --device DEV      VIA device name: /dev/via_<ifname> (default /dev/via_lo)
     --peer ADDR       client: server MAC or host name (via, raw; names from $VIA_HOSTS) or IP (udp, tcp)
     --bind-ip IP      server address for udp/tcp (default 0.0.0.0); --port N (default 18515)
