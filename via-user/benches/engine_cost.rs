@@ -174,6 +174,12 @@ fn measure(mode: Mode, iters: u32) -> Duration {
 
 fn main() {
     let iters = std::env::var("ITERS").ok().and_then(|v| v.parse().ok()).unwrap_or(200_000u32);
+    // ONLY=send or ONLY=write: one measurement of one mode (for callgrind).
+    match std::env::var("ONLY").as_deref() {
+        Ok("send") => return println!("send/receive {:?}", measure(Mode::SendRecv, iters)),
+        Ok("write") => return println!("RDMA write {:?}", measure(Mode::RdmaWrite, iters)),
+        _ => {}
+    }
     // Alternate the modes so drift of the machine hits both alike.
     let (mut send, mut write) = (Vec::new(), Vec::new());
     for _ in 0..3 {

@@ -12,7 +12,8 @@ use crate::region::Descriptor;
 use crate::vi::{ViAttributes, ViPhase};
 use crate::notify::{Notice, NotifyTarget};
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use via_kernel_agent::MacAddr;
 
@@ -20,22 +21,26 @@ use via_kernel_agent::MacAddr;
 pub struct Vi {
     nic: Nic,
     id: u16,
-    /// Descriptors posted and not yet handed back, per queue; shared with
-    /// notification callbacks, which hand them back on another thread.
-    sent: Arc<Mutex<VecDeque<Descriptor>>>,
-    received: Arc<Mutex<VecDeque<Descriptor>>>,
+    /// Descriptors posted and not yet handed back, per queue, oldest first:
+    /// the engine completes each queue in this order.
+    sent: VecDeque<Descriptor>,
+    received: VecDeque<Descriptor>,
+    /// Per queue (send, receive): a notification is armed. `Done`/`Wait` on
+    /// that queue are refused until it fired, since it owns the next
+    /// completion.
+    armed: [Arc<AtomicBool>; 2],
+    /// A notification armed while its queue was empty: it takes the next
+    /// descriptor posted there.
+    on_post: [Option<DescriptorCallback>; 2],
 }
 
-fn lock(l: &Mutex<VecDeque<Descriptor>>) -> std::sync::MutexGuard<'_, VecDeque<Descriptor>> {
-    l.lock().unwrap_or_else(|p| p.into_inner())
-}
+type DescriptorCallback = Box<dyn FnOnce(Descriptor) + Send>;
 
-/// Takes the descriptor at `addr` out of `list`: the oldest, since each
-/// queue completes in posting order.
-fn take_from(list: &Mutex<VecDeque<Descriptor>>, addr: usize) -> Descriptor {
-    let mut l = lock(list);
-    let i = l.iter().position(|d| d.addr() == addr).expect("engine completed a descriptor this VI posted");
-    l.remove(i).unwrap()
+fn qi(q: Queue) -> usize {
+    match q {
+        Queue::Send => 0,
+        Queue::Recv => 1,
+    }
 }
 
 impl Nic {
@@ -43,7 +48,7 @@ impl Nic {
     /// receive queues.
     pub fn create_vi(&self, attrs: &ViAttributes, send_cq: Option<&Cq>, recv_cq: Option<&Cq>) -> Result<Vi> {
         let id = self.lock().core.create_vi(*attrs, send_cq.map(|c| c.id), recv_cq.map(|c| c.id))?;
-        Ok(Vi { nic: self.clone(), id, sent: Default::default(), received: Default::default() })
+        Ok(Vi { nic: self.clone(), id, sent: VecDeque::new(), received: VecDeque::new(), armed: Default::default(), on_post: [None, None] })
     }
 }
 
@@ -141,15 +146,22 @@ impl Vi {
         {
             let mut e = self.nic.lock();
             e.core.post(id, d.addr(), d.handle(), q)?;
-            match q {
-                Queue::Send => lock(&self.sent).push_back(d),
-                Queue::Recv => lock(&self.received).push_back(d),
-            }
             if q == Queue::Send {
                 e.ring_doorbell(); // transmit now
             }
         }
+        match self.on_post[qi(q)].take() {
+            Some(f) => self.arm(q, d, f), // its queue was empty: this is the next to complete
+            None => self.list(q).push_back(d),
+        }
         Ok(())
+    }
+
+    fn list(&mut self, q: Queue) -> &mut VecDeque<Descriptor> {
+        match q {
+            Queue::Send => &mut self.sent,
+            Queue::Recv => &mut self.received,
+        }
     }
 
     /// `VipPostSend`.
@@ -162,43 +174,72 @@ impl Vi {
         self.post(d, Queue::Recv)
     }
 
+    /// Takes the descriptor the engine handed back at `addr` off our list:
+    /// always the oldest, since each queue completes in posting order and a
+    /// notification owns the oldest while it is armed.
     fn take(&mut self, q: Queue, addr: usize) -> Descriptor {
-        take_from(if q == Queue::Send { &self.sent } else { &self.received }, addr)
+        let d = self.list(q).pop_front().expect("engine completed a descriptor this VI posted");
+        debug_assert_eq!(d.addr(), addr);
+        d
     }
 
-    fn notify(&self, q: Queue, f: impl FnOnce(Descriptor) + Send + 'static) {
-        let (list, target) = match q {
-            Queue::Send => (self.sent.clone(), NotifyTarget::Send(self.id)),
-            Queue::Recv => (self.received.clone(), NotifyTarget::Recv(self.id)),
-        };
+    /// Arms the engine notification of `q` with `d`, the next descriptor
+    /// to complete there.
+    fn arm(&mut self, q: Queue, d: Descriptor, f: DescriptorCallback) {
+        let flag = self.armed[qi(q)].clone();
+        flag.store(true, Ordering::Release);
+        let target = if q == Queue::Send { NotifyTarget::Send(self.id) } else { NotifyTarget::Recv(self.id) };
         self.nic.notify(
             target,
             Box::new(move |n| {
                 if let Notice::Descriptor(addr) = n {
-                    f(take_from(&list, addr));
+                    debug_assert_eq!(addr, d.addr());
+                    flag.store(false, Ordering::Release);
+                    f(d);
                 }
             }),
         );
     }
 
+    fn notify(&mut self, q: Queue, f: impl FnOnce(Descriptor) + Send + 'static) -> Result<()> {
+        if self.armed[qi(q)].load(Ordering::Acquire) || self.on_post[qi(q)].is_some() {
+            return Err(ViaError::state(format!("a notification is already armed on the {q:?} queue")));
+        }
+        match self.list(q).pop_front() {
+            Some(d) => self.arm(q, d, Box::new(f)),
+            None => self.on_post[qi(q)] = Some(Box::new(f)),
+        }
+        Ok(())
+    }
+
+    fn check_unarmed(&self, q: Queue) -> Result<()> {
+        if self.armed[qi(q)].load(Ordering::Acquire) || self.on_post[qi(q)].is_some() {
+            return Err(ViaError::state(format!("a notification armed on the {q:?} queue owns its next completion")));
+        }
+        Ok(())
+    }
+
     /// `VipSendNotify`: the next send to complete is taken off the queue
     /// and handed to `f` (once), on whichever thread runs progress.
-    pub fn send_notify(&self, f: impl FnOnce(Descriptor) + Send + 'static) {
+    /// While it is armed, `SendDone`/`SendWait` give INVALID_STATE.
+    pub fn send_notify(&mut self, f: impl FnOnce(Descriptor) + Send + 'static) -> Result<()> {
         self.notify(Queue::Send, f)
     }
 
     /// `VipRecvNotify`.
-    pub fn recv_notify(&self, f: impl FnOnce(Descriptor) + Send + 'static) {
+    pub fn recv_notify(&mut self, f: impl FnOnce(Descriptor) + Send + 'static) -> Result<()> {
         self.notify(Queue::Recv, f)
     }
 
     fn done(&mut self, q: Queue) -> Result<Option<Descriptor>> {
+        self.check_unarmed(q)?;
         let id = self.id;
         let r = self.nic.poll(|e| e.core.done(id, q))?;
         Ok(r.map(|a| self.take(q, a)))
     }
 
     fn wait(&mut self, q: Queue, timeout: Option<Duration>) -> Result<Descriptor> {
+        self.check_unarmed(q)?;
         let id = self.id;
         let what = if q == Queue::Send { "SendWait" } else { "RecvWait" };
         let a = self.nic.wait(timeout, what, |e| e.core.done(id, q))?;
@@ -227,7 +268,7 @@ impl Vi {
 
     /// Descriptors posted and not yet handed back (send, receive).
     pub fn posted(&self) -> (usize, usize) {
-        (lock(&self.sent).len(), lock(&self.received).len())
+        (self.sent.len(), self.received.len())
     }
 }
 

@@ -112,7 +112,7 @@ fn notify_target(c: &mut Ctx) {
     }
     c.accept(&vi);
     let (tx, rx) = mpsc::channel();
-    vi.recv_notify(move |d| tx.send((d.status(), d.length(), d.immediate())).unwrap());
+    c.ok(vi.recv_notify(move |d| tx.send((d.status(), d.length(), d.immediate())).unwrap()), "VipRecvNotify");
     // The progress thread delivers it: this thread only waits on the channel.
     let (st, len, imm) = c.ok(rx.recv_timeout(T.unwrap()), "recv notification");
     check!(c, st & status::DONE != 0 && st & status::ERROR_MASK == 0, "status {st:#x}");
@@ -129,7 +129,7 @@ fn notify_initiator(c: &mut Ctx) {
     c.connect(&mut vi);
     let buf = c.region(4096, false, false);
     let (tx, rx) = mpsc::channel();
-    vi.send_notify(move |d| tx.send(d.immediate_data_sent()).unwrap());
+    c.ok(vi.send_notify(move |d| tx.send(d.immediate_data_sent()).unwrap()), "VipSendNotify");
     let (ctx, crx) = mpsc::channel();
     cq.notify(move |comp| ctx.send(comp).unwrap());
     for i in 1..=3 {

@@ -142,6 +142,7 @@ impl Core {
     }
 
     /// Completes send descriptors whose every frame is acknowledged.
+    #[inline]
     fn complete_acked(&mut self, id: u16) {
         loop {
             let Ok(vi) = self.vi(id) else { return };
@@ -381,14 +382,15 @@ impl Core {
         if fl & flags::IMMEDIATE != 0 {
             m.imm = Some(f.imm());
         }
-        vi.rx = Some(m); // discarded unless completed below
         if kind == Kind::RdmaWrite {
+            vi.rx = Some(m); // discarded unless completed below
             match self.rdma_target(id, f.rdma_addr(), f.rdma_handle(), f.msg_len(), true) {
                 Some(addr) => m.rdma = Some((addr, f.rdma_handle())),
                 None => return self.rdma_violation(id, m.first_psn, m.msg_seq, AsyncErrorKind::RdmaWriteProt),
             }
         }
         let vi = vi_at(&mut self.vis, id).unwrap();
+        vi.rx = Some(m); // discarded unless completed below
         if kind == Kind::Data || m.imm.is_some() {
             if vi.rq.done == vi.rq.tail {
                 self.counters.rx_no_receive_posted += 1;
@@ -470,19 +472,28 @@ impl Core {
             let op = if m.rdma.is_some() { status::OP_REMOTE_RDMA_WRITE } else { 0 };
             self.complete_next(id, Queue::Recv, len, m.error | op, m.imm);
         }
-        let vi = self.vi_mut(id).unwrap();
-        if m.error != 0 && vi.attrs.reliability == Reliability::ReliableReception {
+        if m.error != 0 {
+            self.report_receive_error(id, &m);
+        }
+        true
+    }
+
+    /// On Reliable Reception, tells the sender that the receive of message
+    /// `m` failed: its descriptor completes with REMOTE_DESC_ERROR.
+    fn report_receive_error(&mut self, id: u16, m: &RxMessage) {
+        let Ok(vi) = self.vi_mut(id) else { return };
+        if vi.attrs.reliability == Reliability::ReliableReception {
             // The sender's descriptor learns that ours failed.
             let end = vi.rx_expected;
             vi.last_rx_error = Some((m.first_psn, end, m.msg_seq, status::REMOTE_DESC_ERROR));
             self.queue_report(id, end, m.msg_seq, status::REMOTE_DESC_ERROR, false);
         }
-        true
     }
 
     /// Copies `payload` into the descriptor at `desc` from the scatter
     /// cursor `cur` (segment, offset in it) on; false on a protection
     /// failure. `segs` is the segment count validated when it was posted.
+    #[inline]
     fn scatter(&self, desc: usize, segs: usize, ptag: via_kernel_agent::memory::Ptag, cur: &mut (u16, u32), mut payload: &[u8]) -> bool {
         while !payload.is_empty() {
             if cur.0 as usize >= segs {

@@ -517,6 +517,9 @@ impl Core {
         let Core { vis, mem, frag, mac, ep, .. } = self;
         let (frag, mac, ep) = (*frag, *mac, *ep);
         let Some(vi) = vi_at(vis, id) else { return 0 };
+        if vi.read_jobs.is_empty() && !vi.read_resume {
+            return 0; // the usual case: no RDMA read traffic
+        }
         let Some(peer) = vi.peer.as_ref().filter(|_| vi.phase == ViPhase::Connected) else { return 0 };
         let base = HeaderRepr {
             dst_mac: peer.mac,
