@@ -60,6 +60,9 @@ rules! {
     mismatched_max_transfer_size_gives_invalid_mtu,
     mismatched_rdma_read_enable_gives_invalid_rdmaread,
     connect_wait_reports_the_clients_address_and_attributes,
+    peer_to_peer_request_connects_both_vis,
+    peer_to_peer_mismatched_attributes_are_refused_on_both_sides,
+    peer_request_without_a_peer_times_out,
     // queries and attributes
     query_nic_reports_the_device_honestly,
     query_vi_reports_state_attributes_and_queue_emptiness,

@@ -6,6 +6,7 @@
 //! - [`wire`]: the on-the-wire header of VIA frames (typed views, parse/emit);
 //! - [`memory`]: the memory registration table and protection tags;
 //! - [`conn`]: the connection manager of the client/server model (sans-IO);
+//! - [`peer`]: peer-to-peer connections (sans-IO);
 //! - [`names`]: the name service (hosts file).
 
 pub mod conn;
@@ -13,6 +14,7 @@ pub mod device;
 pub mod mac;
 pub mod memory;
 pub mod names;
+pub mod peer;
 pub mod wire;
 
 pub use device::{Capabilities, DeviceOpener, FrameDevice, RxFilter, TxFrame};

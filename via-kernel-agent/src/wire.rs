@@ -56,6 +56,9 @@ pub enum Kind {
     Disconnect = 22,
     /// Peer-to-peer connection request (both sides request).
     PeerRequest = 23,
+    /// The deciding side of a peer-to-peer match: the connection is made
+    /// (carries the generation).
+    PeerAccept = 24,
 }
 
 impl Kind {
@@ -73,6 +76,7 @@ impl Kind {
             20 => Kind::ConnNoMatch,
             22 => Kind::Disconnect,
             23 => Kind::PeerRequest,
+            24 => Kind::PeerAccept,
             _ => return None,
         })
     }
@@ -349,8 +353,13 @@ pub struct ConnRepr {
     pub mtu: u32,
     /// Request identifier, chosen by the requester (retransmissions repeat it).
     pub request_id: u32,
-    /// Discriminator the request is addressed to (server's local address).
+    /// Discriminator the request is addressed to (server's local address);
+    /// on a peer-to-peer request, the requester's own.
     pub discriminator: Vec<u8>,
+    /// Peer-to-peer requests only: the discriminator of the peer sought.
+    /// Encoded after `discriminator` as a u16 length and the bytes; absent
+    /// (empty) on every other frame.
+    pub peer_discriminator: Vec<u8>,
 }
 
 /// Longest discriminator carried on the wire.
@@ -360,7 +369,8 @@ impl ConnRepr {
     pub const FIXED_LEN: usize = 16;
 
     pub fn len(&self) -> usize {
-        Self::FIXED_LEN + self.discriminator.len()
+        let peer = if self.peer_discriminator.is_empty() { 0 } else { 2 + self.peer_discriminator.len() };
+        Self::FIXED_LEN + self.discriminator.len() + peer
     }
 
     pub fn is_empty(&self) -> bool {
@@ -375,6 +385,15 @@ impl ConnRepr {
         if dlen > MAX_DISCRIMINATOR || p.len() < Self::FIXED_LEN + dlen {
             return Err(WireError::BadLength);
         }
+        let mut peer_discriminator = Vec::new();
+        let rest = &p[Self::FIXED_LEN + dlen..];
+        if rest.len() >= 2 {
+            let plen = be16(rest, 0) as usize;
+            if plen > MAX_DISCRIMINATOR || rest.len() < 2 + plen {
+                return Err(WireError::BadLength);
+            }
+            peer_discriminator = rest[2..2 + plen].to_vec();
+        }
         Ok(ConnRepr {
             reliability: be16(p, 0),
             enable_rdma_write: p[2] & 1 != 0,
@@ -383,6 +402,7 @@ impl ConnRepr {
             mtu: be16(p, 8) as u32,
             request_id: be32(p, 10),
             discriminator: p[Self::FIXED_LEN..Self::FIXED_LEN + dlen].to_vec(),
+            peer_discriminator,
         })
     }
 
@@ -397,7 +417,12 @@ impl ConnRepr {
         o[8..10].copy_from_slice(&(self.mtu.min(u16::MAX as u32) as u16).to_be_bytes());
         o[10..14].copy_from_slice(&self.request_id.to_be_bytes());
         o[14..16].copy_from_slice(&(self.discriminator.len() as u16).to_be_bytes());
-        o[16..].copy_from_slice(&self.discriminator);
+        let d = Self::FIXED_LEN + self.discriminator.len();
+        o[16..d].copy_from_slice(&self.discriminator);
+        if !self.peer_discriminator.is_empty() {
+            o[d..d + 2].copy_from_slice(&(self.peer_discriminator.len() as u16).to_be_bytes());
+            o[d + 2..].copy_from_slice(&self.peer_discriminator);
+        }
         n
     }
 }
@@ -482,13 +507,20 @@ mod tests {
             mtu: 9000,
             request_id: 0xabcdef01,
             discriminator: b"pingpong".to_vec(),
+            peer_discriminator: Vec::new(),
         };
-        let mut buf = [0u8; 128];
+        let mut buf = [0u8; 160];
         let n = c.emit(&mut buf);
         assert_eq!(ConnRepr::parse(&buf[..n]).unwrap(), c);
         assert!(ConnRepr::parse(&buf[..n - 1]).is_err());
         let mut bad = buf;
         bad[14..16].copy_from_slice(&1000u16.to_be_bytes());
         assert_eq!(ConnRepr::parse(&bad[..n]).unwrap_err(), WireError::BadLength);
+        // A peer-to-peer request carries both discriminators.
+        let p = ConnRepr { peer_discriminator: b"other side".to_vec(), ..c.clone() };
+        let n = p.emit(&mut buf);
+        assert_eq!(n, ConnRepr::FIXED_LEN + 8 + 2 + 10);
+        assert_eq!(ConnRepr::parse(&buf[..n]).unwrap(), p);
+        assert_eq!(ConnRepr::parse(&buf[..n - 1]).unwrap_err(), WireError::BadLength);
     }
 }

@@ -133,6 +133,32 @@ impl Vi {
         }
     }
 
+    /// `VipConnectPeerRequest`: starts connecting to the peer at `mac`
+    /// that names us `local` and itself `remote` (it makes the same call
+    /// the other way round). Returns at once; `connect_peer_done` polls,
+    /// `connect_peer_wait` waits. The request gives up after `timeout`
+    /// (None: no limit).
+    pub fn connect_peer_request(&mut self, mac: MacAddr, local: &[u8], remote: &[u8], timeout: Option<Duration>) -> Result<()> {
+        let deadline = Instant::now() + timeout.unwrap_or(Duration::from_secs(3600 * 24 * 365));
+        self.nic.with(|e| e.core.peer_request_begin(self.id, mac, local, remote, deadline))?;
+        self.nic.progress(); // send the first request now
+        Ok(())
+    }
+
+    /// `VipConnectPeerDone`: Ok(true) once connected, Ok(false) while
+    /// pending (VIP_NOT_DONE), or the request's error (TIMEOUT, REJECT,
+    /// INVALID_RELIABILITY_LEVEL, INVALID_MTU, INVALID_RDMAREAD).
+    pub fn connect_peer_done(&mut self) -> Result<bool> {
+        let id = self.id;
+        self.nic.poll(|e| e.core.peer_request_poll(id).transpose()).map(|r| r.is_some())
+    }
+
+    /// `VipConnectPeerWait`: waits until the peer request settles.
+    pub fn connect_peer_wait(&mut self) -> Result<()> {
+        let id = self.id;
+        self.nic.wait(None, "ConnectPeerWait", |e| e.core.peer_request_poll(id).transpose())
+    }
+
     /// `VipDisconnect`: everything posted completes as flushed and can be
     /// collected with the Done calls.
     pub fn disconnect(&mut self) -> Result<()> {

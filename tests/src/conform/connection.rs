@@ -68,3 +68,91 @@ fn wait_initiator(c: &mut Ctx) {
     check!(c, seen == c.nic.mac().to_string(), "the server saw address {seen}, ours is {}", c.nic.mac());
     c.pass();
 }
+
+/// Peer-to-peer rules (`VipConnectPeerRequest` / `Done` / `Wait`).
+pub fn peer_rules() -> Vec<Rule> {
+    vec![
+        rule!(peer_to_peer_request_connects_both_vis,
+            "Two VIs that each ConnectPeerRequest the other (own discriminator, the peer's) become connected to each other: ConnectPeerDone reports NOT_DONE then done on one side, ConnectPeerWait returns on the other, and messages flow both ways.",
+            peer_target, peer_initiator),
+        rule!(peer_to_peer_mismatched_attributes_are_refused_on_both_sides,
+            "Peer requests whose VIs differ in reliability level end on both sides with INVALID_RELIABILITY_LEVEL, and both VIs stay Idle.",
+            peer_mismatch_target, peer_mismatch_initiator),
+        rule!(peer_request_without_a_peer_times_out,
+            "A peer request that no peer answers ends with TIMEOUT at its timeout and leaves the VI Idle; a client/server ConnectRequest to a discriminator that only a peer request uses gets NO_MATCH.",
+            peer_alone_target, peer_alone_initiator),
+    ]
+}
+
+fn peer_target(c: &mut Ctx) {
+    let mut vi = c.vi(base(c));
+    c.post_control_recv(&mut vi);
+    let mac: via_user::MacAddr = c.ok(c.heard().parse(), "the initiator's address");
+    c.ok(vi.connect_peer_request(mac, b"left", b"right", T), "ConnectPeerRequest");
+    c.ok(vi.connect_peer_wait(), "ConnectPeerWait");
+    check!(c, vi.state() == via_user::ViPhase::Connected, "state {:?}", vi.state());
+    check!(c, c.recv_control(&mut vi) == b"from the right", "message from the peer");
+    c.send_control(&mut vi, b"from the left");
+    c.heard();
+}
+
+fn peer_initiator(c: &mut Ctx) {
+    let mut vi = c.vi(base(c));
+    c.post_control_recv(&mut vi);
+    c.tell(&c.nic.mac().to_string());
+    c.ok(vi.connect_peer_request(c.peer.unwrap(), b"right", b"left", T), "ConnectPeerRequest");
+    let mut polls = 0;
+    while !c.ok(vi.connect_peer_done(), "ConnectPeerDone") {
+        polls += 1;
+        check!(c, polls < 10_000_000, "never connected");
+    }
+    check!(c, polls > 0, "ConnectPeerDone never said NOT_DONE before the peer had even asked");
+    check!(c, vi.state() == via_user::ViPhase::Connected, "state {:?}", vi.state());
+    c.send_control(&mut vi, b"from the right");
+    check!(c, c.recv_control(&mut vi) == b"from the left", "message from the peer");
+    c.pass();
+}
+
+fn peer_mismatch_target(c: &mut Ctx) {
+    let mut vi = c.vi(base(c));
+    let mac: via_user::MacAddr = c.ok(c.heard().parse(), "the initiator's address");
+    c.ok(vi.connect_peer_request(mac, b"left", b"right", T), "ConnectPeerRequest");
+    let e = vi.connect_peer_wait().err().map(|e| e.code);
+    check!(c, e == Some(VipReturn::InvalidReliabilityLevel), "ConnectPeerWait gave {e:?}");
+    check!(c, vi.state() == via_user::ViPhase::Idle, "state {:?}", vi.state());
+    c.tell("checked");
+    c.heard();
+}
+
+fn peer_mismatch_initiator(c: &mut Ctx) {
+    let mut vi = c.vi(ViAttributes { reliability: Reliability::ReliableReception, ..base(c) });
+    c.tell(&c.nic.mac().to_string());
+    c.ok(vi.connect_peer_request(c.peer.unwrap(), b"right", b"left", T), "ConnectPeerRequest");
+    let e = vi.connect_peer_wait().err().map(|e| e.code);
+    check!(c, e == Some(VipReturn::InvalidReliabilityLevel), "ConnectPeerWait gave {e:?}");
+    check!(c, vi.state() == via_user::ViPhase::Idle, "state {:?}", vi.state());
+    check!(c, c.heard() == "checked", "the target's check");
+    c.pass();
+}
+
+fn peer_alone_target(c: &mut Ctx) {
+    // A peer request for someone else: it must not answer a client's ConnectRequest.
+    let mut vi = c.vi(base(c));
+    c.ok(vi.connect_peer_request(via_user::MacAddr([2, 0, 0, 0, 0, 9]), b"alone", b"nobody", T), "ConnectPeerRequest");
+    c.tell("requested");
+    c.heard();
+}
+
+fn peer_alone_initiator(c: &mut Ctx) {
+    check!(c, c.heard() == "requested", "expected requested");
+    let mut vi = c.vi(base(c));
+    let e = vi.connect(c.peer.unwrap(), b"alone", Some(Duration::from_secs(5))).err().map(|e| e.code);
+    check!(c, e == Some(VipReturn::NoMatch), "a ConnectRequest to a peer request's discriminator: {e:?}");
+    let t0 = std::time::Instant::now();
+    c.ok(vi.connect_peer_request(c.peer.unwrap(), b"me", b"nobody here", Some(Duration::from_millis(300))), "ConnectPeerRequest");
+    let e = vi.connect_peer_wait().err().map(|e| e.code);
+    check!(c, e == Some(VipReturn::Timeout), "ConnectPeerWait without a peer: {e:?}");
+    check!(c, t0.elapsed() >= Duration::from_millis(300), "timed out early: {:?}", t0.elapsed());
+    check!(c, vi.state() == via_user::ViPhase::Idle, "state {:?}", vi.state());
+    c.pass();
+}

@@ -44,6 +44,7 @@ pub fn rules() -> Vec<Rule> {
     v.extend(rdma::rules());
     v.extend(errors::rules());
     v.extend(connection::rules());
+    v.extend(connection::peer_rules());
     v.extend(queries::rules());
     v
 }

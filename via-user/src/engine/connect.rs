@@ -7,6 +7,7 @@ use crate::error::{Result, ViaError, VipReturn};
 use crate::vi::{Reliability, ViAttributes, ViPhase};
 use std::time::Instant;
 use via_kernel_agent::conn::{RejectReason, RequestState};
+use via_kernel_agent::peer::compatible;
 use via_kernel_agent::wire::{ConnRepr, MAX_DISCRIMINATOR};
 use via_kernel_agent::MacAddr;
 
@@ -33,6 +34,7 @@ impl Core {
             mtu: self.mtu as u32,
             request_id: 0,
             discriminator: discriminator.to_vec(),
+            peer_discriminator: Vec::new(),
         }
     }
 
@@ -68,17 +70,13 @@ impl Core {
         let attrs = vi.attrs;
         let inc = self.cm.incoming(conn).ok_or_else(|| ViaError::invalid(format!("no pending connection request {conn}")))?;
         let remote = inc.attrs.clone();
-        let mismatch = if remote.reliability != attrs.reliability.bits() {
-            Some((RejectReason::ReliabilityLevel, VipReturn::InvalidReliabilityLevel, "reliability levels differ"))
-        } else if remote.max_transfer_size != attrs.max_transfer_size {
-            Some((RejectReason::Mtu, VipReturn::InvalidMtu, "MaxTransferSize differs"))
-        } else if remote.enable_rdma_read != attrs.enable_rdma_read {
-            Some((RejectReason::RdmaRead, VipReturn::InvalidRdmaRead, "RDMA read enable differs"))
-        } else {
-            None
-        };
-        if let Some((reason, code, what)) = mismatch {
+        if let Err(reason) = compatible(&self.conn_repr(&attrs, &[]), &remote) {
             self.cm.reject(conn, reason);
+            let (code, what) = match reason {
+                RejectReason::ReliabilityLevel => (VipReturn::InvalidReliabilityLevel, "reliability levels differ"),
+                RejectReason::Mtu => (VipReturn::InvalidMtu, "MaxTransferSize differs"),
+                _ => (VipReturn::InvalidRdmaRead, "RDMA read enable differs"),
+            };
             return Err(ViaError::new(code, format!("connection attributes: {what} (the request was rejected)")));
         }
         let repr = self.conn_repr(&attrs, &[]);
@@ -118,6 +116,12 @@ impl Core {
     /// Where `VipConnectRequest` of VI `id` stands: `None` while pending.
     pub fn connect_request_poll(&mut self, id: u16) -> Option<Result<()>> {
         let st = self.cm.request_poll(id, Instant::now());
+        self.settle_request(id, st, "the server")
+    }
+
+    /// Applies the outcome of a connection request (either model) to VI
+    /// `id`: connected, or back to Idle with the error. `None` while pending.
+    fn settle_request(&mut self, id: u16, st: RequestState, who: &str) -> Option<Result<()>> {
         let rto = self.config.rto_initial;
         let vi = self.vi_mut(id).ok()?;
         let out = match st {
@@ -129,16 +133,45 @@ impl Core {
                 return Some(Ok(()));
             }
             RequestState::Rejected(r) => match r {
-                RejectReason::Refused => ViaError::new(VipReturn::Reject, "the server rejected the connection"),
-                RejectReason::ReliabilityLevel => ViaError::new(VipReturn::InvalidReliabilityLevel, "the server's VI has another reliability level"),
-                RejectReason::Mtu => ViaError::new(VipReturn::InvalidMtu, "the server's VI has another MaxTransferSize"),
-                RejectReason::RdmaRead => ViaError::new(VipReturn::InvalidRdmaRead, "the server's VI differs in RDMA read enable"),
+                RejectReason::Refused => ViaError::new(VipReturn::Reject, format!("{who} rejected the connection")),
+                RejectReason::ReliabilityLevel => ViaError::new(VipReturn::InvalidReliabilityLevel, format!("{who}'s VI has another reliability level")),
+                RejectReason::Mtu => ViaError::new(VipReturn::InvalidMtu, format!("{who}'s VI has another MaxTransferSize")),
+                RejectReason::RdmaRead => ViaError::new(VipReturn::InvalidRdmaRead, format!("{who}'s VI differs in RDMA read enable")),
             },
             RequestState::NoMatch => ViaError::new(VipReturn::NoMatch, "no ConnectWait is pending for that address (retry)"),
-            RequestState::TimedOut => ViaError::timeout("no answer to the connection request"),
+            RequestState::TimedOut => ViaError::timeout(format!("no answer from {who} to the connection request")),
         };
         vi.phase = ViPhase::Idle;
         Some(Err(out))
+    }
+
+    /// Starts `VipConnectPeerRequest` from VI `id`: our discriminator
+    /// `local`, the peer's `remote` at `mac`.
+    pub fn peer_request_begin(&mut self, id: u16, mac: MacAddr, local: &[u8], remote: &[u8], deadline: Instant) -> Result<()> {
+        for d in [local, remote] {
+            if d.is_empty() || d.len() > MAX_DISCRIMINATOR {
+                return Err(ViaError::invalid(format!("a peer discriminator has 1 to {MAX_DISCRIMINATOR} bytes, not {}", d.len())));
+            }
+        }
+        let vi = self.vi(id)?;
+        if vi.phase != ViPhase::Idle {
+            return Err(ViaError::state(format!("VI is {:?}, not Idle", vi.phase)));
+        }
+        let mut repr = self.conn_repr(&vi.attrs, local);
+        repr.peer_discriminator = remote.to_vec();
+        self.vi_mut(id)?.phase = ViPhase::ConnectPending;
+        self.peers.begin(id, mac, repr, Instant::now(), deadline);
+        Ok(())
+    }
+
+    /// `VipConnectPeerDone`: where the peer request of VI `id` stands
+    /// (`None` while pending).
+    pub fn peer_request_poll(&mut self, id: u16) -> Option<Result<()>> {
+        if self.vi(id).ok()?.phase == ViPhase::Connected {
+            return Some(Ok(())); // settled by an earlier poll
+        }
+        let st = self.peers.poll(id, Instant::now());
+        self.settle_request(id, st, "the peer")
     }
 
     /// Abandons a pending request (the waiting call gave up).
@@ -160,7 +193,10 @@ impl Core {
                 let peer = vi.peer.clone().expect("connected VI has a peer");
                 self.queue_disconnect(id, &peer);
             }
-            ViPhase::ConnectPending => self.cm.request_cancel(id),
+            ViPhase::ConnectPending => {
+                self.cm.request_cancel(id);
+                self.peers.cancel(id);
+            }
             ViPhase::Idle | ViPhase::Error => {}
         }
         self.flush_vi(id);

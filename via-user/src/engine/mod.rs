@@ -26,6 +26,7 @@ use crate::workqueue::{CompletionQueue, Doorbell};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 use via_kernel_agent::conn::ConnectionManager;
+use via_kernel_agent::peer::PeerConnector;
 use via_kernel_agent::memory::{random_u32, RegistrationTable};
 use via_kernel_agent::wire::{HeaderRepr, ANY_ENDPOINT, DST_EP_OFFSET, ETHERTYPE, FRAME_HEADER_LEN, VIA_HEADER_LEN};
 use via_kernel_agent::{FrameDevice, MacAddr, RxFilter};
@@ -197,6 +198,7 @@ pub struct Core {
     pub config: Config,
     pub mem: RegistrationTable,
     pub cm: ConnectionManager,
+    pub peers: PeerConnector,
     pub vis: Vec<Option<ViState>>,
     pub cqs: Vec<Option<CompletionQueue>>,
     pub doorbell: Doorbell,
@@ -253,6 +255,7 @@ impl Engine {
             frag,
             window,
             cm: ConnectionManager::new(mac, ep),
+            peers: PeerConnector::new(mac, ep),
             config,
             mem: RegistrationTable::new(),
             vis: Vec::new(),
@@ -304,10 +307,7 @@ impl Engine {
 
     /// The next instant a timer needs the engine.
     pub fn next_deadline(&self) -> Option<Instant> {
-        match (self.core.timer_at, self.core.cm.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.core.timer_at, self.core.cm.next_deadline(), self.core.peers.next_deadline()].into_iter().flatten().min()
     }
 }
 
@@ -389,6 +389,7 @@ impl Core {
         let vi = self.vis[id as usize - 1].take().unwrap();
         self.mem.release_ptag(vi.attrs.ptag);
         self.cm.forget_vi(id);
+        self.peers.cancel(id);
         for cq in [vi.send_cq, vi.recv_cq].into_iter().flatten() {
             if let Ok(c) = self.cq_mut(cq) {
                 c.forget_vi(id);

@@ -33,8 +33,18 @@ impl Core {
         if kind.is_connection_management() {
             match ConnRepr::parse(f.payload()) {
                 Ok(c) => {
-                    let h = CmHeader { kind, src_mac: f.src_mac(), src_ep: f.src_ep(), src_vi: f.src_vi(), dst_vi: f.dst_vi(), generation: f.generation(), imm: f.imm() };
-                    self.cm.on_frame(h, c, now)
+                    let (mac, ep, vi) = (f.src_mac(), f.src_ep(), f.src_vi());
+                    match kind {
+                        Kind::PeerRequest => self.peers.on_request(mac, ep, vi, c),
+                        Kind::PeerAccept => self.peers.on_answer(kind, mac, ep, vi, f.generation(), f.imm(), c),
+                        _ => {
+                            if kind == Kind::ConnReject {
+                                self.peers.on_answer(kind, mac, ep, vi, f.generation(), f.imm(), c.clone());
+                            }
+                            let h = CmHeader { kind, src_mac: mac, src_ep: ep, src_vi: vi, dst_vi: f.dst_vi(), generation: f.generation(), imm: f.imm() };
+                            self.cm.on_frame(h, c, now)
+                        }
+                    }
                 }
                 Err(_) => self.counters.rx_malformed += 1,
             }

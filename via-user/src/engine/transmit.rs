@@ -34,14 +34,14 @@ pub struct Spec {
 }
 
 /// Room for one control frame's payload.
-const CTL_PAYLOAD: usize = 128;
+const CTL_PAYLOAD: usize = 160;
 
 impl Engine {
     /// Transmits everything queued: control frames, data of rung VIs, ACKs.
     #[inline]
     pub(super) fn flush(&mut self, now: Instant) {
         let c = &mut self.core;
-        if c.cm.outgoing().is_empty() && !c.doorbell.is_rung() && c.acks_due.is_empty() && c.reports.is_empty() {
+        if c.cm.outgoing().is_empty() && !c.doorbell.is_rung() && c.acks_due.is_empty() && c.reports.is_empty() && c.peers.outgoing().is_empty() {
             return; // the common idle case: nothing to build
         }
         self.flush_queued(now);
@@ -68,6 +68,8 @@ impl Engine {
             }
         }
 
+        let peer_frames = std::mem::take(core.peers.outgoing());
+        core.cm.outgoing().extend(peer_frames);
         while !core.cm.outgoing().is_empty() {
             let n = core.build_control(hdrs, specs);
             let k = send_batch(dev.as_mut(), hdrs, &specs[..n]);

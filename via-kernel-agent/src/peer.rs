@@ -1,0 +1,292 @@
+//! Peer-to-peer connections (`VipConnectPeerRequest` / `Done` / `Wait`),
+//! as a sans-IO state machine like [`crate::conn::ConnectionManager`].
+//!
+//! Both sides request: each names its own discriminator and the one of the
+//! peer it seeks, and sends `PeerRequest` to the peer's MAC (endpoint
+//! [`ANY_ENDPOINT`]) with backoff until its deadline. Two requests match
+//! when each seeks the other's discriminator at the other's MAC.
+//!
+//! One side decides, so that both agree on one connection: the side whose
+//! (MAC, endpoint) is lower. When a matching request reaches the decider
+//! it checks the attributes (the other side does the same check on the
+//! decider's request), picks the connection generation, and answers
+//! `PeerAccept`; it answers every duplicate request with the same accept,
+//! so a lost accept is made good by the other side's next retransmission.
+//! The other side connects when the accept arrives. An attribute mismatch
+//! ends the request with the reason on the side that found it and is
+//! answered with `ConnReject` carrying the reason, which ends the other's.
+
+use crate::conn::{CmFrame, Peer, RejectReason, RequestState, REQUEST_RTO, REQUEST_RTO_MAX};
+use crate::mac::MacAddr;
+use crate::memory::random_u32;
+use crate::wire::{ConnRepr, Kind, ANY_ENDPOINT};
+use std::time::Instant;
+
+/// Accepts remembered for duplicate requests.
+const ACCEPTS_KEPT: usize = 64;
+
+/// The attribute check both connection models make: reliability level,
+/// MaxTransferSize and RDMA read enable must be equal.
+pub fn compatible(mine: &ConnRepr, theirs: &ConnRepr) -> Result<(), RejectReason> {
+    if mine.reliability != theirs.reliability {
+        Err(RejectReason::ReliabilityLevel)
+    } else if mine.max_transfer_size != theirs.max_transfer_size {
+        Err(RejectReason::Mtu)
+    } else if mine.enable_rdma_read != theirs.enable_rdma_read {
+        Err(RejectReason::RdmaRead)
+    } else {
+        Ok(())
+    }
+}
+
+struct PeerRequest {
+    vi: u16,
+    mac: MacAddr,
+    /// Our attributes; `discriminator` is ours, `peer_discriminator` the
+    /// one sought; `request_id` a nonce of this request.
+    attrs: ConnRepr,
+    next_send: Instant,
+    rto: std::time::Duration,
+    deadline: Instant,
+    state: RequestState,
+}
+
+/// An accept given, for answering duplicates: (their MAC, endpoint, VI,
+/// nonce) and the frame.
+struct Given {
+    key: (MacAddr, u32, u16, u32),
+    frame: CmFrame,
+}
+
+/// The peer-to-peer requests of one opened NIC.
+pub struct PeerConnector {
+    mac: MacAddr,
+    ep: u32,
+    requests: Vec<PeerRequest>,
+    given: Vec<Given>,
+    out: Vec<CmFrame>,
+}
+
+impl PeerConnector {
+    pub fn new(mac: MacAddr, ep: u32) -> Self {
+        PeerConnector { mac, ep, requests: Vec::new(), given: Vec::new(), out: Vec::new() }
+    }
+
+    /// Frames queued for transmission; the engine drains them.
+    pub fn outgoing(&mut self) -> &mut Vec<CmFrame> {
+        &mut self.out
+    }
+
+    /// Starts a request of local VI `vi` for the peer at `mac` whose
+    /// discriminator is `attrs.peer_discriminator` (ours is
+    /// `attrs.discriminator`), giving up at `deadline`.
+    pub fn begin(&mut self, vi: u16, mac: MacAddr, mut attrs: ConnRepr, now: Instant, deadline: Instant) {
+        self.requests.retain(|r| r.vi != vi);
+        attrs.request_id = random_u32();
+        self.requests.push(PeerRequest { vi, mac, attrs, next_send: now, rto: REQUEST_RTO, deadline, state: RequestState::InProgress });
+        self.on_timer(now);
+    }
+
+    /// Where the request of `vi` stands; a finished request is forgotten.
+    pub fn poll(&mut self, vi: u16, now: Instant) -> RequestState {
+        self.on_timer(now);
+        let Some(i) = self.requests.iter().position(|r| r.vi == vi) else { return RequestState::TimedOut };
+        let st = self.requests[i].state.clone();
+        if st != RequestState::InProgress {
+            self.requests.remove(i);
+        }
+        st
+    }
+
+    /// Abandons the request of `vi` and forgets accepts given for it.
+    pub fn cancel(&mut self, vi: u16) {
+        self.requests.retain(|r| r.vi != vi);
+        self.given.retain(|g| g.frame.src_vi != vi);
+    }
+
+    /// Do we decide the connection with the endpoint `(mac, ep)`?
+    fn decides(&self, mac: MacAddr, ep: u32) -> bool {
+        (self.mac.0, self.ep) < (mac.0, ep)
+    }
+
+    /// A `PeerRequest` from `(mac, ep, vi)`.
+    pub fn on_request(&mut self, mac: MacAddr, ep: u32, vi: u16, theirs: ConnRepr) {
+        let key = (mac, ep, vi, theirs.request_id);
+        if let Some(g) = self.given.iter().find(|g| g.key == key) {
+            self.out.push(g.frame.clone()); // our accept was lost
+            return;
+        }
+        let decides = self.decides(mac, ep);
+        let Some(r) = self.requests.iter_mut().find(|r| {
+            r.state == RequestState::InProgress && r.mac == mac && r.attrs.peer_discriminator == theirs.discriminator && r.attrs.discriminator == theirs.peer_discriminator
+        }) else {
+            return; // nobody here seeks that peer (yet): it retransmits
+        };
+        if let Err(reason) = compatible(&r.attrs, &theirs) {
+            r.state = RequestState::Rejected(reason);
+            let conn = ConnRepr { request_id: theirs.request_id, ..ConnRepr::default() };
+            self.out.push(CmFrame { dst_mac: mac, dst_ep: ep, kind: Kind::ConnReject, dst_vi: vi, src_vi: r.vi, generation: 0, imm: reason as u32, ack: None, conn });
+            return;
+        }
+        if !decides {
+            return; // the other side decides; keep asking until it accepts
+        }
+        let generation = random_u32() | 1;
+        let mut mine = r.attrs.clone();
+        mine.request_id = theirs.request_id;
+        mine.discriminator.clear();
+        mine.peer_discriminator.clear();
+        let frame = CmFrame { dst_mac: mac, dst_ep: ep, kind: Kind::PeerAccept, dst_vi: vi, src_vi: r.vi, generation, imm: 0, ack: None, conn: mine };
+        r.state = RequestState::Accepted(Peer { mac, ep, vi, generation, attrs: theirs });
+        self.out.push(frame.clone());
+        if self.given.len() == ACCEPTS_KEPT {
+            self.given.remove(0);
+        }
+        self.given.push(Given { key, frame });
+    }
+
+    /// A `PeerAccept` (or `ConnReject`) from `(mac, ep, vi)` for our
+    /// request `conn.request_id`.
+    pub fn on_answer(&mut self, kind: Kind, mac: MacAddr, ep: u32, vi: u16, generation: u32, imm: u32, conn: ConnRepr) {
+        let Some(r) = self.requests.iter_mut().find(|r| r.state == RequestState::InProgress && r.mac == mac && r.attrs.request_id == conn.request_id) else {
+            return;
+        };
+        r.state = match kind {
+            Kind::PeerAccept => RequestState::Accepted(Peer { mac, ep, vi, generation, attrs: conn }),
+            _ => RequestState::Rejected(RejectReason::from_u32(imm)),
+        };
+    }
+
+    /// Retransmits requests that are due and times out those whose
+    /// deadline passed.
+    #[inline]
+    pub fn on_timer(&mut self, now: Instant) {
+        if !self.requests.is_empty() {
+            self.on_timer_requests(now);
+        }
+    }
+
+    fn on_timer_requests(&mut self, now: Instant) {
+        for r in &mut self.requests {
+            if r.state != RequestState::InProgress {
+                continue;
+            }
+            if now >= r.deadline {
+                r.state = RequestState::TimedOut;
+                continue;
+            }
+            if now >= r.next_send {
+                self.out.push(CmFrame { dst_mac: r.mac, dst_ep: ANY_ENDPOINT, kind: Kind::PeerRequest, dst_vi: 0, src_vi: r.vi, generation: 0, imm: 0, ack: None, conn: r.attrs.clone() });
+                r.next_send = now + r.rto;
+                r.rto = (r.rto * 2).min(REQUEST_RTO_MAX);
+            }
+        }
+    }
+
+    /// The next instant [`PeerConnector::on_timer`] has work to do.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.requests.iter().filter(|r| r.state == RequestState::InProgress).map(|r| r.next_send.min(r.deadline)).min()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
+    const B: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
+
+    fn attrs(mine: &[u8], theirs: &[u8]) -> ConnRepr {
+        ConnRepr { reliability: 2, max_transfer_size: 1 << 20, mtu: 1500, discriminator: mine.to_vec(), peer_discriminator: theirs.to_vec(), ..Default::default() }
+    }
+
+    /// Delivers `from`'s queued frames to `to`, dropping the first `drop`.
+    fn pump(from: &mut PeerConnector, to: &mut PeerConnector, drop: usize) -> usize {
+        let frames: Vec<_> = from.outgoing().drain(..).collect();
+        let n = frames.len();
+        for f in frames.into_iter().skip(drop) {
+            // The wire round trip: what the engine does.
+            let mut buf = [0u8; 160];
+            let len = f.conn.emit(&mut buf);
+            let conn = ConnRepr::parse(&buf[..len]).unwrap();
+            match f.kind {
+                Kind::PeerRequest => to.on_request(from.mac, from.ep, f.src_vi, conn),
+                k => to.on_answer(k, from.mac, from.ep, f.src_vi, f.generation, f.imm, conn),
+            }
+        }
+        n
+    }
+
+    fn accepted(s: RequestState) -> Peer {
+        match s {
+            RequestState::Accepted(p) => p,
+            s => panic!("not accepted: {s:?}"),
+        }
+    }
+
+    #[test]
+    fn both_sides_connect_to_each_other_with_one_generation() {
+        let t0 = Instant::now();
+        let (mut a, mut b) = (PeerConnector::new(A, 10), PeerConnector::new(B, 20));
+        let dl = t0 + Duration::from_secs(1);
+        a.begin(3, B, attrs(b"a", b"b"), t0, dl);
+        b.begin(5, A, attrs(b"b", b"a"), t0, dl);
+        pump(&mut a, &mut b, 0); // b does not decide: waits
+        assert_eq!(b.poll(5, t0), RequestState::InProgress);
+        pump(&mut b, &mut a, 0); // a decides and accepts
+        let pa = accepted(a.poll(3, t0));
+        pump(&mut a, &mut b, 0);
+        let pb = accepted(b.poll(5, t0));
+        assert_eq!((pa.mac, pa.ep, pa.vi), (B, 20, 5));
+        assert_eq!((pb.mac, pb.ep, pb.vi), (A, 10, 3));
+        assert_eq!(pa.generation, pb.generation);
+    }
+
+    #[test]
+    fn a_lost_accept_is_given_again() {
+        let t0 = Instant::now();
+        let (mut a, mut b) = (PeerConnector::new(A, 10), PeerConnector::new(B, 20));
+        let dl = t0 + Duration::from_secs(1);
+        a.begin(3, B, attrs(b"a", b"b"), t0, dl);
+        b.begin(5, A, attrs(b"b", b"a"), t0, dl);
+        a.outgoing().clear();
+        pump(&mut b, &mut a, 0);
+        let pa = accepted(a.poll(3, t0));
+        pump(&mut a, &mut b, 1); // the accept is lost
+        let t1 = t0 + REQUEST_RTO;
+        b.on_timer(t1);
+        pump(&mut b, &mut a, 0); // duplicate request
+        pump(&mut a, &mut b, 0);
+        assert_eq!(accepted(b.poll(5, t1)).generation, pa.generation);
+    }
+
+    #[test]
+    fn mismatched_discriminators_do_not_match_and_time_out() {
+        let t0 = Instant::now();
+        let (mut a, mut b) = (PeerConnector::new(A, 10), PeerConnector::new(B, 20));
+        let dl = t0 + Duration::from_millis(50);
+        a.begin(3, B, attrs(b"a", b"b"), t0, dl);
+        b.begin(5, A, attrs(b"b", b"someone else"), t0, dl);
+        pump(&mut a, &mut b, 0);
+        pump(&mut b, &mut a, 0);
+        pump(&mut a, &mut b, 0);
+        assert_eq!(a.poll(3, t0), RequestState::InProgress);
+        assert_eq!(a.poll(3, dl), RequestState::TimedOut);
+        assert_eq!(b.poll(5, dl), RequestState::TimedOut);
+    }
+
+    #[test]
+    fn mismatched_attributes_reject_both_sides() {
+        let t0 = Instant::now();
+        let (mut a, mut b) = (PeerConnector::new(A, 10), PeerConnector::new(B, 20));
+        let dl = t0 + Duration::from_secs(1);
+        a.begin(3, B, attrs(b"a", b"b"), t0, dl);
+        b.begin(5, A, ConnRepr { reliability: 1, ..attrs(b"b", b"a") }, t0, dl);
+        a.outgoing().clear(); // only b's request arrives
+        pump(&mut b, &mut a, 0);
+        assert_eq!(a.poll(3, t0), RequestState::Rejected(RejectReason::ReliabilityLevel));
+        pump(&mut a, &mut b, 0); // the reject
+        assert_eq!(b.poll(5, t0), RequestState::Rejected(RejectReason::ReliabilityLevel));
+    }
+}
