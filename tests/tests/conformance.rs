@@ -63,6 +63,9 @@ rules! {
     peer_to_peer_request_connects_both_vis,
     peer_to_peer_mismatched_attributes_are_refused_on_both_sides,
     peer_request_without_a_peer_times_out,
+    // name service
+    name_service_discovers_a_host_not_in_the_hosts_file,
+    name_service_gives_the_name_of_an_address,
     // queries and attributes
     query_nic_reports_the_device_honestly,
     query_vi_reports_state_attributes_and_queue_emptiness,

@@ -7,7 +7,8 @@
 //! - [`memory`]: the memory registration table and protection tags;
 //! - [`conn`]: the connection manager of the client/server model (sans-IO);
 //! - [`peer`]: peer-to-peer connections (sans-IO);
-//! - [`names`]: the name service (hosts file).
+//! - [`names`]: the name service (hosts file);
+//! - [`resolver`]: name discovery on the segment (sans-IO).
 
 pub mod conn;
 pub mod device;
@@ -15,6 +16,7 @@ pub mod mac;
 pub mod memory;
 pub mod names;
 pub mod peer;
+pub mod resolver;
 pub mod wire;
 
 pub use device::{Capabilities, DeviceOpener, FrameDevice, RxFilter, TxFrame};

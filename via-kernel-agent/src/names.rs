@@ -69,6 +69,11 @@ impl NameService {
         self.entries.iter().find(|(_, m)| *m == mac).map(|(n, _)| n.as_str())
     }
 
+    /// Every name of `mac`, in file order.
+    pub fn names_of(&self, mac: MacAddr) -> Vec<String> {
+        self.entries.iter().filter(|(_, m)| *m == mac).map(|(n, _)| n.clone()).collect()
+    }
+
     pub fn source(&self) -> Option<&Path> {
         self.source.as_deref()
     }

@@ -59,6 +59,12 @@ pub enum Kind {
     /// The deciding side of a peer-to-peer match: the connection is made
     /// (carries the generation).
     PeerAccept = 24,
+    /// Name service: who has this name (broadcast), or, with an empty
+    /// name, what is your name (unicast). Payload: [`ConnRepr`] with the
+    /// query id in `request_id` and the name in `discriminator`.
+    NameQuery = 25,
+    /// The answer: the sender's MAC has the name in `discriminator`.
+    NameReply = 26,
 }
 
 impl Kind {
@@ -77,6 +83,8 @@ impl Kind {
             22 => Kind::Disconnect,
             23 => Kind::PeerRequest,
             24 => Kind::PeerAccept,
+            25 => Kind::NameQuery,
+            26 => Kind::NameReply,
             _ => return None,
         })
     }

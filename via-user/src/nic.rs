@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use via_kernel_agent::memory::{Ptag, MAX_PTAGS, MAX_REGIONS};
 use via_kernel_agent::names::NameService;
+use via_kernel_agent::resolver::Lookup;
 use via_kernel_agent::wire::MAX_DISCRIMINATOR;
 use via_kernel_agent::{FrameDevice, MacAddr};
 
@@ -369,16 +370,92 @@ impl Nic {
         Ok(())
     }
 
-    /// `VipNSGetHostByName`: the MAC of `name` from the hosts file
-    /// (`VIA_HOSTS`, default /etc/via/hosts), or `name` parsed as a MAC.
-    pub fn lookup_host(&self, name: &str) -> Result<MacAddr> {
+    /// The hosts file, loaded on first use (and again after `ns_shutdown`).
+    fn hosts(&self) -> Result<NameService> {
         let mut ns = self.shared.names.lock().unwrap_or_else(|p| p.into_inner());
         if ns.is_none() {
             *ns = Some(NameService::load_default().map_err(|e| ViaError::new(VipReturn::ErrorNameService, e.to_string()))?);
         }
-        ns.as_ref().unwrap().lookup(name).ok_or_else(|| {
-            ViaError::new(VipReturn::ErrorNameService, format!("host {name:?} is not in {}", NameService::default_path().display()))
+        Ok(ns.as_ref().unwrap().clone())
+    }
+
+    /// How long a discovery query on the segment may take
+    /// (`VIA_NS_TIMEOUT_MS`, default 500).
+    fn discovery_timeout() -> Duration {
+        Duration::from_millis(std::env::var("VIA_NS_TIMEOUT_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(500))
+    }
+
+    /// Runs discovery query `id` to its end.
+    fn discover(&self, id: u32) -> Result<Option<(MacAddr, String)>> {
+        self.wait(Some(Self::discovery_timeout() + Duration::from_millis(100)), "name discovery", |e| {
+            Ok(match e.core.resolver.poll(id, Instant::now()) {
+                Lookup::InProgress => None,
+                Lookup::Found(mac, name) => Some(Some((mac, name))),
+                Lookup::NotFound => Some(None),
+            })
         })
+    }
+
+    /// `VipNSGetHostByName`: the MAC of `name` from the hosts file
+    /// (`VIA_HOSTS`, default /etc/via/hosts), or `name` parsed as a MAC, or
+    /// else whoever answers for it on the segment (a broadcast query).
+    pub fn lookup_host(&self, name: &str) -> Result<MacAddr> {
+        if let Some(mac) = self.hosts()?.lookup(name) {
+            return Ok(mac);
+        }
+        if name.is_empty() || name.len() > via_kernel_agent::resolver::MAX_NAME {
+            return Err(ViaError::new(VipReturn::ErrorNameService, format!("host name {name:?} is empty or longer than {} bytes", via_kernel_agent::resolver::MAX_NAME)));
+        }
+        let id = {
+            let mut e = self.lock();
+            if let Some(mac) = e.core.resolver.cached(name) {
+                return Ok(mac);
+            }
+            let now = Instant::now();
+            e.core.resolver.begin_name(name, now, now + Self::discovery_timeout())
+        };
+        match self.discover(id)? {
+            Some((mac, _)) => Ok(mac),
+            None => Err(ViaError::new(VipReturn::ErrorNameService, format!("host {name:?} is not in {} and no host on the segment answered for it", NameService::default_path().display()))),
+        }
+    }
+
+    /// `VipNSGetHostByAddr`: the name of `mac` from the hosts file, or the
+    /// one its VIA endpoint gives when asked.
+    pub fn lookup_name(&self, mac: MacAddr) -> Result<String> {
+        if let Some(n) = self.hosts()?.name_of(mac) {
+            return Ok(n.to_string());
+        }
+        let id = {
+            let mut e = self.lock();
+            if let Some(n) = e.core.resolver.cached_name(mac) {
+                return Ok(n.to_string());
+            }
+            let now = Instant::now();
+            e.core.resolver.begin_addr(mac, now, now + Self::discovery_timeout())
+        };
+        match self.discover(id)? {
+            Some((_, name)) => Ok(name),
+            None => Err(ViaError::new(VipReturn::ErrorNameService, format!("{mac} is not in {} and gave no name when asked", NameService::default_path().display()))),
+        }
+    }
+
+    /// `VipNSInit`: (re)loads the hosts file; `names` are the names this
+    /// NIC answers for on the segment (None: `$VIA_NAME` or the host name,
+    /// plus its hosts-file names).
+    pub fn ns_init(&self, names: Option<Vec<String>>) -> Result<()> {
+        *self.shared.names.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let hosts = self.hosts()?;
+        let mut e = self.lock();
+        let names = names.unwrap_or_else(|| via_kernel_agent::resolver::default_local_names(&hosts, e.core.mac));
+        e.core.resolver.set_local_names(names);
+        Ok(())
+    }
+
+    /// `VipNSShutdown`: forgets the hosts file and what discovery learnt.
+    pub fn ns_shutdown(&self) {
+        *self.shared.names.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.lock().core.resolver.shutdown();
     }
 }
 

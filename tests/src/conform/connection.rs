@@ -99,8 +99,10 @@ fn peer_target(c: &mut Ctx) {
 fn peer_initiator(c: &mut Ctx) {
     let mut vi = c.vi(base(c));
     c.post_control_recv(&mut vi);
-    c.tell(&c.nic.mac().to_string());
+    // Ask first, then let the target know where we are: it cannot have
+    // asked yet, so the first polls say NOT_DONE.
     c.ok(vi.connect_peer_request(c.peer.unwrap(), b"right", b"left", T), "ConnectPeerRequest");
+    c.tell(&c.nic.mac().to_string());
     let mut polls = 0;
     while !c.ok(vi.connect_peer_done(), "ConnectPeerDone") {
         polls += 1;
@@ -154,5 +156,61 @@ fn peer_alone_initiator(c: &mut Ctx) {
     check!(c, e == Some(VipReturn::Timeout), "ConnectPeerWait without a peer: {e:?}");
     check!(c, t0.elapsed() >= Duration::from_millis(300), "timed out early: {:?}", t0.elapsed());
     check!(c, vi.state() == via_user::ViPhase::Idle, "state {:?}", vi.state());
+    c.pass();
+}
+
+/// Name-service rules (`VipNSInit`, `GetHostByName`, `GetHostByAddr`, `NSShutdown`).
+pub fn name_rules() -> Vec<Rule> {
+    let r = |name, text, t, i| Rule { name, area: "name service", text, target: t, initiator: i, target_passive: false };
+    vec![
+        r("name_service_discovers_a_host_not_in_the_hosts_file",
+            "VipNSGetHostByName of a name the hosts file lacks asks the segment: the endpoint that answers for the name (set by VipNSInit) gives its address; a name nobody has gives ERROR_NAMESERVICE.",
+            names_target as fn(&mut Ctx), discover_initiator as fn(&mut Ctx)),
+        r("name_service_gives_the_name_of_an_address",
+            "VipNSGetHostByAddr gives the name of an address: from the hosts file when it has one, else from the endpoint itself; after VipNSShutdown lookups start afresh and still work.",
+            names_target, reverse_initiator),
+    ]
+}
+
+fn names_target(c: &mut Ctx) {
+    c.ok(c.nic.ns_init(Some(vec!["conform-target".into(), "alias-of-target".into()])), "VipNSInit");
+    c.tell("named");
+    c.heard();
+}
+
+fn discover_initiator(c: &mut Ctx) {
+    check!(c, c.heard() == "named", "expected named");
+    std::env::set_var("VIA_HOSTS", "/nonexistent/via-hosts"); // nothing from a file
+    let e = c.nic.ns_init(None).err().map(|e| e.code);
+    check!(c, e == Some(VipReturn::ErrorNameService), "a missing VIA_HOSTS file: {e:?}");
+    let dir = std::env::temp_dir().join(format!("via-conform-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let hosts = crate::hosts_file(&dir, &[]);
+    std::env::set_var("VIA_HOSTS", &hosts);
+    c.ok(c.nic.ns_init(None), "VipNSInit");
+    let mac = c.ok(c.nic.lookup_host("alias-of-target"), "VipNSGetHostByName by discovery");
+    check!(c, Some(mac) == c.peer, "discovered {mac}, the target is {:?}", c.peer);
+    let e = c.nic.lookup_host("no-such-host").err().map(|e| e.code);
+    check!(c, e == Some(VipReturn::ErrorNameService), "an unknown name: {e:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+    c.pass();
+}
+
+fn reverse_initiator(c: &mut Ctx) {
+    check!(c, c.heard() == "named", "expected named");
+    let peer = c.peer.unwrap();
+    let dir = std::env::temp_dir().join(format!("via-conform-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let hosts = crate::hosts_file(&dir, &[("filehost", &peer.to_string())]);
+    std::env::set_var("VIA_HOSTS", &hosts);
+    c.ok(c.nic.ns_init(None), "VipNSInit");
+    let n = c.ok(c.nic.lookup_name(peer), "VipNSGetHostByAddr (hosts file)");
+    check!(c, n == "filehost", "the hosts file says filehost, got {n}");
+    c.nic.ns_shutdown();
+    let empty = crate::hosts_file(&dir, &[]);
+    std::env::set_var("VIA_HOSTS", &empty);
+    let n = c.ok(c.nic.lookup_name(peer), "VipNSGetHostByAddr (asking the address)");
+    check!(c, n == "conform-target", "the endpoint calls itself conform-target, got {n}");
+    let _ = std::fs::remove_dir_all(&dir);
     c.pass();
 }

@@ -45,6 +45,7 @@ pub fn rules() -> Vec<Rule> {
     v.extend(errors::rules());
     v.extend(connection::rules());
     v.extend(connection::peer_rules());
+    v.extend(connection::name_rules());
     v.extend(queries::rules());
     v
 }
@@ -239,6 +240,41 @@ pub fn markdown() -> String {
     out
 }
 
+/// One half's stdin as the relay sees it: lines told before the half
+/// started wait in `pending`.
+struct Mailbox {
+    stdin: Option<std::process::ChildStdin>,
+    pending: Vec<String>,
+}
+
+impl Mailbox {
+    fn write(w: &mut std::process::ChildStdin, line: &str) {
+        use std::io::Write;
+        let _ = writeln!(w, "{line}");
+        let _ = w.flush();
+    }
+
+    fn deliver(&mut self, line: &str) {
+        match self.stdin.as_mut() {
+            Some(w) => Self::write(w, line),
+            None => self.pending.push(line.to_string()),
+        }
+    }
+
+    fn open(&mut self, stdin: Option<std::process::ChildStdin>) {
+        self.stdin = stdin;
+        if let Some(w) = self.stdin.as_mut() {
+            for l in self.pending.drain(..) {
+                Self::write(w, &l);
+            }
+        }
+    }
+
+    fn close(&mut self) {
+        self.stdin = None;
+    }
+}
+
 /// Runs rule `name` across two fresh hosts and asserts that both halves
 /// passed. Needs root.
 pub fn run(bin: &str, name: &str) {
@@ -247,20 +283,16 @@ pub fn run(bin: &str, name: &str) {
     let net = TestNet::new(1500);
     let spawn = |mut c: Command| c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("starting via-conform");
     let mut target = spawn(net.command(&net.a, bin, &["target", name, "--dev", &net.dev_a()]));
-    let target_in = Arc::new(Mutex::new(target.stdin.take()));
-    let initiator_in: Arc<Mutex<Option<std::process::ChildStdin>>> = Arc::new(Mutex::new(None));
+    let target_in = Arc::new(Mutex::new(Mailbox { stdin: target.stdin.take(), pending: Vec::new() }));
+    let initiator_in = Arc::new(Mutex::new(Mailbox { stdin: None, pending: Vec::new() }));
     // Each half's stdout: TELL lines go to the other half's stdin; the
     // rest is kept for the report.
-    let relay = |out: std::process::ChildStdout, to: Arc<Mutex<Option<std::process::ChildStdin>>>, ready: Option<mpsc::Sender<String>>| {
+    let relay = |out: std::process::ChildStdout, to: Arc<Mutex<Mailbox>>, ready: Option<mpsc::Sender<String>>| {
         std::thread::spawn(move || {
             let mut kept = Vec::new();
             for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
                 if let Some(t) = line.strip_prefix("TELL ") {
-                    if let Some(w) = to.lock().unwrap().as_mut() {
-                        use std::io::Write;
-                        let _ = writeln!(w, "{t}");
-                        let _ = w.flush();
-                    }
+                    to.lock().unwrap().deliver(t);
                 }
                 if let (Some(tx), Some(mac)) = (ready.as_ref(), line.strip_prefix("READY ")) {
                     let _ = tx.send(mac.to_string());
@@ -278,13 +310,25 @@ pub fn run(bin: &str, name: &str) {
         panic!("{name}: the target never got ready: {}", String::from_utf8_lossy(&out.stderr));
     };
     let mut initiator = spawn(net.command(&net.b, bin, &["initiator", name, "--dev", &net.dev_b(), "--peer", &mac]));
-    *initiator_in.lock().unwrap() = initiator.stdin.take();
+    initiator_in.lock().unwrap().open(initiator.stdin.take());
+    // A rule that hangs fails instead of stopping the suite.
+    let pids = [target.id() as i32, initiator.id() as i32];
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if done_rx.recv_timeout(Duration::from_secs(90)).is_err() {
+            for p in pids {
+                // SAFETY: plain kill(2) of our own children.
+                unsafe { libc::kill(p, libc::SIGKILL) };
+            }
+        }
+    });
     let i_out = relay(initiator.stdout.take().unwrap(), target_in.clone(), None);
     let i = initiator.wait_with_output().unwrap();
     let i_lines = i_out.join().unwrap();
     // The initiator is done: the target gets EOF on stdin and finishes.
-    let _ = target_in.lock().unwrap().take();
+    target_in.lock().unwrap().close();
     let t = target.wait_with_output().unwrap();
+    let _ = done_tx.send(());
     let t_lines = t_out.join().unwrap();
     let report = format!(
         "--- initiator ({})\n{}\n{}\n--- target ({})\n{}\n{}",

@@ -26,7 +26,9 @@ use crate::workqueue::{CompletionQueue, Doorbell};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 use via_kernel_agent::conn::ConnectionManager;
+use via_kernel_agent::names::NameService;
 use via_kernel_agent::peer::PeerConnector;
+use via_kernel_agent::resolver::{default_local_names, Resolver};
 use via_kernel_agent::memory::{random_u32, RegistrationTable};
 use via_kernel_agent::wire::{HeaderRepr, ANY_ENDPOINT, DST_EP_OFFSET, ETHERTYPE, FRAME_HEADER_LEN, VIA_HEADER_LEN};
 use via_kernel_agent::{FrameDevice, MacAddr, RxFilter};
@@ -199,6 +201,8 @@ pub struct Core {
     pub mem: RegistrationTable,
     pub cm: ConnectionManager,
     pub peers: PeerConnector,
+    /// Name discovery on the segment (asking and answering).
+    pub resolver: Resolver,
     pub vis: Vec<Option<ViState>>,
     pub cqs: Vec<Option<CompletionQueue>>,
     pub doorbell: Doorbell,
@@ -256,6 +260,7 @@ impl Engine {
             window,
             cm: ConnectionManager::new(mac, ep),
             peers: PeerConnector::new(mac, ep),
+            resolver: Resolver::new(default_local_names(&NameService::load_default().unwrap_or_default(), mac)),
             config,
             mem: RegistrationTable::new(),
             vis: Vec::new(),
@@ -307,7 +312,8 @@ impl Engine {
 
     /// The next instant a timer needs the engine.
     pub fn next_deadline(&self) -> Option<Instant> {
-        [self.core.timer_at, self.core.cm.next_deadline(), self.core.peers.next_deadline()].into_iter().flatten().min()
+        let c = &self.core;
+        [c.timer_at, c.cm.next_deadline(), c.peers.next_deadline(), c.resolver.next_deadline()].into_iter().flatten().min()
     }
 }
 

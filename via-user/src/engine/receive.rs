@@ -36,6 +36,8 @@ impl Core {
                     let (mac, ep, vi) = (f.src_mac(), f.src_ep(), f.src_vi());
                     match kind {
                         Kind::PeerRequest => self.peers.on_request(mac, ep, vi, c),
+                        Kind::NameQuery => self.resolver.on_query(mac, ep, &c),
+                        Kind::NameReply => self.resolver.on_reply(mac, &c),
                         Kind::PeerAccept => self.peers.on_answer(kind, mac, ep, vi, f.generation(), f.imm(), c),
                         _ => {
                             if kind == Kind::ConnReject {

@@ -15,6 +15,7 @@ impl Core {
     pub fn run_timers(&mut self, now: Instant) {
         self.cm.on_timer(now);
         self.peers.on_timer(now);
+        self.resolver.on_timer(now);
         if self.timer_at.is_some_and(|t| t <= now) {
             self.run_due_timers(now);
         }

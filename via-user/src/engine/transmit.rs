@@ -41,7 +41,7 @@ impl Engine {
     #[inline]
     pub(super) fn flush(&mut self, now: Instant) {
         let c = &mut self.core;
-        if c.cm.outgoing().is_empty() && !c.doorbell.is_rung() && c.acks_due.is_empty() && c.reports.is_empty() && c.peers.outgoing().is_empty() {
+        if c.cm.outgoing().is_empty() && !c.doorbell.is_rung() && c.acks_due.is_empty() && c.reports.is_empty() && c.peers.outgoing().is_empty() && c.resolver.outgoing().is_empty() {
             return; // the common idle case: nothing to build
         }
         self.flush_queued(now);
@@ -70,6 +70,8 @@ impl Engine {
 
         let peer_frames = std::mem::take(core.peers.outgoing());
         core.cm.outgoing().extend(peer_frames);
+        let name_frames = std::mem::take(core.resolver.outgoing());
+        core.cm.outgoing().extend(name_frames);
         while !core.cm.outgoing().is_empty() {
             let n = core.build_control(hdrs, specs);
             let k = send_batch(dev.as_mut(), hdrs, &specs[..n]);
