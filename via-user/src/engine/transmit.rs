@@ -420,20 +420,7 @@ impl Core {
         if nak {
             fl |= flags::ACK_REQ;
         }
-        let h = HeaderRepr {
-            dst_mac: peer.mac,
-            src_mac: mac,
-            kind: Kind::Ack as u8,
-            flags: fl,
-            dst_ep: peer.ep,
-            src_ep: ep,
-            dst_vi: peer.vi,
-            src_vi: id,
-            generation: peer.generation,
-            psn: vi.tx_psn,
-            ack: vi.rx_expected,
-            ..HeaderRepr::default()
-        };
+        let h = ack_header(mac, ep, id, peer, vi.tx_psn, vi.rx_expected, fl);
         vi.ack_count = 0;
         vi.ack_at = None;
         vi.ack_now = false;
@@ -493,6 +480,24 @@ impl Core {
             imm: 0,
             conn: Default::default(),
         });
+    }
+}
+
+/// The header of a standalone `Ack` frame from our VI `id` to `peer`.
+fn ack_header(mac: via_kernel_agent::MacAddr, ep: u32, id: u16, peer: &Peer, psn: u32, ack: u32, flags: u16) -> HeaderRepr {
+    HeaderRepr {
+        dst_mac: peer.mac,
+        src_mac: mac,
+        kind: Kind::Ack as u8,
+        flags,
+        dst_ep: peer.ep,
+        src_ep: ep,
+        dst_vi: peer.vi,
+        src_vi: id,
+        generation: peer.generation,
+        psn,
+        ack,
+        ..HeaderRepr::default()
     }
 }
 
@@ -618,22 +623,7 @@ impl Core {
         if fatal {
             fl |= flags::FATAL;
         }
-        let h = HeaderRepr {
-            dst_mac: peer.mac,
-            src_mac: mac,
-            kind: Kind::Ack as u8,
-            flags: fl,
-            dst_ep: peer.ep,
-            src_ep: ep,
-            dst_vi: peer.vi,
-            src_vi: id,
-            generation: peer.generation,
-            psn: vi.tx_psn,
-            ack,
-            imm: bits,
-            msg_seq,
-            ..HeaderRepr::default()
-        };
+        let h = HeaderRepr { imm: bits, msg_seq, ..ack_header(mac, ep, id, peer, vi.tx_psn, ack, fl) };
         self.reports.push(h);
     }
 }

@@ -270,7 +270,7 @@ fn print_ratios(rows: &[Row], rounds: Option<&Rounds>) {
     let paired = rounds.is_some();
     println!("\n=== VIA against the baselines (same run; {}) ===", if paired { "median of per-round ratios of alternating rounds" } else { "sweep figures" });
     if !rows.iter().any(|r| !r.transport.starts_with("via")) && !rows.iter().any(|r| r.transport == "via-write") {
-        println!("(no baselines in this run: they need root)");
+        println!("(no baseline rows: they need root, or their runs failed above)");
         return;
     }
     let val = |t: &str, op: &str| find(rows, t, op, if op == "lat" { 64 } else { 1 << 20 }).map(|r| if op == "lat" { r.t_typical_us } else { r.mb_per_s });

@@ -123,15 +123,17 @@ impl End {
         self.vi.post_send(d).map_err(err)
     }
 
-    /// The byte at `at` of the receive buffer.
-    fn rbuf_byte(&self, at: usize) -> u8 {
-        let mut b = [0u8];
-        self.rbuf.read(at, &mut b).unwrap();
-        b[0]
+    /// Waits for every posted send and returns them to the pool.
+    fn drain_sends(&mut self) -> io::Result<()> {
+        while self.vi.posted().0 > 0 {
+            let d = self.vi.send_wait(T).map_err(err)?;
+            d.check_ok().map_err(err)?;
+            self.spare.push(d);
+        }
+        Ok(())
     }
 
-    /// RDMA write latency: write `size` bytes tagged `tag` in their last
-    /// byte, or (`first` false) wait for the peer's write first.
+    /// RDMA write latency: writes `size` bytes whose last byte is `tag`.
     fn write_pong(&mut self, size: usize, tag: u8) -> io::Result<()> {
         self.sbuf.write(size - 1, &[tag]).unwrap();
         self.post_rdma(true, size)?;
@@ -403,11 +405,7 @@ impl Bench for RdmaClient {
         } else {
             self.c.control(OP_WAIT, 0, 0)?;
             let e = &mut self.c.end;
-            while e.vi.posted().0 > 0 {
-                let d = e.vi.send_wait(T).map_err(err)?;
-                d.check_ok().map_err(err)?;
-                e.spare.push(d);
-            }
+            e.drain_sends()?;
             for i in 0..iters + warmup {
                 let t0 = Instant::now();
                 e.post_rdma(false, size)?;
@@ -421,21 +419,14 @@ impl Bench for RdmaClient {
             }
             e.send_words(&[0])?;
         }
-        let e = &mut self.c.end;
-        e.reap()?;
-        let _ = e.rbuf_byte(0);
+        self.c.end.reap()?;
         Ok(out)
     }
 
     fn bandwidth(&mut self, size: usize, count: usize) -> io::Result<Duration> {
         self.c.control(OP_WAIT, 0, 0)?;
         let e = &mut self.c.end;
-        // Only the RDMA operations are counted below: collect earlier sends.
-        while e.vi.posted().0 > 0 {
-            let d = e.vi.send_wait(T).map_err(err)?;
-            d.check_ok().map_err(err)?;
-            e.spare.push(d);
-        }
+        e.drain_sends()?; // only the RDMA operations are counted below
         let t0 = Instant::now();
         let (mut posted, mut done) = (0, 0);
         while done < count {
