@@ -13,7 +13,7 @@ const L: f64 = 70.0;
 const R: f64 = 150.0;
 const T: f64 = 30.0;
 const B: f64 = 50.0;
-const COLORS: [&str; 6] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"];
+const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf", "#7f7f7f"];
 
 /// Writes `latency.svg` and `bandwidth.svg` into `dir`.
 pub fn write(dir: &Path, rows: &[Row]) -> io::Result<()> {
