@@ -50,6 +50,7 @@ rules! {
     descriptor_in_memory_of_another_ptag_gives_protection_error,
     ptag_in_use_cannot_be_destroyed,
     // errors
+    malformed_descriptors_complete_with_format_error,
     destroying_a_vi_with_posted_descriptors_fails,
     receive_error_on_reliable_reception_reports_remote_desc_error,
     missing_receive_breaks_a_reliable_connection,

@@ -47,6 +47,9 @@ pub fn rules() -> Vec<Rule> {
         rule!(destroying_a_vi_with_posted_descriptors_fails, "errors",
             "VipDestroyVi fails with INVALID_STATE while the VI is connected or has descriptors posted; after disconnecting and collecting them it succeeds.",
             idle_target, destroy_initiator),
+        rule!(malformed_descriptors_complete_with_format_error, "errors",
+            "A descriptor with reserved control bits set, a send whose Length differs from the sum of its segments, or an RDMA operation on the receive queue completes with FORMAT_ERROR, in posting order, without breaking the connection.",
+            idle_target, format_initiator),
         rule!(receive_error_on_reliable_reception_reports_remote_desc_error, "errors",
             "On Reliable Reception a receive that fails (buffer too small: LENGTH_ERROR) completes the sender's descriptor with REMOTE_DESC_ERROR; the connection goes on.",
             remote_desc_target, remote_desc_initiator),
@@ -152,6 +155,30 @@ fn segment_ptag_initiator(c: &mut Ctx) {
     let d = c.ok(vi.send_wait(T), "SendWait");
     check!(c, d.errors() == status::PROTECTION_ERROR, "status {:#x}", d.status());
     c.ok(c.ok(vi.send_wait(T), "SendWait").check_ok(), "the next send");
+    check!(c, vi.state() == ViPhase::Connected, "state {:?}", vi.state());
+    c.pass();
+}
+
+fn format_initiator(c: &mut Ctx) {
+    let mut vi = c.vi(c.attrs(Reliability::ReliableDelivery, false, false));
+    let buf = c.region(4096, false, false);
+    let mut reserved = c.desc(Op::SendRecv, &buf, 0..10, None, false);
+    reserved.set_raw_control(0x0010, 1, 10); // a reserved control bit
+    let mut wrong_len = c.desc(Op::SendRecv, &buf, 0..10, None, false);
+    wrong_len.set_raw_control(0, 1, 11);
+    let rb = c.ok(buf.remote(0..10), "remote");
+    vi.post_recv(c.desc(Op::RdmaWrite(rb), &buf, 0..10, None, false)).unwrap();
+    let d = c.ok(vi.recv_done(), "RecvDone").unwrap_or_else(|| super::fail(c.rule, "the RDMA descriptor on the receive queue did not complete"));
+    check!(c, d.errors() == status::FORMAT_ERROR, "RDMA on the receive queue: status {:#x}", d.status());
+    c.connect(&mut vi);
+    vi.post_send(reserved).unwrap();
+    vi.post_send(wrong_len).unwrap();
+    vi.post_send(c.desc(Op::SendRecv, &buf, 0..10, None, false)).unwrap();
+    for what in ["reserved bits", "Length not the segments' sum"] {
+        let d = c.ok(vi.send_wait(T), "SendWait");
+        check!(c, d.errors() == status::FORMAT_ERROR, "{what}: status {:#x}", d.status());
+    }
+    c.ok(c.ok(vi.send_wait(T), "SendWait").check_ok(), "the good send after them");
     check!(c, vi.state() == ViPhase::Connected, "state {:?}", vi.state());
     c.pass();
 }
