@@ -202,12 +202,15 @@ impl Core {
                     self.acks_due.push(id);
                     return;
                 }
-            } else if psn != vi.rx_expected {
-                // Unreliable: a gap loses the rest of the message being
-                // reassembled; a descriptor it had consumed completes PARTIAL.
-                self.abandon_partial(id);
+                vi.rx_expected = psn.wrapping_add(1);
+            } else {
+                if psn != vi.rx_expected {
+                    // Unreliable: a gap loses the rest of the message being
+                    // reassembled; a descriptor it had consumed completes PARTIAL.
+                    self.abandon_partial(id);
+                }
+                vi_at(&mut self.vis, id).unwrap().rx_expected = psn.wrapping_add(1);
             }
-            vi_at(&mut self.vis, id).unwrap().rx_expected = psn.wrapping_add(1);
         }
         let alive = match kind {
             Kind::RdmaReadReq => reliable && self.on_read_request(id, f, false),

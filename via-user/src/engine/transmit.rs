@@ -68,10 +68,16 @@ impl Engine {
             }
         }
 
-        let peer_frames = std::mem::take(core.peers.outgoing());
-        core.cm.outgoing().extend(peer_frames);
-        let name_frames = std::mem::take(core.resolver.outgoing());
-        core.cm.outgoing().extend(name_frames);
+        // Peer-connection and name-service frames go out with the
+        // connection manager's (rare: only moved when there are any).
+        if !core.peers.outgoing().is_empty() {
+            let frames = std::mem::take(core.peers.outgoing());
+            core.cm.outgoing().extend(frames);
+        }
+        if !core.resolver.outgoing().is_empty() {
+            let frames = std::mem::take(core.resolver.outgoing());
+            core.cm.outgoing().extend(frames);
+        }
         while !core.cm.outgoing().is_empty() {
             let n = core.build_control(hdrs, specs);
             let k = send_batch(dev.as_mut(), hdrs, &specs[..n]);
@@ -255,12 +261,11 @@ impl Core {
                 vi.tx_off = 0;
                 continue;
             }
-            let e = *en;
-            if e.control & control::QFENCE != 0 && vi.tx_off == 0 && reads_pending(vi) {
+            let (fenced, is_read) = (en.control & control::QFENCE != 0, en.is_read());
+            if fenced && vi.tx_off == 0 && reads_pending(vi) {
                 break; // QFENCE: wait until the earlier RDMA reads complete
             }
             let en = vi.sq.get_mut(vi.tx_idx);
-            let is_read = e.is_read();
             if en.nframes == 0 {
                 en.first_psn = vi.tx_psn;
                 en.nframes = if is_read { 1 } else { en.len.div_ceil(frag).max(1) };
