@@ -32,6 +32,7 @@ pub mod error;
 pub mod nic;
 pub mod notify;
 mod progress;
+pub mod raw;
 pub mod region;
 mod usermem;
 pub mod vi;

@@ -358,16 +358,12 @@ impl Nic {
 
     /// `VipConnectAccept`: connects `vi` to the client of `req`.
     pub fn accept(&self, req: &IncomingRequest, vi: &crate::Vi) -> Result<()> {
-        self.with(|e| e.core.accept(req.conn, vi.id()))?;
-        self.progress(); // send the accept now
-        Ok(())
+        self.vi_accept(req.conn, vi.id())
     }
 
     /// `VipConnectReject`.
     pub fn reject(&self, req: &IncomingRequest) -> Result<()> {
-        self.with(|e| e.core.reject(req.conn))?;
-        self.progress();
-        Ok(())
+        self.reject_raw(req.conn)
     }
 
     /// The hosts file, loaded on first use (and again after `ns_shutdown`).

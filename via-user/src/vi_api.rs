@@ -96,7 +96,7 @@ impl Vi {
     /// only while the VI is Idle; the protection tag (which must exist) and
     /// the RDMA enable bits at any time.
     pub fn set_attributes(&mut self, attrs: &ViAttributes) -> Result<()> {
-        self.nic.lock().core.set_vi_attributes(self.id, *attrs)
+        self.nic.vi_set_attributes(self.id, attrs)
     }
 
     pub fn attributes(&self) -> ViAttributes {
@@ -107,17 +107,7 @@ impl Vi {
     /// `discriminator`. Gives NO_MATCH when nobody waits there (retry),
     /// REJECT when refused, TIMEOUT when nobody answers.
     pub fn connect(&mut self, mac: MacAddr, discriminator: &[u8], timeout: Option<Duration>) -> Result<()> {
-        let limit = timeout.unwrap_or(Duration::from_secs(3600 * 24 * 365));
-        let deadline = Instant::now() + limit;
-        self.nic.lock().core.connect_request_begin(self.id, mac, discriminator, deadline)?;
-        let id = self.id;
-        let r = self.nic.wait(Some(limit + Duration::from_millis(50)), "ConnectRequest", |e| e.core.connect_request_poll(id).transpose());
-        if let Err(e) = &r {
-            if e.code == crate::VipReturn::Timeout {
-                self.nic.lock().core.connect_request_cancel(id);
-            }
-        }
-        r
+        self.nic.vi_connect(self.id, mac, discriminator, timeout)
     }
 
     /// [`Vi::connect`], retried while the answer is NO_MATCH (the server
@@ -139,32 +129,25 @@ impl Vi {
     /// `connect_peer_wait` waits. The request gives up after `timeout`
     /// (None: no limit).
     pub fn connect_peer_request(&mut self, mac: MacAddr, local: &[u8], remote: &[u8], timeout: Option<Duration>) -> Result<()> {
-        let deadline = Instant::now() + timeout.unwrap_or(Duration::from_secs(3600 * 24 * 365));
-        self.nic.with(|e| e.core.peer_request_begin(self.id, mac, local, remote, deadline))?;
-        self.nic.progress(); // send the first request now
-        Ok(())
+        self.nic.vi_peer_request(self.id, mac, local, remote, timeout)
     }
 
     /// `VipConnectPeerDone`: Ok(true) once connected, Ok(false) while
     /// pending (VIP_NOT_DONE), or the request's error (TIMEOUT, REJECT,
     /// INVALID_RELIABILITY_LEVEL, INVALID_MTU, INVALID_RDMAREAD).
     pub fn connect_peer_done(&mut self) -> Result<bool> {
-        let id = self.id;
-        self.nic.poll(|e| e.core.peer_request_poll(id).transpose()).map(|r| r.is_some())
+        self.nic.vi_peer_done(self.id)
     }
 
     /// `VipConnectPeerWait`: waits until the peer request settles.
     pub fn connect_peer_wait(&mut self) -> Result<()> {
-        let id = self.id;
-        self.nic.wait(None, "ConnectPeerWait", |e| e.core.peer_request_poll(id).transpose())
+        self.nic.vi_peer_wait(self.id)
     }
 
     /// `VipDisconnect`: everything posted completes as flushed and can be
     /// collected with the Done calls.
     pub fn disconnect(&mut self) -> Result<()> {
-        self.nic.with(|e| e.core.disconnect(self.id))?;
-        self.nic.progress();
-        Ok(())
+        self.nic.vi_disconnect(self.id)
     }
 
     fn post(&mut self, d: Descriptor, q: Queue) -> Result<()> {
@@ -320,14 +303,12 @@ impl Cq {
 
     /// `VipCQDone`.
     pub fn done(&self) -> Result<Option<Completion>> {
-        let id = self.id;
-        Ok(self.nic.poll(|e| e.core.cq_done(id))?.map(|(vi, recv)| Completion { vi, recv_queue: recv }))
+        Ok(self.nic.cq_done(self.id)?.map(|(vi, recv)| Completion { vi, recv_queue: recv }))
     }
 
     /// `VipCQWait`.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<Completion> {
-        let id = self.id;
-        let (vi, recv) = self.nic.wait(timeout, "CQWait", |e| e.core.cq_done(id))?;
+        let (vi, recv) = self.nic.cq_wait(self.id, timeout)?;
         Ok(Completion { vi, recv_queue: recv })
     }
 
@@ -346,12 +327,7 @@ impl Cq {
 
     /// `VipResizeCQ`.
     pub fn resize(&self, entries: usize) -> Result<()> {
-        let id = self.id;
-        let mut e = self.nic.lock();
-        if entries == 0 || !e.core.cq_mut(id)?.resize(entries) {
-            return Err(ViaError::resource(format!("cannot resize CQ to {entries} entries (more are queued, or zero)")));
-        }
-        Ok(())
+        self.nic.cq_resize(self.id, entries)
     }
 }
 

@@ -1,0 +1,210 @@
+//! The id-level API: VIs and CQs named by their numbers, descriptors by
+//! their addresses in memory the caller registered. This is what the C ABI
+//! (`vipl`) is built on; the Rust API's [`crate::Vi`] and [`crate::Cq`]
+//! are owners wrapped around the same calls.
+//!
+//! Nothing here can make the engine touch memory that is not registered:
+//! every address is checked against the registration table when used. The
+//! one promise the caller makes is in [`Nic::register_raw`].
+
+use crate::engine::post::Queue;
+use crate::error::{Result, ViaError, VipReturn};
+use crate::nic::Nic;
+use crate::vi::{ViAttributes, ViPhase};
+use std::time::{Duration, Instant};
+use via_kernel_agent::memory::MemAttributes;
+use via_kernel_agent::MacAddr;
+
+/// A long time standing for "no limit".
+const FOREVER: Duration = Duration::from_secs(3600 * 24 * 365);
+
+fn queue(send: bool) -> Queue {
+    if send {
+        Queue::Send
+    } else {
+        Queue::Recv
+    }
+}
+
+impl Nic {
+    /// `VipRegisterMem` of memory the caller owns.
+    ///
+    /// # Safety
+    /// `[addr, addr + len)` must stay valid, readable and writable memory
+    /// until it is deregistered (the VIA contract): the engine reads and
+    /// writes it, checked against the registration, whenever descriptors
+    /// or the peer's RDMA name it.
+    pub unsafe fn register_raw(&self, addr: usize, len: usize, attrs: MemAttributes) -> Result<u32> {
+        if addr == 0 {
+            return Err(ViaError::invalid("cannot register memory at address 0"));
+        }
+        self.lock().core.mem.register(addr, len, attrs).map_err(|e| match e {
+            via_kernel_agent::memory::MemError::BadPtag => ViaError::new(VipReturn::InvalidPtag, "unknown protection tag"),
+            e => e.into(),
+        })
+    }
+
+    /// `VipDeregisterMem`.
+    pub fn deregister_raw(&self, addr: usize, handle: u32) -> Result<()> {
+        self.lock().core.mem.deregister(addr, handle)?;
+        Ok(())
+    }
+
+    /// `VipQueryMem`: the attributes of the region `handle` starting at `addr`.
+    pub fn query_mem_raw(&self, addr: usize, handle: u32) -> Result<MemAttributes> {
+        let e = self.lock();
+        let r = e.core.mem.lookup(handle)?;
+        if r.addr != addr {
+            return Err(ViaError::invalid(format!("address {addr:#x} is not where memory handle {handle:#x} starts")));
+        }
+        Ok(r.attrs)
+    }
+
+    /// `VipSetMemAttributes`.
+    pub fn set_mem_attributes_raw(&self, addr: usize, handle: u32, attrs: MemAttributes) -> Result<()> {
+        self.lock().core.mem.set_attributes(addr, handle, attrs).map_err(|e| match e {
+            via_kernel_agent::memory::MemError::BadPtag => ViaError::new(VipReturn::InvalidPtag, "unknown protection tag"),
+            e => e.into(),
+        })
+    }
+
+    /// `VipCreateVi`: returns the VI's number.
+    pub fn vi_create(&self, attrs: &ViAttributes, send_cq: Option<u16>, recv_cq: Option<u16>) -> Result<u16> {
+        self.lock().core.create_vi(*attrs, send_cq, recv_cq)
+    }
+
+    /// `VipDestroyVi`: INVALID_STATE while connected or with descriptors
+    /// posted and not handed back.
+    pub fn vi_destroy(&self, id: u16) -> Result<()> {
+        let r = self.with(|e| {
+            let v = e.core.vi(id)?;
+            if matches!(v.phase, ViPhase::Connected | ViPhase::ConnectPending) {
+                return Err(ViaError::state(format!("the VI is {:?}: disconnect it first", v.phase)));
+            }
+            let n = v.sq.len() + v.rq.len();
+            if n > 0 {
+                return Err(ViaError::state(format!("{n} descriptors are still posted on the VI (collect them with Done first)")));
+            }
+            e.core.destroy_vi(id)
+        });
+        self.shared.notifier.disarm(&[crate::NotifyTarget::Send(id), crate::NotifyTarget::Recv(id)]);
+        r
+    }
+
+    /// `VipQueryVi`: state, attributes, send queue empty, receive queue empty.
+    pub fn vi_query(&self, id: u16) -> Result<(ViPhase, ViAttributes, bool, bool)> {
+        let e = self.lock();
+        let v = e.core.vi(id)?;
+        Ok((v.phase, v.attrs, v.sq.is_empty(), v.rq.is_empty()))
+    }
+
+    /// `VipSetViAttributes`.
+    pub fn vi_set_attributes(&self, id: u16, attrs: &ViAttributes) -> Result<()> {
+        self.lock().core.set_vi_attributes(id, *attrs)
+    }
+
+    /// `VipPostSend` (`send`) / `VipPostRecv` of the descriptor at `addr`
+    /// in the memory registered as `handle`.
+    pub fn vi_post(&self, id: u16, addr: usize, handle: u32, send: bool) -> Result<()> {
+        let mut e = self.lock();
+        e.core.post(id, addr, handle, queue(send))?;
+        if send {
+            e.ring_doorbell(); // transmit now
+        }
+        Ok(())
+    }
+
+    /// `VipSendDone` / `VipRecvDone`: the address of the oldest completed
+    /// descriptor.
+    pub fn vi_done(&self, id: u16, send: bool) -> Result<Option<usize>> {
+        self.poll(|e| e.core.done(id, queue(send)))
+    }
+
+    /// `VipSendWait` / `VipRecvWait` (None: no limit).
+    pub fn vi_wait(&self, id: u16, send: bool, timeout: Option<Duration>) -> Result<usize> {
+        let what = if send { "SendWait" } else { "RecvWait" };
+        self.wait(timeout, what, |e| e.core.done(id, queue(send)))
+    }
+
+    /// `VipConnectRequest` from VI `id` to the server at `mac` waiting on
+    /// `discriminator`: NO_MATCH when nobody waits there, REJECT, TIMEOUT.
+    pub fn vi_connect(&self, id: u16, mac: MacAddr, discriminator: &[u8], timeout: Option<Duration>) -> Result<()> {
+        let limit = timeout.unwrap_or(FOREVER);
+        self.lock().core.connect_request_begin(id, mac, discriminator, Instant::now() + limit)?;
+        let r = self.wait(Some(limit + Duration::from_millis(50)), "ConnectRequest", |e| e.core.connect_request_poll(id).transpose());
+        if r.as_ref().is_err_and(|e| e.code == VipReturn::Timeout) {
+            self.lock().core.connect_request_cancel(id);
+        }
+        r
+    }
+
+    /// `VipConnectAccept` of request `conn` onto VI `id`.
+    pub fn vi_accept(&self, conn: u32, id: u16) -> Result<()> {
+        self.with(|e| e.core.accept(conn, id))?;
+        self.progress(); // send the accept now
+        Ok(())
+    }
+
+    /// `VipConnectReject` of request `conn`.
+    pub fn reject_raw(&self, conn: u32) -> Result<()> {
+        self.with(|e| e.core.reject(conn))?;
+        self.progress();
+        Ok(())
+    }
+
+    /// `VipDisconnect`.
+    pub fn vi_disconnect(&self, id: u16) -> Result<()> {
+        self.with(|e| e.core.disconnect(id))?;
+        self.progress();
+        Ok(())
+    }
+
+    /// `VipConnectPeerRequest` (see [`crate::Vi::connect_peer_request`]).
+    pub fn vi_peer_request(&self, id: u16, mac: MacAddr, local: &[u8], remote: &[u8], timeout: Option<Duration>) -> Result<()> {
+        let deadline = Instant::now() + timeout.unwrap_or(FOREVER);
+        self.with(|e| e.core.peer_request_begin(id, mac, local, remote, deadline))?;
+        self.progress(); // send the first request now
+        Ok(())
+    }
+
+    /// `VipConnectPeerDone`: true once connected, false while pending.
+    pub fn vi_peer_done(&self, id: u16) -> Result<bool> {
+        self.poll(|e| e.core.peer_request_poll(id).transpose()).map(|r| r.is_some())
+    }
+
+    /// `VipConnectPeerWait`.
+    pub fn vi_peer_wait(&self, id: u16) -> Result<()> {
+        self.wait(None, "ConnectPeerWait", |e| e.core.peer_request_poll(id).transpose())
+    }
+
+    /// `VipCreateCQ`: returns the CQ's number.
+    pub fn cq_create(&self, entries: usize) -> Result<u16> {
+        self.lock().core.create_cq(entries)
+    }
+
+    /// `VipDestroyCQ`: INVALID_STATE while a VI uses it.
+    pub fn cq_destroy(&self, id: u16) -> Result<()> {
+        self.lock().core.destroy_cq(id)?;
+        self.shared.notifier.disarm(&[crate::NotifyTarget::Cq(id)]);
+        Ok(())
+    }
+
+    /// `VipCQDone`: (VI, receive queue?) of the oldest completion.
+    pub fn cq_done(&self, id: u16) -> Result<Option<(u16, bool)>> {
+        self.poll(|e| e.core.cq_done(id))
+    }
+
+    /// `VipCQWait`.
+    pub fn cq_wait(&self, id: u16, timeout: Option<Duration>) -> Result<(u16, bool)> {
+        self.wait(timeout, "CQWait", |e| e.core.cq_done(id))
+    }
+
+    /// `VipResizeCQ`: fails when more completions are queued than fit.
+    pub fn cq_resize(&self, id: u16, entries: usize) -> Result<()> {
+        let mut e = self.lock();
+        if entries == 0 || entries > crate::nic::MAX_CQ_ENTRIES || !e.core.cq_mut(id)?.resize(entries) {
+            return Err(ViaError::resource(format!("cannot resize CQ to {entries} entries (more are queued, zero, or over MaxCQEntries)")));
+        }
+        Ok(())
+    }
+}
