@@ -155,6 +155,11 @@ impl Nic {
         g
     }
 
+    /// Do the two handles name the same opened NIC?
+    pub fn same(&self, other: &Nic) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// Rounds of progress the background thread has run.
     pub fn background_rounds(&self) -> u64 {
         self.shared.background_rounds.load(Ordering::Relaxed)

@@ -207,4 +207,12 @@ impl Nic {
         }
         Ok(())
     }
+
+    /// The connected peer's VI attributes as it sent them (reliability
+    /// bits, MaxTransferSize, RDMA write and read enables), if connected.
+    pub fn vi_peer_attributes(&self, id: u16) -> Result<Option<(u16, u32, bool, bool)>> {
+        let e = self.lock();
+        let v = e.core.vi(id)?;
+        Ok(v.peer.as_ref().map(|p| (p.attrs.reliability, p.attrs.max_transfer_size, p.attrs.enable_rdma_write, p.attrs.enable_rdma_read)))
+    }
 }

@@ -1,0 +1,729 @@
+//! The 41 VIPL functions, `extern "C"`, each a thin, checked call into the
+//! via-user id-level API ([`via_user::raw`]). Every entry point:
+//! - checks its handles against the handle table and its pointers for NULL
+//!   (VIP_INVALID_PARAMETER);
+//! - runs inside `catch_unwind`, so no Rust panic crosses into C (a panic
+//!   becomes VIP_ERROR_RESOURCE);
+//! - is thread-safe: the engine is behind one lock per NIC.
+
+use crate::handles::{self, NicObject, Object};
+use crate::types::*;
+use std::os::raw::{c_char, c_ulong, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+use via_user::{MacAddr, MemAttributes, Nic, Notice, NotifyTarget, Ptag, Reliability, ViAttributes, ViPhase, ViaError, VipReturn};
+
+type R = Result<(), ViaError>;
+
+fn code(r: R) -> VipReturnCode {
+    match r {
+        Ok(()) => VipReturn::Success as VipReturnCode,
+        Err(e) => e.code as VipReturnCode,
+    }
+}
+
+/// Runs an entry point's body: errors become their codes, panics
+/// VIP_ERROR_RESOURCE.
+fn guard(f: impl FnOnce() -> R) -> VipReturnCode {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => code(r),
+        Err(_) => VipReturn::ErrorResource as VipReturnCode,
+    }
+}
+
+fn invalid(what: &str) -> ViaError {
+    ViaError::invalid(what)
+}
+
+fn nic_of(h: VipHandle) -> Result<NicObject, ViaError> {
+    match handles::get(h) {
+        Some(Object::Nic(n)) => Ok(n),
+        _ => Err(invalid("not a NIC handle (NULL, closed or another kind)")),
+    }
+}
+
+fn vi_of(h: VipHandle) -> Result<(Nic, VipHandle, u16), ViaError> {
+    match handles::get(h) {
+        Some(Object::Vi { nic, nic_handle, id }) => Ok((nic, nic_handle, id)),
+        _ => Err(invalid("not a VI handle (NULL, destroyed or another kind)")),
+    }
+}
+
+fn cq_of(h: VipHandle) -> Result<(Nic, VipHandle, handles::ViHandles, u16), ViaError> {
+    match handles::get(h) {
+        Some(Object::Cq { nic, nic_handle, vis, id }) => Ok((nic, nic_handle, vis, id)),
+        _ => Err(invalid("not a CQ handle (NULL, destroyed or another kind)")),
+    }
+}
+
+fn ptag_of(h: VipHandle) -> Result<Ptag, ViaError> {
+    match handles::get(h) {
+        Some(Object::Ptag { tag, .. }) => Ok(tag),
+        _ => Err(ViaError::new(VipReturn::InvalidPtag, "not a protection tag handle")),
+    }
+}
+
+fn timeout(ms: c_ulong) -> Option<Duration> {
+    (ms != VIP_INFINITE).then(|| Duration::from_millis(ms as u64))
+}
+
+fn out<T>(p: *mut T, v: T) -> R {
+    if p.is_null() {
+        return Err(invalid("NULL output pointer"));
+    }
+    // SAFETY: non-NULL; the caller provides room for a T (the VIPL contract).
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+fn reliability(bits: u16) -> Result<Reliability, ViaError> {
+    Reliability::from_bits(bits).ok_or_else(|| ViaError::new(VipReturn::InvalidReliabilityLevel, format!("reliability level {bits:#x} is not one of 0x1, 0x2, 0x4")))
+}
+
+/// Reads a `VIP_VI_ATTRIBUTES`.
+fn vi_attrs(p: *const VipViAttributes) -> Result<ViAttributes, ViaError> {
+    if p.is_null() {
+        return Err(invalid("NULL VI attributes"));
+    }
+    // SAFETY: non-NULL, a VIP_VI_ATTRIBUTES by the VIPL contract.
+    let a = unsafe { *p };
+    if !a.qos.is_null() {
+        return Err(ViaError::new(VipReturn::InvalidQos, "QoS is not supported: pass NULL"));
+    }
+    Ok(ViAttributes {
+        reliability: reliability(a.reliability_level)?,
+        max_transfer_size: u32::try_from(a.max_transfer_size).map_err(|_| ViaError::new(VipReturn::InvalidMtu, "MaxTransferSize over 4 GiB"))?,
+        ptag: ptag_of(a.ptag)?,
+        enable_rdma_write: a.enable_rdma_write != 0,
+        enable_rdma_read: a.enable_rdma_read != 0,
+    })
+}
+
+fn c_vi_attrs(a: &ViAttributes, ptag: VipHandle) -> VipViAttributes {
+    VipViAttributes {
+        reliability_level: a.reliability.bits(),
+        max_transfer_size: a.max_transfer_size as c_ulong,
+        qos: std::ptr::null_mut(),
+        ptag,
+        enable_rdma_write: a.enable_rdma_write as VipBoolean,
+        enable_rdma_read: a.enable_rdma_read as VipBoolean,
+    }
+}
+
+/// (host address bytes, discriminator bytes) of a `VIP_NET_ADDRESS`.
+fn net_address<'a>(p: *const VipNetAddress) -> Result<(&'a [u8], &'a [u8]), ViaError> {
+    if p.is_null() {
+        return Err(invalid("NULL VIP_NET_ADDRESS"));
+    }
+    // SAFETY: non-NULL; by the VIPL contract the structure is followed by
+    // HostAddressLen + DiscriminatorLen bytes.
+    unsafe {
+        let (h, d) = ((*p).host_address_len as usize, (*p).discriminator_len as usize);
+        let base = std::ptr::addr_of!((*p).host_address).cast::<u8>();
+        Ok((std::slice::from_raw_parts(base, h), std::slice::from_raw_parts(base.add(h), d)))
+    }
+}
+
+fn mac_of(host: &[u8]) -> Result<MacAddr, ViaError> {
+    <[u8; 6]>::try_from(host).map(MacAddr).map_err(|_| invalid("a host address is a 6-byte MAC"))
+}
+
+/// Writes `mac` as the host address of the caller's `VIP_NET_ADDRESS`
+/// (HostAddressLen 6), leaving its discriminator alone.
+fn write_host(p: *mut VipNetAddress, mac: MacAddr, discriminator: Option<&[u8]>) -> R {
+    if p.is_null() {
+        return Err(invalid("NULL VIP_NET_ADDRESS"));
+    }
+    // SAFETY: non-NULL; the caller allocated room for a 6-byte address
+    // (and the discriminator we write, when we write one).
+    unsafe {
+        (*p).host_address_len = 6;
+        let base = std::ptr::addr_of_mut!((*p).host_address).cast::<u8>();
+        std::ptr::copy_nonoverlapping(mac.0.as_ptr(), base, 6);
+        if let Some(d) = discriminator {
+            (*p).discriminator_len = d.len() as u16;
+            std::ptr::copy_nonoverlapping(d.as_ptr(), base.add(6), d.len());
+        }
+    }
+    Ok(())
+}
+
+// ---- NIC ----
+
+#[no_mangle]
+pub extern "C" fn VipOpenNic(name: *const c_char, nic: *mut VipHandle) -> VipReturnCode {
+    guard(|| {
+        if name.is_null() || nic.is_null() {
+            return Err(invalid("NULL device name or NIC handle pointer"));
+        }
+        // SAFETY: non-NULL, a NUL-terminated string by the VIPL contract.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_str().map_err(|_| invalid("device name is not UTF-8"))?;
+        let n = Nic::open(name)?;
+        let mac = std::sync::Arc::new(n.mac().0);
+        out(nic, handles::insert(Object::Nic(NicObject { nic: n, mac, vis: Default::default() })))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipCloseNic(nic: VipHandle) -> VipReturnCode {
+    guard(|| {
+        nic_of(nic)?;
+        handles::remove(nic);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipQueryNic(nic: VipHandle, attrs: *mut VipNicAttributes) -> VipReturnCode {
+    guard(|| {
+        let n = nic_of(nic)?;
+        let a = n.nic.attributes();
+        let mut name = [0 as c_char; 64];
+        for (d, s) in name.iter_mut().zip(a.name.bytes().take(63)) {
+            *d = s as c_char;
+        }
+        out(
+            attrs,
+            VipNicAttributes {
+                name,
+                hardware_version: a.hardware_version as c_ulong,
+                provider_version: a.provider_version as c_ulong,
+                nic_address_len: 6,
+                local_nic_address: n.mac.as_ptr(),
+                thread_safe: a.thread_safe as VipBoolean,
+                max_discriminator_len: a.max_discriminator_len as u16,
+                max_register_bytes: a.max_register_bytes as c_ulong,
+                max_register_regions: a.max_register_regions as c_ulong,
+                max_register_block_bytes: a.max_register_block_bytes as c_ulong,
+                max_vi: a.max_vi as c_ulong,
+                max_descriptors_per_queue: a.max_descriptors_per_queue as c_ulong,
+                max_segments_per_desc: a.max_segments_per_desc as c_ulong,
+                max_cq: a.max_cq as c_ulong,
+                max_cq_entries: a.max_cq_entries as c_ulong,
+                max_transfer_size: a.max_transfer_size as c_ulong,
+                native_mtu: a.native_mtu as c_ulong,
+                max_ptags: a.max_ptags as c_ulong,
+                reliability_level_support: a.reliability_level_support,
+                rdma_read_support: a.rdma_read_support,
+            },
+        )
+    })
+}
+
+// ---- protection and memory ----
+
+#[no_mangle]
+pub extern "C" fn VipCreatePtag(nic: VipHandle, ptag: *mut VipHandle) -> VipReturnCode {
+    guard(|| {
+        let n = nic_of(nic)?;
+        if ptag.is_null() {
+            return Err(invalid("NULL ptag pointer"));
+        }
+        let tag = n.nic.create_ptag()?;
+        out(ptag, handles::insert(Object::Ptag { nic: n.nic, tag }))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipDestroyPtag(nic: VipHandle, ptag: VipHandle) -> VipReturnCode {
+    guard(|| {
+        let n = nic_of(nic)?;
+        let tag = ptag_of(ptag)?;
+        n.nic.destroy_ptag(tag)?;
+        handles::remove(ptag);
+        Ok(())
+    })
+}
+
+fn mem_attrs(p: *const VipMemAttributes) -> Result<MemAttributes, ViaError> {
+    if p.is_null() {
+        return Err(invalid("NULL memory attributes"));
+    }
+    // SAFETY: non-NULL, a VIP_MEM_ATTRIBUTES by the VIPL contract.
+    let a = unsafe { *p };
+    Ok(MemAttributes { ptag: ptag_of(a.ptag)?, enable_rdma_write: a.enable_rdma_write != 0, enable_rdma_read: a.enable_rdma_read != 0 })
+}
+
+#[no_mangle]
+pub extern "C" fn VipRegisterMem(nic: VipHandle, addr: VipPvoid, len: c_ulong, attrs: *const VipMemAttributes, handle: *mut VipMemHandle) -> VipReturnCode {
+    guard(|| {
+        let n = nic_of(nic)?;
+        let a = mem_attrs(attrs)?;
+        if handle.is_null() {
+            return Err(invalid("NULL memory handle pointer"));
+        }
+        // SAFETY: the C program promises, as VIA requires, that the memory
+        // stays valid while registered.
+        let h = unsafe { n.nic.register_raw(addr as usize, len as usize, a)? };
+        out(handle, h)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipDeregisterMem(nic: VipHandle, addr: VipPvoid, handle: VipMemHandle) -> VipReturnCode {
+    guard(|| nic_of(nic)?.nic.deregister_raw(addr as usize, handle))
+}
+
+/// The protection handle of `tag` on `nic` (found in the handle table).
+fn ptag_handle(n: &NicObject, tag: Ptag) -> VipHandle {
+    crate::handles::find(|o| matches!(o, Object::Ptag { nic, tag: t } if *t == tag && nic.same(&n.nic)))
+}
+
+#[no_mangle]
+pub extern "C" fn VipQueryMem(nic: VipHandle, addr: VipPvoid, handle: VipMemHandle, attrs: *mut VipMemAttributes) -> VipReturnCode {
+    guard(|| {
+        let n = nic_of(nic)?;
+        let a = n.nic.query_mem_raw(addr as usize, handle)?;
+        out(attrs, VipMemAttributes { ptag: ptag_handle(&n, a.ptag), enable_rdma_write: a.enable_rdma_write as VipBoolean, enable_rdma_read: a.enable_rdma_read as VipBoolean })
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipSetMemAttributes(nic: VipHandle, addr: VipPvoid, handle: VipMemHandle, attrs: *const VipMemAttributes) -> VipReturnCode {
+    guard(|| {
+        let n = nic_of(nic)?;
+        n.nic.set_mem_attributes_raw(addr as usize, handle, mem_attrs(attrs)?)
+    })
+}
+
+// ---- VIs ----
+
+#[no_mangle]
+pub extern "C" fn VipCreateVi(nic: VipHandle, attrs: *const VipViAttributes, send_cq: VipHandle, recv_cq: VipHandle, vi: *mut VipHandle) -> VipReturnCode {
+    guard(|| {
+        let n = nic_of(nic)?;
+        let a = vi_attrs(attrs)?;
+        if vi.is_null() {
+            return Err(invalid("NULL VI handle pointer"));
+        }
+        let cq = |h: VipHandle| -> Result<Option<u16>, ViaError> { if h.is_null() { Ok(None) } else { Ok(Some(cq_of(h)?.3)) } };
+        let id = n.nic.vi_create(&a, cq(send_cq)?, cq(recv_cq)?)?;
+        let h = handles::insert(Object::Vi { nic: n.nic.clone(), nic_handle: nic, id });
+        handles::set_vi_handle(&n.vis, id, h);
+        out(vi, h)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipDestroyVi(vi: VipHandle) -> VipReturnCode {
+    guard(|| {
+        let (nic, _, id) = vi_of(vi)?;
+        nic.vi_destroy(id)?;
+        handles::remove(vi);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipQueryVi(vi: VipHandle, state: *mut i32, attrs: *mut VipViAttributes, send_empty: *mut VipBoolean, recv_empty: *mut VipBoolean) -> VipReturnCode {
+    guard(|| {
+        let (nic, nic_handle, id) = vi_of(vi)?;
+        let (phase, a, se, re) = nic.vi_query(id)?;
+        let st = match phase {
+            ViPhase::Idle => vi_state::IDLE,
+            ViPhase::Connected => vi_state::CONNECTED,
+            ViPhase::ConnectPending => vi_state::CONNECT_PENDING,
+            ViPhase::Error => vi_state::ERROR,
+        };
+        let n = nic_of(nic_handle)?;
+        out(state, st)?;
+        out(attrs, c_vi_attrs(&a, ptag_handle(&n, a.ptag)))?;
+        out(send_empty, se as VipBoolean)?;
+        out(recv_empty, re as VipBoolean)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipSetViAttributes(vi: VipHandle, attrs: *const VipViAttributes) -> VipReturnCode {
+    guard(|| {
+        let (nic, _, id) = vi_of(vi)?;
+        nic.vi_set_attributes(id, &vi_attrs(attrs)?)
+    })
+}
+
+// ---- data transfer ----
+
+fn post(vi: VipHandle, desc: *mut c_void, mem: VipMemHandle, send: bool) -> R {
+    let (nic, _, id) = vi_of(vi)?;
+    if desc.is_null() {
+        return Err(invalid("NULL descriptor"));
+    }
+    nic.vi_post(id, desc as usize, mem, send)
+}
+
+#[no_mangle]
+pub extern "C" fn VipPostSend(vi: VipHandle, desc: *mut c_void, mem: VipMemHandle) -> VipReturnCode {
+    guard(|| post(vi, desc, mem, true))
+}
+
+#[no_mangle]
+pub extern "C" fn VipPostRecv(vi: VipHandle, desc: *mut c_void, mem: VipMemHandle) -> VipReturnCode {
+    guard(|| post(vi, desc, mem, false))
+}
+
+fn done(vi: VipHandle, out_desc: *mut *mut c_void, send: bool) -> R {
+    let (nic, _, id) = vi_of(vi)?;
+    if out_desc.is_null() {
+        return Err(invalid("NULL descriptor pointer"));
+    }
+    match nic.vi_done(id, send)? {
+        Some(a) => out(out_desc, a as *mut c_void),
+        None => Err(ViaError::not_done()),
+    }
+}
+
+fn wait(vi: VipHandle, ms: c_ulong, out_desc: *mut *mut c_void, send: bool) -> R {
+    let (nic, _, id) = vi_of(vi)?;
+    if out_desc.is_null() {
+        return Err(invalid("NULL descriptor pointer"));
+    }
+    let a = nic.vi_wait(id, send, timeout(ms))?;
+    out(out_desc, a as *mut c_void)
+}
+
+#[no_mangle]
+pub extern "C" fn VipSendDone(vi: VipHandle, desc: *mut *mut c_void) -> VipReturnCode {
+    guard(|| done(vi, desc, true))
+}
+
+#[no_mangle]
+pub extern "C" fn VipRecvDone(vi: VipHandle, desc: *mut *mut c_void) -> VipReturnCode {
+    guard(|| done(vi, desc, false))
+}
+
+#[no_mangle]
+pub extern "C" fn VipSendWait(vi: VipHandle, ms: c_ulong, desc: *mut *mut c_void) -> VipReturnCode {
+    guard(|| wait(vi, ms, desc, true))
+}
+
+#[no_mangle]
+pub extern "C" fn VipRecvWait(vi: VipHandle, ms: c_ulong, desc: *mut *mut c_void) -> VipReturnCode {
+    guard(|| wait(vi, ms, desc, false))
+}
+
+/// A C context pointer carried into a callback on another thread.
+#[derive(Clone, Copy)]
+struct Context(VipPvoid);
+// SAFETY: VIPL hands the context back to the program's own callback; what
+// it points to is the program's business, as in C.
+unsafe impl Send for Context {}
+
+type DescCallback = extern "C" fn(VipPvoid, VipHandle, VipHandle, *mut c_void);
+
+fn notify(vi: VipHandle, ctx: VipPvoid, f: Option<DescCallback>, send: bool) -> R {
+    let (nic, nic_handle, id) = vi_of(vi)?;
+    let f = f.ok_or_else(|| invalid("NULL callback"))?;
+    let (ctx, nh, vh) = (Context(ctx), Context(nic_handle), Context(vi));
+    let target = if send { NotifyTarget::Send(id) } else { NotifyTarget::Recv(id) };
+    nic.notify(
+        target,
+        Box::new(move |n| {
+            if let Notice::Descriptor(a) = n {
+                let (ctx, nh, vh) = (ctx, nh, vh);
+                f(ctx.0, nh.0, vh.0, a as *mut c_void);
+            }
+        }),
+    );
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn VipSendNotify(vi: VipHandle, ctx: VipPvoid, f: Option<DescCallback>) -> VipReturnCode {
+    guard(|| notify(vi, ctx, f, true))
+}
+
+#[no_mangle]
+pub extern "C" fn VipRecvNotify(vi: VipHandle, ctx: VipPvoid, f: Option<DescCallback>) -> VipReturnCode {
+    guard(|| notify(vi, ctx, f, false))
+}
+
+// ---- connections ----
+
+#[no_mangle]
+pub extern "C" fn VipConnectWait(nic: VipHandle, local: *const VipNetAddress, ms: c_ulong, remote: *mut VipNetAddress, remote_attrs: *mut VipViAttributes, conn: *mut VipHandle) -> VipReturnCode {
+    guard(|| {
+        let n = nic_of(nic)?;
+        let (_, disc) = net_address(local)?;
+        if remote.is_null() || remote_attrs.is_null() || conn.is_null() {
+            return Err(invalid("NULL output pointer"));
+        }
+        let req = n.nic.connect_wait(disc, timeout(ms))?;
+        write_host(remote, req.remote_mac, None)?;
+        let a = VipViAttributes {
+            reliability_level: req.reliability.map_or(0, Reliability::bits),
+            max_transfer_size: req.max_transfer_size as c_ulong,
+            qos: std::ptr::null_mut(),
+            ptag: std::ptr::null_mut(),
+            enable_rdma_write: req.enable_rdma_write as VipBoolean,
+            enable_rdma_read: req.enable_rdma_read as VipBoolean,
+        };
+        out(remote_attrs, a)?;
+        out(conn, handles::insert(Object::Conn { nic: n.nic, req }))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipConnectAccept(conn: VipHandle, vi: VipHandle) -> VipReturnCode {
+    guard(|| {
+        let Some(Object::Conn { nic, req }) = handles::get(conn) else { return Err(invalid("not a connection handle")) };
+        let (_, _, id) = vi_of(vi)?;
+        let r = nic.vi_accept(req.conn, id);
+        handles::remove(conn); // accepted or refused over attributes: either way it is used up
+        r
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipConnectReject(conn: VipHandle) -> VipReturnCode {
+    guard(|| {
+        let Some(Object::Conn { nic, req }) = handles::remove(conn) else { return Err(invalid("not a connection handle")) };
+        nic.reject_raw(req.conn)
+    })
+}
+
+fn write_remote_attrs(nic: &Nic, id: u16, p: *mut VipViAttributes) -> R {
+    if p.is_null() {
+        return Ok(()); // optional
+    }
+    if let Some((rel, mts, w, r)) = nic.vi_peer_attributes(id)? {
+        let a = VipViAttributes { reliability_level: rel, max_transfer_size: mts as c_ulong, qos: std::ptr::null_mut(), ptag: std::ptr::null_mut(), enable_rdma_write: w as VipBoolean, enable_rdma_read: r as VipBoolean };
+        out(p, a)?;
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn VipConnectRequest(vi: VipHandle, local: *const VipNetAddress, remote: *const VipNetAddress, ms: c_ulong, remote_attrs: *mut VipViAttributes) -> VipReturnCode {
+    guard(|| {
+        let (nic, _, id) = vi_of(vi)?;
+        net_address(local)?;
+        let (host, disc) = net_address(remote)?;
+        nic.vi_connect(id, mac_of(host)?, disc, timeout(ms))?;
+        write_remote_attrs(&nic, id, remote_attrs)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipDisconnect(vi: VipHandle) -> VipReturnCode {
+    guard(|| {
+        let (nic, _, id) = vi_of(vi)?;
+        nic.vi_disconnect(id)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipConnectPeerRequest(vi: VipHandle, local: *const VipNetAddress, remote: *const VipNetAddress, ms: c_ulong) -> VipReturnCode {
+    guard(|| {
+        let (nic, _, id) = vi_of(vi)?;
+        let (_, mine) = net_address(local)?;
+        let (host, theirs) = net_address(remote)?;
+        nic.vi_peer_request(id, mac_of(host)?, mine, theirs, timeout(ms))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipConnectPeerDone(vi: VipHandle, remote_attrs: *mut VipViAttributes) -> VipReturnCode {
+    guard(|| {
+        let (nic, _, id) = vi_of(vi)?;
+        if !nic.vi_peer_done(id)? {
+            return Err(ViaError::not_done());
+        }
+        write_remote_attrs(&nic, id, remote_attrs)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipConnectPeerWait(vi: VipHandle, remote_attrs: *mut VipViAttributes) -> VipReturnCode {
+    guard(|| {
+        let (nic, _, id) = vi_of(vi)?;
+        nic.vi_peer_wait(id)?;
+        write_remote_attrs(&nic, id, remote_attrs)
+    })
+}
+
+// ---- completion queues ----
+
+#[no_mangle]
+pub extern "C" fn VipCreateCQ(nic: VipHandle, entries: c_ulong, cq: *mut VipHandle) -> VipReturnCode {
+    guard(|| {
+        let n = nic_of(nic)?;
+        if cq.is_null() {
+            return Err(invalid("NULL CQ handle pointer"));
+        }
+        let id = n.nic.cq_create(entries as usize)?;
+        out(cq, handles::insert(Object::Cq { nic: n.nic, nic_handle: nic, vis: n.vis, id }))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipDestroyCQ(cq: VipHandle) -> VipReturnCode {
+    guard(|| {
+        let (nic, _, _, id) = cq_of(cq)?;
+        nic.cq_destroy(id)?;
+        handles::remove(cq);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipResizeCQ(cq: VipHandle, entries: c_ulong) -> VipReturnCode {
+    guard(|| {
+        let (nic, _, _, id) = cq_of(cq)?;
+        nic.cq_resize(id, entries as usize)
+    })
+}
+
+fn cq_answer(vis: &handles::ViHandles, (vi, recv): (u16, bool), vi_out: *mut VipHandle, recv_out: *mut VipBoolean) -> R {
+    out(vi_out, handles::vi_handle(vis, vi))?;
+    out(recv_out, recv as VipBoolean)
+}
+
+#[no_mangle]
+pub extern "C" fn VipCQDone(cq: VipHandle, vi: *mut VipHandle, recv_queue: *mut VipBoolean) -> VipReturnCode {
+    guard(|| {
+        let (nic, _, vis, id) = cq_of(cq)?;
+        if vi.is_null() || recv_queue.is_null() {
+            return Err(invalid("NULL output pointer"));
+        }
+        match nic.cq_done(id)? {
+            Some(c) => cq_answer(&vis, c, vi, recv_queue),
+            None => Err(ViaError::not_done()),
+        }
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipCQWait(cq: VipHandle, ms: c_ulong, vi: *mut VipHandle, recv_queue: *mut VipBoolean) -> VipReturnCode {
+    guard(|| {
+        let (nic, _, vis, id) = cq_of(cq)?;
+        if vi.is_null() || recv_queue.is_null() {
+            return Err(invalid("NULL output pointer"));
+        }
+        let c = nic.cq_wait(id, timeout(ms))?;
+        cq_answer(&vis, c, vi, recv_queue)
+    })
+}
+
+type CqCallback = extern "C" fn(VipPvoid, VipHandle, VipHandle, VipBoolean);
+
+#[no_mangle]
+pub extern "C" fn VipCQNotify(cq: VipHandle, ctx: VipPvoid, f: Option<CqCallback>) -> VipReturnCode {
+    guard(|| {
+        let (nic, nic_handle, vis, id) = cq_of(cq)?;
+        let f = f.ok_or_else(|| invalid("NULL callback"))?;
+        let (ctx, nh) = (Context(ctx), Context(nic_handle));
+        nic.notify(
+            NotifyTarget::Cq(id),
+            Box::new(move |n| {
+                if let Notice::Completion(vi, recv) = n {
+                    let (ctx, nh) = (ctx, nh);
+                    f(ctx.0, nh.0, handles::vi_handle(&vis, vi), recv as VipBoolean);
+                }
+            }),
+        );
+        Ok(())
+    })
+}
+
+// ---- management and errors ----
+
+#[no_mangle]
+pub extern "C" fn VipQuerySystemManagementInfo(nic: VipHandle, info_type: c_ulong, info: VipPvoid) -> VipReturnCode {
+    guard(|| {
+        nic_of(nic)?;
+        if info_type != VIP_SMI_AUTODISCOVERY {
+            return Err(invalid(&format!("system management info type {info_type} is not supported (only VIP_SMI_AUTODISCOVERY)")));
+        }
+        // No discovery of other hosts is kept: an empty list, one hop.
+        out(info.cast::<VipAutodiscoveryList>(), VipAutodiscoveryList { number_of_hops: 1, ad_addr_array: std::ptr::null_mut(), num_ad_addrs: 0 })
+    })
+}
+
+type ErrorCallback = extern "C" fn(VipPvoid, *mut VipErrorDescriptor);
+
+#[no_mangle]
+pub extern "C" fn VipErrorCallback(nic: VipHandle, ctx: VipPvoid, f: Option<ErrorCallback>) -> VipReturnCode {
+    guard(|| {
+        let n = nic_of(nic)?;
+        let Some(f) = f else {
+            n.nic.set_error_callback(None);
+            return Ok(());
+        };
+        let (ctx, nh, vis) = (Context(ctx), Context(nic), n.vis.clone());
+        n.nic.set_error_callback(Some(Box::new(move |e| {
+            let error_code = match e.kind {
+                via_user::AsyncErrorKind::ConnLost => error_code::CONN_LOST,
+                via_user::AsyncErrorKind::RecvQueueEmpty => error_code::RECVQ_EMPTY,
+                via_user::AsyncErrorKind::RdmaWriteProt => error_code::RDMAW_PROT,
+                via_user::AsyncErrorKind::RdmaReadProt => error_code::RDMAR_PROT,
+            };
+            let (ctx, nh) = (ctx, nh);
+            let mut d = VipErrorDescriptor {
+                nic_handle: nh.0,
+                vi_handle: handles::vi_handle(&vis, e.vi),
+                cq_handle: std::ptr::null_mut(),
+                descriptor_ptr: std::ptr::null_mut(),
+                op_code: 0,
+                resource_code: resource_code::VI,
+                error_code,
+            };
+            f(ctx.0, &mut d);
+        })));
+        Ok(())
+    })
+}
+
+// ---- name service ----
+
+#[no_mangle]
+pub extern "C" fn VipNSInit(nic: VipHandle, _init_info: VipPvoid) -> VipReturnCode {
+    guard(|| nic_of(nic)?.nic.ns_init(None))
+}
+
+#[no_mangle]
+pub extern "C" fn VipNSGetHostByName(nic: VipHandle, name: *const c_char, address: *mut VipNetAddress, name_index: c_ulong) -> VipReturnCode {
+    guard(|| {
+        let n = nic_of(nic)?;
+        if name.is_null() {
+            return Err(invalid("NULL host name"));
+        }
+        if name_index != 0 {
+            return Err(ViaError::new(VipReturn::ErrorNameService, "each name has one address here: NameIndex must be 0"));
+        }
+        // SAFETY: non-NULL, NUL-terminated by the VIPL contract.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_str().map_err(|_| invalid("host name is not UTF-8"))?;
+        let mac = n.nic.lookup_host(name)?;
+        write_host(address, mac, None)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipNSGetHostByAddr(nic: VipHandle, address: *const VipNetAddress, name: *mut c_char, name_len: *mut c_ulong) -> VipReturnCode {
+    guard(|| {
+        let n = nic_of(nic)?;
+        let (host, _) = net_address(address)?;
+        if name.is_null() || name_len.is_null() {
+            return Err(invalid("NULL name buffer or length"));
+        }
+        let found = n.nic.lookup_name(mac_of(host)?)?;
+        // SAFETY: non-NULL; the caller says how much room `name` has.
+        unsafe {
+            let room = *name_len as usize;
+            *name_len = (found.len() + 1) as c_ulong;
+            if found.len() + 1 > room {
+                return Err(ViaError::resource(format!("the name needs {} bytes with its NUL, the buffer has {room}", found.len() + 1)));
+            }
+            std::ptr::copy_nonoverlapping(found.as_ptr().cast::<c_char>(), name, found.len());
+            *name.add(found.len()) = 0;
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn VipNSShutdown(nic: VipHandle) -> VipReturnCode {
+    guard(|| {
+        nic_of(nic)?.nic.ns_shutdown();
+        Ok(())
+    })
+}

@@ -1,0 +1,13 @@
+//! vipl: the VIA 1.0 C ABI. Builds `libvipl.so` and `libvipl.a`, which
+//! export the 41 functions of `vipl.h` (the project's `include/vipl.h`),
+//! over the via-user VI provider.
+//!
+//! Modules: [`types`] (the `#[repr(C)]` structures and constants, layouts
+//! asserted), [`handles`] (the table behind every opaque handle), [`api`]
+//! (the functions).
+
+#![allow(non_snake_case)]
+
+pub mod api;
+pub mod handles;
+pub mod types;
