@@ -21,9 +21,8 @@ fn lib_dir() -> PathBuf {
     panic!("libvipl.so not found near {}", exe.display());
 }
 
-/// Compiles `tests/c/<name>.c` and runs it; returns its stdout.
-fn build_and_run(name: &str, env: &[(&str, &str)]) -> String {
-    let out = std::env::temp_dir().join(format!("vipl-{name}-{}", std::process::id()));
+/// Compiles `tests/c/<name>.c` into `out`.
+fn build(name: &str, out: &Path) {
     let src = root().join("tests/c").join(format!("{name}.c"));
     let lib = lib_dir();
     let cc = Command::new("cc")
@@ -33,10 +32,17 @@ fn build_and_run(name: &str, env: &[(&str, &str)]) -> String {
         .arg("-L")
         .arg(&lib)
         .args(["-lvipl", "-lpthread", "-o"])
-        .arg(&out)
+        .arg(out)
         .output()
         .expect("running cc (the C compiler is needed for the C ABI tests)");
     assert!(cc.status.success(), "compiling {}: {}", src.display(), String::from_utf8_lossy(&cc.stderr));
+}
+
+/// Compiles `tests/c/<name>.c` and runs it; returns its stdout.
+fn build_and_run(name: &str, env: &[(&str, &str)]) -> String {
+    let out = std::env::temp_dir().join(format!("vipl-{name}-{}", std::process::id()));
+    build(name, &out);
+    let lib = lib_dir();
     let run = Command::new(&out).env("LD_LIBRARY_PATH", &lib).envs(env.iter().copied()).output().unwrap();
     let _ = std::fs::remove_file(&out);
     assert!(run.status.success(), "{name} failed ({}):\n{}\n{}", run.status, String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
@@ -53,4 +59,56 @@ fn layouts_and_all_41_functions_link() {
 fn every_provokable_error_return() {
     let out = build_and_run("errors", &[("VIA_HOSTS", "/dev/null"), ("VIA_NS_TIMEOUT_MS", "50")]);
     assert!(out.contains("OK errors"), "{out}");
+}
+
+/// Runs `tests/c/twohost.c` SCENARIO across two namespaces (server on host
+/// a, client on host b); returns the client's stdout.
+fn two_hosts(scenario: &str) -> String {
+    use via_tests::{assert_ok, Proc, TestNet};
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let exe = BUILT.get_or_init(|| {
+        let p = std::env::temp_dir().join(format!("vipl-twohost-{}", std::process::id()));
+        build("twohost", &p);
+        p
+    });
+    let lib = lib_dir();
+    let net = TestNet::new(1500);
+    let exe_s = exe.to_str().unwrap();
+    let mut cmd = net.command(&net.a, "env", &[&format!("LD_LIBRARY_PATH={}", lib.display()), exe_s, "server", scenario, &net.dev_a()]);
+    cmd.env("LD_LIBRARY_PATH", &lib);
+    let mut server = Proc::spawn("server", cmd);
+    let mac = server.expect_line("READY");
+    let cmd = net.command(&net.b, "env", &[&format!("LD_LIBRARY_PATH={}", lib.display()), exe_s, "client", scenario, &net.dev_b(), &mac]);
+    let mut client = Proc::spawn("client", cmd);
+    let client_mac = client.expect_line("READY");
+    server.write_line(&client_mac);
+    let client = client.finish();
+    let server = server.finish();
+    assert_ok("C client", &client);
+    assert_ok("C server", &server);
+    String::from_utf8_lossy(&client.stdout).into_owned() + &String::from_utf8_lossy(&server.stdout)
+}
+
+#[test]
+fn c_pingpong_with_a_cq_across_two_hosts() {
+    let out = two_hosts("pingpong");
+    assert!(out.contains("LATENCY_US"), "{out}");
+}
+
+#[test]
+fn c_rdma_write_with_immediate_data() {
+    let out = two_hosts("rdmaimm");
+    assert!(out.contains("OK rdmaimm"), "{out}");
+}
+
+#[test]
+fn c_rejected_connection() {
+    let out = two_hosts("reject");
+    assert!(out.contains("OK reject"), "{out}");
+}
+
+#[test]
+fn c_peer_to_peer_connection() {
+    let out = two_hosts("peer");
+    assert_eq!(out.matches("OK peer").count(), 2, "{out}");
 }
