@@ -1,5 +1,8 @@
-//! The C programs of `tests/c/`, compiled with `cc` against the shipped
-//! `include/vipl.h` and the `libvipl.so` this build made, then run.
+//! The C programs of `tests/c/`, compiled with `cc` and run. With
+//! `VIPL_PREFIX` set (as `.ci/run` does after `scripts/install-vipl.sh
+//! PREFIX`) they are compiled against the installed header and library
+//! through `pkg-config --cflags --libs vipl`; otherwise against
+//! `include/vipl.h` and the `libvipl.so` of this build.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,28 +24,45 @@ fn lib_dir() -> PathBuf {
     panic!("libvipl.so not found near {}", exe.display());
 }
 
+/// The compiler flags for the header and library: from pkg-config under
+/// `VIPL_PREFIX`, or the build tree.
+fn vipl_flags() -> Vec<String> {
+    if let Some(prefix) = std::env::var_os("VIPL_PREFIX") {
+        let pc = Path::new(&prefix).join("lib/pkgconfig");
+        let out = Command::new("pkg-config").env("PKG_CONFIG_PATH", &pc).args(["--cflags", "--libs", "vipl"]).output().expect("running pkg-config");
+        assert!(out.status.success(), "pkg-config vipl under {}: {}", pc.display(), String::from_utf8_lossy(&out.stderr));
+        return String::from_utf8_lossy(&out.stdout).split_whitespace().map(String::from).collect();
+    }
+    vec![format!("-I{}", root().join("include").display()), format!("-L{}", lib_dir().display()), "-lvipl".into()]
+}
+
 /// Compiles `tests/c/<name>.c` into `out`.
 fn build(name: &str, out: &Path) {
     let src = root().join("tests/c").join(format!("{name}.c"));
-    let lib = lib_dir();
     let cc = Command::new("cc")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-D_POSIX_C_SOURCE=200809L", "-D_ISOC11_SOURCE", "-I"])
-        .arg(root().join("include"))
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-D_POSIX_C_SOURCE=200809L", "-D_ISOC11_SOURCE"])
         .arg(&src)
-        .arg("-L")
-        .arg(&lib)
-        .args(["-lvipl", "-lpthread", "-o"])
+        .args(vipl_flags())
+        .args(["-lpthread", "-o"])
         .arg(out)
         .output()
         .expect("running cc (the C compiler is needed for the C ABI tests)");
     assert!(cc.status.success(), "compiling {}: {}", src.display(), String::from_utf8_lossy(&cc.stderr));
 }
 
+/// Where the library the programs load lives.
+fn lib_path() -> PathBuf {
+    match std::env::var_os("VIPL_PREFIX") {
+        Some(p) => Path::new(&p).join("lib"),
+        None => lib_dir(),
+    }
+}
+
 /// Compiles `tests/c/<name>.c` and runs it; returns its stdout.
 fn build_and_run(name: &str, env: &[(&str, &str)]) -> String {
     let out = std::env::temp_dir().join(format!("vipl-{name}-{}", std::process::id()));
     build(name, &out);
-    let lib = lib_dir();
+    let lib = lib_path();
     let run = Command::new(&out).env("LD_LIBRARY_PATH", &lib).envs(env.iter().copied()).output().unwrap();
     let _ = std::fs::remove_file(&out);
     assert!(run.status.success(), "{name} failed ({}):\n{}\n{}", run.status, String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
@@ -71,7 +91,7 @@ fn two_hosts(scenario: &str) -> String {
         build("twohost", &p);
         p
     });
-    let lib = lib_dir();
+    let lib = lib_path();
     let net = TestNet::new(1500);
     let exe_s = exe.to_str().unwrap();
     let mut cmd = net.command(&net.a, "env", &[&format!("LD_LIBRARY_PATH={}", lib.display()), exe_s, "server", scenario, &net.dev_a()]);
