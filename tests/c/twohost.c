@@ -3,7 +3,8 @@
  *   twohost client SCENARIO DEVICE MAC      connects to the server at MAC
  * Both print "READY <mac>" first; for the peer scenario the server then
  * reads the client's MAC from stdin.
- * Scenarios: pingpong (a CQ-driven ping-pong, prints its latency), rdmaimm
+ * Scenarios: pingpong (a CQ-driven ping-pong, prints its latency), pingwait
+ * (the same with RecvWait, the shape of the Rust via-pingpong), rdmaimm
  * (RDMA write with immediate data), reject (a refused connection), peer
  * (the peer-to-peer model). Exits 0 only if every check held. Plain VIA 1.0
  * C, as existing programs are written. */
@@ -95,11 +96,28 @@ static VIP_DESCRIPTOR *cq_recv(VIP_CQ_HANDLE cq, VIP_VI_HANDLE vi, int *sends) {
     }
 }
 
-static int pingpong(int server, const unsigned char *peer) {
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Waits for the next receive with VipRecvWait, reaping completed sends
+ * with VipSendDone (the shape of the Rust via-pingpong's loop). */
+static VIP_DESCRIPTOR *wait_recv(VIP_VI_HANDLE vi, int *sends) {
+    VIP_DESCRIPTOR *d;
+    OK(VipRecvWait(vi, TIMEOUT, &d));
+    VIP_DESCRIPTOR *s;
+    while (VipSendDone(vi, &s) == VIP_SUCCESS) (*sends)++;
+    return d;
+}
+
+/* A 64-byte ping-pong; `use_cq`: completions through a CQ (CQWait, then
+ * Done), else VipRecvWait. */
+static int pingpong(int server, const unsigned char *peer, int use_cq) {
     enum { ITERS = 10000, WARM = 1000, SIZE = 64 };
     char la[64], ra[64];
-    VIP_CQ_HANDLE cq;
-    OK(VipCreateCQ(nic, 64, &cq));
+    VIP_CQ_HANDLE cq = NULL;
+    if (use_cq) OK(VipCreateCQ(nic, 64, &cq));
     VIP_VI_HANDLE vi = make_vi(VIP_SERVICE_RELIABLE_DELIVERY, 0, cq);
     for (int i = 0; i < 8; i++) OK(VipPostRecv(vi, fill(i, VIP_CONTROL_OP_SENDRECV, BUF, i), mh));
     if (server) {
@@ -112,19 +130,23 @@ static int pingpong(int server, const unsigned char *peer) {
         while ((r = VipConnectRequest(vi, address(la, na.LocalNicAddress, ""), address(ra, peer, "pp"), TIMEOUT, NULL)) == VIP_NO_MATCH) {}
         if (r != VIP_SUCCESS) die("VipConnectRequest", r);
     }
-    double t0 = 0;
+    static double samples[ITERS];
     int sends = 0;
     for (int i = 0; i < ITERS + WARM; i++) {
-        if (i == WARM) t0 = now_us();
         int slot = 8 + (i & 7); /* at most 8 sends outstanding (see below) */
+        double t0 = now_us();
         if (!server) OK(VipPostSend(vi, fill(slot, VIP_CONTROL_OP_SENDRECV, SIZE, 8), mh));
-        VIP_DESCRIPTOR *r = cq_recv(cq, vi, &sends);
+        VIP_DESCRIPTOR *r = use_cq ? cq_recv(cq, vi, &sends) : wait_recv(vi, &sends);
+        if (i >= WARM) samples[i - WARM] = (now_us() - t0) / 2; /* one-way: half the round trip */
         if (r->CS.Length != SIZE) { fprintf(stderr, "twohost: got %u bytes\n", r->CS.Length); return 1; }
         if (server) OK(VipPostSend(vi, fill(slot, VIP_CONTROL_OP_SENDRECV, SIZE, 8), mh));
         OK(VipPostRecv(vi, r, mh));
         if (i + 1 - sends >= 8) { fprintf(stderr, "twohost: sends are not completing\n"); return 1; }
     }
-    if (!server) printf("LATENCY_US %.3f\n", (now_us() - t0) / ITERS / 2);
+    if (!server) {
+        qsort(samples, ITERS, sizeof samples[0], cmp_double);
+        printf("LATENCY_US %.3f (median one-way of %d round trips of %d bytes)\n", samples[ITERS / 2], ITERS, SIZE);
+    }
     OK(VipDisconnect(vi));
     return 0;
 }
@@ -258,7 +280,8 @@ int main(int argc, char **argv) {
         parse_mac(line, peer);
     }
     int rc;
-    if (!strcmp(argv[2], "pingpong")) rc = pingpong(server, peer);
+    if (!strcmp(argv[2], "pingpong")) rc = pingpong(server, peer, 1);
+    else if (!strcmp(argv[2], "pingwait")) rc = pingpong(server, peer, 0);
     else if (!strcmp(argv[2], "rdmaimm")) rc = rdmaimm(server, peer);
     else if (!strcmp(argv[2], "reject")) rc = reject(server, peer);
     else if (!strcmp(argv[2], "peer")) rc = peer_model(server, peer);

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The C ABI's cost: the C ping-pong of tests/c/twohost.c (64 bytes through
+# libvipl; once with VipRecvWait, the shape of the Rust loop, once through a
+# CQ) against the Rust via-pingpong (64 bytes, reliable delivery) between the
+# same two test hosts, in alternating rounds, server pinned to CPU 0 and
+# client to CPU 1. Prints each round and the medians of the per-round ratios.
+# Needs root. Usage: scripts/c-vs-rust-latency.sh [ROUNDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds="${1:-5}"
+cargo build --release -p vipl -p via-user >/dev/null 2>&1
+target="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/release"
+work="$(mktemp -d /tmp/c-vs-rust.XXXXXX)"
+a="cvr-a-$$"; b="cvr-b-$$"; va="cva$$"; vb="cvb$$"
+cleanup() { ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -D_ISOC11_SOURCE -Iinclude tests/c/twohost.c -L"$target" -lvipl -o "$work/twohost"
+ip netns add "$a"; ip netns add "$b"
+ip link add "$va" type veth peer name "$vb"
+ip link set "$va" netns "$a"; ip link set "$vb" netns "$b"
+ip -n "$a" link set "$va" up; ip -n "$b" link set "$vb" up
+export LD_LIBRARY_PATH="$target"
+
+# $1: the C scenario (pingwait: RecvWait like the Rust loop; pingpong: a CQ).
+c_round() {
+    exec 3< <(ip netns exec "$a" taskset -c 0 "$work/twohost" server "$1" "/dev/via_$va")
+    local mac; read -r _ mac <&3
+    ip netns exec "$b" taskset -c 1 "$work/twohost" client "$1" "/dev/via_$vb" "$mac" | sed -n 's/^LATENCY_US \([0-9.]*\).*/\1/p'
+    exec 3<&-
+    wait
+}
+rust_round() {
+    exec 3< <(ip netns exec "$a" "$target/via-pingpong" server --device "/dev/via_$va" --cpu 0 --sizes 64 --bw-sizes "" 2>/dev/null)
+    local mac; read -r _ mac <&3
+    ip netns exec "$b" "$target/via-pingpong" client --device "/dev/via_$vb" --peer "$mac" --cpu 1 --sizes 64 --bw-sizes "" --json 2>/dev/null \
+        | sed -n 's/.*"t_typical_us":\([0-9.]*\).*/\1/p'
+    exec 3<&-
+    wait
+}
+median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+ws=(); cs=(); rs=(); wr=(); cr=()
+for i in $(seq 1 "$rounds"); do
+    w="$(c_round pingwait)"; r="$(rust_round)"; c="$(c_round pingpong)"
+    ws+=("$w"); rs+=("$r"); cs+=("$c")
+    wr+=("$(echo "$w $r" | awk '{printf "%.4f", $1/$2}')"); cr+=("$(echo "$c $r" | awk '{printf "%.4f", $1/$2}')")
+    echo "round $i: C (RecvWait) $w us, Rust $r us, C (CQ) $c us"
+done
+echo "medians: C (RecvWait) $(median "${ws[@]}") us, Rust $(median "${rs[@]}") us, C (CQ) $(median "${cs[@]}") us"
+echo "median of per-round ratios: C (RecvWait)/Rust = $(median "${wr[@]}") (target within 1.05); C (CQ)/Rust = $(median "${cr[@]}")"
