@@ -1,7 +1,8 @@
 /* Every error return of VIPL this program can provoke on one NIC, each
  * checked for its exact code, and that nothing is lost on the way: the
- * checks a C user of the ABI relies on. Runs on the in-process loopback
- * (/dev/via_lo); no peer is needed. */
+ * checks a C user of the ABI relies on. `errors [DEVICE]`: on the device
+ * named (default the in-process loopback /dev/via_lo); no peer is needed
+ * (the two-host errors, REJECT among them, are twohost.c's). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,11 +28,12 @@ static int failures;
         }                                                                       \
     } while (0)
 
-int main(void) {
+int main(int argc, char **argv) {
+    const char *dev = argc > 1 ? argv[1] : "/dev/via_lo";
     VIP_NIC_HANDLE nic = NULL;
     EXPECT(VipOpenNic(NULL, &nic), VIP_INVALID_PARAMETER);
     EXPECT(VipOpenNic("/dev/via_no_such_interface0", &nic), VIP_INVALID_PARAMETER);
-    EXPECT(VipOpenNic("/dev/via_lo", &nic), VIP_SUCCESS);
+    EXPECT(VipOpenNic(dev, &nic), VIP_SUCCESS);
 
     VIP_NIC_ATTRIBUTES na;
     EXPECT(VipQueryNic(nic, &na), VIP_SUCCESS);

@@ -81,6 +81,26 @@ fn every_provokable_error_return() {
     assert!(out.contains("OK errors"), "{out}");
 }
 
+#[test]
+fn every_provokable_error_return_in_a_test_host() {
+    use via_tests::{assert_ok, Proc, TestNet};
+    let exe = std::env::temp_dir().join(format!("vipl-errors-ns-{}", std::process::id()));
+    build("errors", &exe);
+    let net = TestNet::new(1500);
+    let lib = lib_path();
+    let cmd = net.command(&net.a, "env", &[&format!("LD_LIBRARY_PATH={}", lib.display()), "VIA_HOSTS=/dev/null", "VIA_NS_TIMEOUT_MS=50", exe.to_str().unwrap(), &net.dev_a()]);
+    let out = Proc::spawn("errors", cmd).finish();
+    let _ = std::fs::remove_file(&exe);
+    assert_ok("errors", &out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("OK errors"));
+}
+
+#[test]
+fn calls_from_four_threads_at_once() {
+    let out = build_and_run("threads", &[]);
+    assert!(out.contains("OK threads"), "{out}");
+}
+
 /// Runs `tests/c/twohost.c` SCENARIO across two namespaces (server on host
 /// a, client on host b); returns the client's stdout.
 fn two_hosts(scenario: &str) -> String {
