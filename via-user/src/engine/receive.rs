@@ -385,8 +385,10 @@ impl Core {
 
     /// Starts reassembling a message whose first fragment is `f`: takes a
     /// receive descriptor for a send or an RDMA write with immediate data,
-    /// checks an RDMA write's target. False when the VI broke.
-    fn begin_message<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>) -> bool {
+    /// checks an RDMA write's target. Returns the message (with neither a
+    /// descriptor nor a target when it is to be dropped), or None when the
+    /// VI broke. The caller keeps it in `vi.rx` while more fragments follow.
+    fn begin_message<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>) -> Option<RxMessage> {
         let fl = f.flags();
         let vi = vi_at(&mut self.vis, id).unwrap();
         let reliable = vi.reliable();
@@ -398,15 +400,13 @@ impl Core {
             m.imm = Some(f.imm());
         }
         if kind == Kind::RdmaWrite {
-            vi.rx = Some(m); // discarded unless completed below
             match self.rdma_target(id, f.rdma_addr(), f.rdma_handle(), f.msg_len(), true) {
                 Some(addr) => m.rdma = Some((addr, f.rdma_handle())),
-                None => return self.rdma_violation(id, m.first_psn, m.msg_seq, AsyncErrorKind::RdmaWriteProt),
+                None => return self.rdma_violation(id, m.first_psn, m.msg_seq, AsyncErrorKind::RdmaWriteProt).then_some(m),
             }
         }
-        let vi = vi_at(&mut self.vis, id).unwrap();
-        vi.rx = Some(m); // discarded unless completed below
         if kind == Kind::Data || m.imm.is_some() {
+            let vi = vi_at(&mut self.vis, id).unwrap();
             if vi.rq.done == vi.rq.tail {
                 self.counters.rx_no_receive_posted += 1;
                 if reliable {
@@ -414,9 +414,10 @@ impl Core {
                     vi.rx_expected = m.first_psn;
                     self.async_errors.push(AsyncError { vi: id, kind: AsyncErrorKind::RecvQueueEmpty });
                     self.break_connection(id);
-                    return false;
+                    return None;
                 }
-                return true; // unreliable: the message is dropped and counted
+                m.rdma = None;
+                return Some(m); // unreliable: the message is dropped and counted
             }
             let e = vi.rq.get(vi.rq.done);
             m.entry = Some(vi.rq.done);
@@ -425,20 +426,24 @@ impl Core {
                 self.counters.length_errors += 1;
             }
         }
-        vi.rx = Some(m);
-        true
+        Some(m)
     }
 
     /// Places an in-sequence fragment of a send or RDMA write; false when
     /// the VI broke.
     fn place<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>) -> bool {
         let fl = f.flags();
-        if fl & flags::FIRST != 0 && !self.begin_message(id, kind, f) {
-            return false;
-        }
+        let m = if fl & flags::FIRST != 0 {
+            match self.begin_message(id, kind, f) {
+                Some(m) => Some(m),
+                None => return false,
+            }
+        } else {
+            vi_at(&mut self.vis, id).unwrap().rx
+        };
         let vi = vi_at(&mut self.vis, id).unwrap();
         let reliable = vi.reliable();
-        let Some(mut m) = vi.rx else {
+        let Some(mut m) = m else {
             // A middle fragment with no message: its start was lost.
             return true;
         };
@@ -453,6 +458,7 @@ impl Core {
                 self.break_connection(id);
                 return false;
             }
+            vi.rx = Some(m);
             self.abandon_partial(id);
             return true;
         }
