@@ -15,6 +15,7 @@
 //!   the new connection generation), `Reject` answers `ConnReject` with a
 //!   reason. A duplicate request gets the same answer again.
 
+use crate::backoff::Backoff;
 use crate::mac::MacAddr;
 use crate::memory::random_u32;
 use crate::wire::{ConnRepr, Kind, ANY_ENDPOINT};
@@ -121,9 +122,7 @@ struct Request {
     vi: u16,
     mac: MacAddr,
     attrs: ConnRepr,
-    next_send: Instant,
-    rto: Duration,
-    deadline: Instant,
+    backoff: Backoff,
     /// A positive sign (pending) was heard: keep waiting until the deadline.
     pending: bool,
     no_match_since: Option<Instant>,
@@ -233,7 +232,8 @@ impl ConnectionManager {
     pub fn request_begin(&mut self, vi: u16, mac: MacAddr, mut attrs: ConnRepr, now: Instant, deadline: Instant) {
         self.requests.retain(|r| r.vi != vi);
         attrs.request_id = random_u32();
-        self.requests.push(Request { vi, mac, attrs, next_send: now, rto: REQUEST_RTO, deadline, pending: false, no_match_since: None, state: RequestState::InProgress });
+        let backoff = Backoff::new(now, deadline, REQUEST_RTO, REQUEST_RTO_MAX);
+        self.requests.push(Request { vi, mac, attrs, backoff, pending: false, no_match_since: None, state: RequestState::InProgress });
         self.on_timer(now);
     }
 
@@ -318,7 +318,7 @@ impl ConnectionManager {
             if r.state != RequestState::InProgress {
                 continue;
             }
-            if now >= r.deadline {
+            if r.backoff.expired(now) {
                 r.state = RequestState::TimedOut;
                 continue;
             }
@@ -328,10 +328,8 @@ impl ConnectionManager {
                     continue;
                 }
             }
-            if now >= r.next_send {
+            if r.backoff.send_due(now) {
                 self.out.push(CmFrame { dst_mac: r.mac, dst_ep: ANY_ENDPOINT, kind: Kind::ConnRequest, dst_vi: 0, src_vi: r.vi, generation: 0, imm: 0, ack: None, conn: r.attrs.clone() });
-                r.next_send = now + r.rto;
-                r.rto = (r.rto * 2).min(REQUEST_RTO_MAX);
             }
         }
     }
@@ -342,7 +340,7 @@ impl ConnectionManager {
             .iter()
             .filter(|r| r.state == RequestState::InProgress)
             .map(|r| {
-                let mut t = r.next_send.min(r.deadline);
+                let mut t = r.backoff.next_event();
                 if let Some(nm) = r.no_match_since {
                     t = t.min(nm + NO_MATCH_GRACE);
                 }

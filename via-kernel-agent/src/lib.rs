@@ -5,11 +5,13 @@
 //!   and the table of drivers that opens a device by its VIA name;
 //! - [`wire`]: the on-the-wire header of VIA frames (typed views, parse/emit);
 //! - [`memory`]: the memory registration table and protection tags;
+//! - [`backoff`]: the retransmission schedule of control-plane requests;
 //! - [`conn`]: the connection manager of the client/server model (sans-IO);
 //! - [`peer`]: peer-to-peer connections (sans-IO);
 //! - [`names`]: the name service (hosts file);
 //! - [`resolver`]: name discovery on the segment (sans-IO).
 
+pub mod backoff;
 pub mod conn;
 pub mod device;
 pub mod mac;

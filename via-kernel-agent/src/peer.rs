@@ -17,6 +17,7 @@
 //! answered with `ConnReject` carrying the reason, which ends the other's.
 
 use crate::conn::{CmFrame, Peer, RejectReason, RequestState, REQUEST_RTO, REQUEST_RTO_MAX};
+use crate::backoff::Backoff;
 use crate::mac::MacAddr;
 use crate::memory::random_u32;
 use crate::wire::{ConnRepr, Kind, ANY_ENDPOINT};
@@ -45,9 +46,7 @@ struct PeerRequest {
     /// Our attributes; `discriminator` is ours, `peer_discriminator` the
     /// one sought; `request_id` a nonce of this request.
     attrs: ConnRepr,
-    next_send: Instant,
-    rto: std::time::Duration,
-    deadline: Instant,
+    backoff: Backoff,
     state: RequestState,
 }
 
@@ -83,7 +82,8 @@ impl PeerConnector {
     pub fn begin(&mut self, vi: u16, mac: MacAddr, mut attrs: ConnRepr, now: Instant, deadline: Instant) {
         self.requests.retain(|r| r.vi != vi);
         attrs.request_id = random_u32();
-        self.requests.push(PeerRequest { vi, mac, attrs, next_send: now, rto: REQUEST_RTO, deadline, state: RequestState::InProgress });
+        let backoff = Backoff::new(now, deadline, REQUEST_RTO, REQUEST_RTO_MAX);
+        self.requests.push(PeerRequest { vi, mac, attrs, backoff, state: RequestState::InProgress });
         self.on_timer(now);
     }
 
@@ -171,21 +171,17 @@ impl PeerConnector {
             if r.state != RequestState::InProgress {
                 continue;
             }
-            if now >= r.deadline {
+            if r.backoff.expired(now) {
                 r.state = RequestState::TimedOut;
-                continue;
-            }
-            if now >= r.next_send {
+            } else if r.backoff.send_due(now) {
                 self.out.push(CmFrame { dst_mac: r.mac, dst_ep: ANY_ENDPOINT, kind: Kind::PeerRequest, dst_vi: 0, src_vi: r.vi, generation: 0, imm: 0, ack: None, conn: r.attrs.clone() });
-                r.next_send = now + r.rto;
-                r.rto = (r.rto * 2).min(REQUEST_RTO_MAX);
             }
         }
     }
 
     /// The next instant [`PeerConnector::on_timer`] has work to do.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.requests.iter().filter(|r| r.state == RequestState::InProgress).map(|r| r.next_send.min(r.deadline)).min()
+        self.requests.iter().filter(|r| r.state == RequestState::InProgress).map(|r| r.backoff.next_event()).min()
     }
 }
 

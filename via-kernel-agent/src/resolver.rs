@@ -10,6 +10,7 @@
 //! an empty one, with `NameReply` carrying the name. Answers are cached
 //! until [`Resolver::shutdown`] (`VipNSShutdown`).
 
+use crate::backoff::Backoff;
 use crate::conn::CmFrame;
 use crate::mac::MacAddr;
 use crate::wire::{ConnRepr, Kind, ANY_ENDPOINT, MAX_DISCRIMINATOR};
@@ -36,9 +37,7 @@ struct Query {
     /// The name sought; empty when asking `target` for its name.
     name: String,
     target: MacAddr,
-    next_send: Instant,
-    rto: Duration,
-    deadline: Instant,
+    backoff: Backoff,
     state: Lookup,
 }
 
@@ -94,7 +93,8 @@ impl Resolver {
     fn begin(&mut self, name: String, target: MacAddr, now: Instant, deadline: Instant) -> u32 {
         self.next_id = self.next_id.wrapping_add(1);
         let id = self.next_id;
-        self.queries.push(Query { id, name, target, next_send: now, rto: QUERY_RTO, deadline, state: Lookup::InProgress });
+        let backoff = Backoff::new(now, deadline, QUERY_RTO, QUERY_RTO_MAX);
+        self.queries.push(Query { id, name, target, backoff, state: Lookup::InProgress });
         self.on_timer(now);
         id
     }
@@ -146,22 +146,18 @@ impl Resolver {
             if q.state != Lookup::InProgress {
                 continue;
             }
-            if now >= q.deadline {
+            if q.backoff.expired(now) {
                 q.state = Lookup::NotFound;
-                continue;
-            }
-            if now >= q.next_send {
+            } else if q.backoff.send_due(now) {
                 let conn = ConnRepr { request_id: q.id, discriminator: q.name.clone().into_bytes(), ..ConnRepr::default() };
                 self.out.push(CmFrame { dst_mac: q.target, dst_ep: ANY_ENDPOINT, kind: Kind::NameQuery, dst_vi: 0, src_vi: 0, generation: 0, imm: 0, ack: None, conn });
-                q.next_send = now + q.rto;
-                q.rto = (q.rto * 2).min(QUERY_RTO_MAX);
             }
         }
     }
 
     /// The next instant [`Resolver::on_timer`] has work to do.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.queries.iter().filter(|q| q.state == Lookup::InProgress).map(|q| q.next_send.min(q.deadline)).min()
+        self.queries.iter().filter(|q| q.state == Lookup::InProgress).map(|q| q.backoff.next_event()).min()
     }
 
     /// `VipNSShutdown`: forgets the cache and abandons queries.
