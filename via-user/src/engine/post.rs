@@ -139,16 +139,17 @@ impl Core {
         if wq.done == wq.tail {
             return;
         }
-        let e = *wq.get(wq.done);
+        let e = wq.get(wq.done);
+        let (desc, desc_handle, op_bits, started) = (e.desc, e.desc_handle, e.op(), e.nframes != 0);
         wq.done = wq.done.wrapping_add(1);
         let cq = match q {
             Queue::Send => vi.send_cq,
             Queue::Recv => vi.recv_cq,
         };
-        let op = match (q, e.op()) {
+        let op = match (q, op_bits) {
             (Queue::Send, control::OP_RDMAWRITE) => status::OP_RDMA_WRITE,
             (Queue::Send, control::OP_RDMAREAD) => {
-                if e.nframes != 0 {
+                if started {
                     vi.reads_outstanding = vi.reads_outstanding.saturating_sub(1);
                     if vi.tx_idx != vi.sq.tail {
                         self.doorbell.ring(id); // a QFENCE may wait for this read
@@ -159,7 +160,7 @@ impl Core {
             _ => q.op_status(),
         };
         let imm_bit = if imm.is_some() { status::IMMEDIATE } else { 0 };
-        usermem::write_completion(&self.mem, e.desc, e.desc_handle, length, bits | status::DONE | op | imm_bit, imm);
+        usermem::write_completion(&self.mem, desc, desc_handle, length, bits | status::DONE | op | imm_bit, imm);
         if let Some(cq) = cq {
             if let Ok(c) = self.cq_mut(cq) {
                 let before = c.overflows;

@@ -91,7 +91,7 @@ impl Engine {
         let mut ready = std::mem::take(&mut core.ready);
         core.doorbell.take(&mut ready);
         for &id in &ready {
-            loop {
+            while core.has_side_work(id) {
                 let n = core.build_side(id, hdrs, specs);
                 if n == 0 {
                     break;
@@ -524,6 +524,12 @@ fn reads_pending(vi: &crate::vi::ViState) -> bool {
 }
 
 impl Core {
+    /// Does VI `id` have frames to send outside its sequenced stream?
+    #[inline]
+    fn has_side_work(&self, id: u16) -> bool {
+        self.vis.get((id as usize).wrapping_sub(1)).and_then(Option::as_ref).is_some_and(|v| !v.read_jobs.is_empty() || v.read_resume)
+    }
+
     /// Builds up to [`BATCH`] frames of VI `id` outside its sequenced
     /// stream: responses to the peer's RDMA reads, and requests for the
     /// rest of our stalled reads. Returns how many.
