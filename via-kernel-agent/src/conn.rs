@@ -14,6 +14,16 @@
 //! - `Accept` answers `ConnAccept` (with the server VI, its attributes and
 //!   the new connection generation), `Reject` answers `ConnReject` with a
 //!   reason. A duplicate request gets the same answer again.
+//!
+//! The peer-to-peer model (`VipConnectPeerRequest`) is
+//! [`PeerConnector`](crate::peer::PeerConnector) in [`crate::peer`], with
+//! the attribute check both models make,
+//! [`compatible`](crate::peer::compatible). It shares this module's
+//! [`Peer`], [`RequestState`], [`RejectReason`] and retransmission schedule
+//! ([`REQUEST_RTO`] doubling to [`REQUEST_RTO_MAX`]). The models never match
+//! each other: a `ConnRequest` reaches only `ConnectWait`s here, and a
+//! `PeerRequest` only peer requests there (this manager ignores it without
+//! an answer, whatever its discriminator).
 
 use crate::backoff::Backoff;
 use crate::mac::MacAddr;
@@ -362,6 +372,7 @@ impl ConnectionManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::peer::PeerConnector;
 
     const A: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
     const B: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
@@ -431,5 +442,96 @@ mod tests {
         client.request_begin(4, A, attrs(b"svc"), t0, t0 + Duration::from_millis(50));
         client.outgoing().clear();
         assert_eq!(client.request_poll(4, t0 + Duration::from_millis(50)), RequestState::TimedOut);
+    }
+
+    /// One opened NIC's two connection managers, as the engine holds them.
+    struct Nic {
+        mac: MacAddr,
+        ep: u32,
+        cm: ConnectionManager,
+        peers: PeerConnector,
+    }
+
+    impl Nic {
+        fn new(mac: MacAddr, ep: u32) -> Nic {
+            Nic { mac, ep, cm: ConnectionManager::new(mac, ep), peers: PeerConnector::new(mac, ep) }
+        }
+
+        /// Everything both managers queued.
+        fn drain(&mut self) -> Vec<CmFrame> {
+            let mut frames: Vec<_> = self.cm.outgoing().drain(..).collect();
+            frames.append(self.peers.outgoing());
+            frames
+        }
+    }
+
+    /// Delivers `from`'s queued frames to `to` through the wire format,
+    /// dispatching by kind as the engine's receive path does (a
+    /// `ConnReject` goes to both managers); returns the kinds delivered.
+    fn exchange(from: &mut Nic, to: &mut Nic, now: Instant) -> Vec<Kind> {
+        let (mac, ep) = (from.mac, from.ep);
+        let mut kinds = Vec::new();
+        for f in from.drain() {
+            let mut buf = [0u8; 160];
+            let n = f.conn.emit(&mut buf);
+            let c = ConnRepr::parse(&buf[..n]).unwrap();
+            match f.kind {
+                Kind::PeerRequest => to.peers.on_request(mac, ep, f.src_vi, c),
+                Kind::PeerAccept => to.peers.on_answer(f.kind, mac, ep, f.src_vi, f.generation, f.imm, c),
+                kind => {
+                    if kind == Kind::ConnReject {
+                        to.peers.on_answer(kind, mac, ep, f.src_vi, f.generation, f.imm, c.clone());
+                    }
+                    let h = CmHeader { kind, src_mac: mac, src_ep: ep, src_vi: f.src_vi, dst_vi: f.dst_vi, generation: f.generation, imm: f.imm };
+                    to.cm.on_frame(h, c, now);
+                }
+            }
+            kinds.push(f.kind);
+        }
+        kinds
+    }
+
+    /// Peer attributes: our discriminator `mine`, the one sought `theirs`.
+    fn peer_attrs(mine: &[u8], theirs: &[u8]) -> ConnRepr {
+        ConnRepr { peer_discriminator: theirs.to_vec(), ..attrs(mine) }
+    }
+
+    #[test]
+    fn a_peer_request_does_not_match_a_connect_wait() {
+        let t0 = Instant::now();
+        let dl = t0 + Duration::from_millis(50);
+        let (mut a, mut b) = (Nic::new(A, 10), Nic::new(B, 20));
+        let w = b.cm.wait_begin(b"svc");
+        // Both discriminators equal the wait's: neither may be taken for it.
+        a.peers.begin(3, B, peer_attrs(b"svc", b"svc"), t0, dl);
+        assert_eq!(exchange(&mut a, &mut b, t0), [Kind::PeerRequest]);
+        assert!(b.cm.wait_take(w).is_none());
+        assert!(b.drain().is_empty(), "a peer request gets no client/server answer");
+        // Alone, the requester retransmits on the request schedule and
+        // times out at its deadline.
+        let t1 = t0 + REQUEST_RTO;
+        assert_eq!(a.peers.next_deadline(), Some(t1));
+        assert_eq!(a.peers.poll(3, t1), RequestState::InProgress);
+        assert_eq!(exchange(&mut a, &mut b, t1), [Kind::PeerRequest]);
+        assert!(b.cm.wait_take(w).is_none());
+        assert_eq!(a.peers.poll(3, dl), RequestState::TimedOut);
+    }
+
+    #[test]
+    fn a_connect_request_does_not_match_a_peer_request() {
+        let t0 = Instant::now();
+        let dl = t0 + Duration::from_secs(1);
+        let (mut a, mut b) = (Nic::new(A, 10), Nic::new(B, 20));
+        // B seeks a peer at A called "svc", under its own name "svc".
+        b.peers.begin(5, A, peer_attrs(b"svc", b"svc"), t0, dl);
+        assert_eq!(exchange(&mut b, &mut a, t0), [Kind::PeerRequest]);
+        assert!(a.drain().is_empty(), "no peer request at A: ignored");
+        // A client at A asks B's "svc": B has no ConnectWait, only the
+        // peer request, so the answer is NO_MATCH and B keeps waiting.
+        a.cm.request_begin(3, B, attrs(b"svc"), t0, dl);
+        assert_eq!(exchange(&mut a, &mut b, t0), [Kind::ConnRequest]);
+        assert_eq!(exchange(&mut b, &mut a, t0), [Kind::ConnNoMatch]);
+        assert_eq!(a.cm.request_poll(3, t0 + NO_MATCH_GRACE), RequestState::NoMatch);
+        assert_eq!(b.peers.poll(5, t0 + NO_MATCH_GRACE), RequestState::InProgress);
     }
 }

@@ -96,4 +96,19 @@ mod tests {
         let e = NameService::parse("a 02:00:00:00:00:01\nb zz\n").unwrap_err();
         assert!(e.contains("line 2"), "{e}");
     }
+
+    #[test]
+    fn reverse_lookup_takes_the_first_entry() {
+        let (m1, m2) = (MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
+        let ns = NameService::parse("alpha 02:00:00:00:00:01
+beta 02:00:00:00:00:02
+alias 02:00:00:00:00:01
+").unwrap();
+        assert_eq!(ns.name_of(m1), Some("alpha"));
+        assert_eq!(ns.names_of(m1), vec!["alpha".to_string(), "alias".to_string()]);
+        assert_eq!(ns.name_of(m2), Some("beta"));
+        assert_eq!(ns.name_of(MacAddr([2, 0, 0, 0, 0, 9])), None);
+        assert!(ns.names_of(MacAddr([2, 0, 0, 0, 0, 9])).is_empty());
+        assert_eq!(NameService::default().name_of(m1), None);
+    }
 }

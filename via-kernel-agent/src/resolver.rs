@@ -257,4 +257,55 @@ mod tests {
         a.on_reply(B, &ConnRepr { request_id: 12345, discriminator: b"bee".to_vec(), ..ConnRepr::default() });
         assert_eq!(a.cached("bee"), None);
     }
+
+    #[test]
+    fn duplicate_and_late_replies_are_harmless() {
+        let t0 = Instant::now();
+        const C: MacAddr = MacAddr([2, 0, 0, 0, 0, 3]);
+        let (mut a, mut b) = (Resolver::new(vec![]), Resolver::new(vec!["bee".into()]));
+        let q = a.begin_name("bee", t0, t0 + Duration::from_secs(1));
+        pump(&mut a, A, &mut b, 0);
+        a.on_timer(t0 + QUERY_RTO); // retransmitted before the first answer came
+        pump(&mut a, A, &mut b, 0);
+        let replies: Vec<_> = b.outgoing().drain(..).collect();
+        assert_eq!(replies.len(), 2, "each query copy is answered");
+        for r in &replies {
+            assert_eq!((r.kind, r.dst_mac, r.dst_ep), (Kind::NameReply, A, 7));
+            a.on_reply(B, &r.conn);
+        }
+        // Another host claiming the same name later does not change the answer.
+        a.on_reply(C, &replies[0].conn);
+        assert_eq!(a.poll(q, t0 + QUERY_RTO), Lookup::Found(B, "bee".into()));
+        assert_eq!(a.cache, vec![("bee".to_string(), B)]);
+        // After the query is finished and forgotten, a late copy is ignored.
+        a.on_reply(B, &replies[1].conn);
+        assert_eq!(a.poll(q, t0 + QUERY_RTO), Lookup::NotFound);
+        assert_eq!(a.cache.len(), 1);
+    }
+
+    #[test]
+    fn odd_names_from_the_wire_are_ignored() {
+        let t0 = Instant::now();
+        let (mut a, mut b) = (Resolver::new(vec![]), Resolver::new(vec!["bee".into()]));
+        // Not UTF-8: no answer, no panic.
+        b.on_query(A, 7, &ConnRepr { request_id: 1, discriminator: vec![0xff, 0xfe, b'b'], ..ConnRepr::default() });
+        assert!(b.outgoing().is_empty());
+        let q = a.begin_name("bee", t0, t0 + Duration::from_secs(1));
+        // A reply with the right id but another name, an empty name, or bad UTF-8 does not answer it.
+        for d in [b"wasp".to_vec(), Vec::new(), vec![0xc3, 0x28]] {
+            a.on_reply(B, &ConnRepr { request_id: q, discriminator: d, ..ConnRepr::default() });
+        }
+        assert_eq!(a.poll(q, t0), Lookup::InProgress);
+        assert!(a.cache.is_empty());
+        // An address query is answered only by the address asked.
+        let q = a.begin_addr(B, t0, t0 + Duration::from_secs(1));
+        a.on_reply(MacAddr([2, 0, 0, 0, 0, 9]), &ConnRepr { request_id: q, discriminator: b"bee".to_vec(), ..ConnRepr::default() });
+        assert_eq!(a.poll(q, t0), Lookup::InProgress);
+        // A frame too short for its name is a parse error, never a panic.
+        let mut buf = [0u8; 160];
+        let n = ConnRepr { request_id: q, discriminator: b"bee".to_vec(), ..ConnRepr::default() }.emit(&mut buf);
+        for cut in 0..n {
+            assert!(ConnRepr::parse(&buf[..cut]).is_err());
+        }
+    }
 }
