@@ -17,6 +17,7 @@ pub mod device;
 pub mod mac;
 pub mod memory;
 pub mod names;
+pub mod pci;
 pub mod peer;
 pub mod resolver;
 pub mod wire;

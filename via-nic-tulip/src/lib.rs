@@ -1,5 +1,82 @@
-//! DEC 2114x ("tulip") driver over VFIO.
+//! DEC 2114x ("tulip") driver over VFIO: a user-space
+//! [`FrameDevice`](via_kernel_agent::FrameDevice) for the 21140/21143 and
+//! for QEMU's emulated 21143.
 //!
-//! Not implemented yet: this crate is a placeholder in the workspace so the
-//! layering is fixed from the start. The driver comes with the tulip/VFIO
-//! issue; until then no device name resolves to it.
+//! | module     | owns                                                        |
+//! |------------|-------------------------------------------------------------|
+//! | [`vfio`]   | the VFIO container, group, device, DMA mappings, INTx eventfd |
+//! | [`regs`]   | CSR offsets and bits                                        |
+//! | [`desc`]   | descriptor encoding                                         |
+//! | [`setup`]  | the setup frame (address filter)                            |
+//! | [`srom`]   | reading the serial ROM (station address)                    |
+//! | [`dma`]    | DMA memory and the 32-bit IOVA space                        |
+//! | [`device`] | [`TulipDevice`]: bring-up, rings, transmit, receive, teardown |
+//!
+//! # Device names
+//!
+//! `tulip:<pci address>` (e.g. `tulip:0000:00:03.0`) and `/dev/via_tulip<N>`,
+//! the N-th tulip by PCI address. The device must be bound to vfio-pci
+//! first (`via-agent bind <pci address>`).
+
+pub mod desc;
+pub mod device;
+pub mod dma;
+pub mod regs;
+pub mod setup;
+pub mod srom;
+pub mod vfio;
+
+pub use device::TulipDevice;
+
+use std::io;
+use via_kernel_agent::device::DeviceOpener;
+use via_kernel_agent::{pci, FrameDevice};
+
+/// Opens `tulip:<pci>` and `/dev/via_tulip<N>` as [`TulipDevice`]s.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TulipOpener;
+
+impl TulipOpener {
+    /// The PCI address a tulip device name designates: `Some(Ok(addr))`,
+    /// `Some(Err(..))` for a tulip name that resolves to nothing, `None`
+    /// when the name is not a tulip name.
+    pub fn address_of(name: &str) -> Option<io::Result<String>> {
+        if let Some(a) = name.strip_prefix("tulip:") {
+            return Some(Ok(pci::normalize_address(a)));
+        }
+        let n = name.strip_prefix("/dev/via_tulip")?;
+        let Ok(n) = n.parse::<usize>() else { return None };
+        let tulips: Vec<_> = pci::list().unwrap_or_default().into_iter().filter(|d| d.is_tulip()).collect();
+        Some(tulips.get(n).map(|d| d.address.clone()).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, format!("there are {} tulip NICs; {name} needs at least {} (see `via-agent list`)", tulips.len(), n + 1))
+        }))
+    }
+}
+
+impl DeviceOpener for TulipOpener {
+    fn driver(&self) -> &'static str {
+        "tulip"
+    }
+
+    fn open(&self, name: &str) -> Option<io::Result<Box<dyn FrameDevice>>> {
+        let addr = Self::address_of(name)?;
+        Some(addr.and_then(|a| TulipDevice::open(&a)).map(|d| Box::new(d) as Box<dyn FrameDevice>))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(TulipOpener::address_of("tulip:0000:00:03.0").unwrap().unwrap(), "0000:00:03.0");
+        assert_eq!(TulipOpener::address_of("tulip:00:03.0").unwrap().unwrap(), "0000:00:03.0");
+        assert!(TulipOpener::address_of("/dev/via_eth0").is_none());
+        assert!(TulipOpener::address_of("/dev/via_tulipX").is_none());
+        // No tulip on a test machine: the name is recognised but resolves to nothing.
+        if !pci::list().unwrap_or_default().iter().any(|d| d.is_tulip()) {
+            assert!(TulipOpener::address_of("/dev/via_tulip0").unwrap().is_err());
+        }
+    }
+}

@@ -48,3 +48,13 @@ pub use vi::{Reliability, ViAttributes, ViPhase};
 pub use vi_api::{Cq, Vi};
 pub use via_kernel_agent::memory::{MemAttributes, Ptag};
 pub use via_kernel_agent::MacAddr;
+
+/// Opens a frame device by its VIA name, trying every driver:
+/// `tulip:<pci>` and `/dev/via_tulip<N>` (DEC 2114x over VFIO),
+/// `/dev/via_lo` and `loop:<wire>` (in-process loopback),
+/// `/dev/via_<ifname>` (software NIC over AF_PACKET).
+pub fn open_device(name: &str) -> std::io::Result<Box<dyn via_kernel_agent::FrameDevice>> {
+    let mut drivers: Vec<&dyn via_kernel_agent::DeviceOpener> = vec![&via_nic_tulip::TulipOpener];
+    drivers.extend(via_softnic::drivers());
+    via_kernel_agent::device::open_device(name, &drivers)
+}

@@ -111,10 +111,9 @@ pub struct Completion {
 }
 
 impl Nic {
-    /// Opens a device by its VIA name: `/dev/via_<ifname>` (software NIC
-    /// over AF_PACKET), `/dev/via_lo` or `loop:<wire>` (in-process loopback).
+    /// Opens a device by its VIA name (see [`crate::open_device`]).
     pub fn open(name: &str) -> Result<Nic> {
-        let dev = via_softnic::open(name).map_err(|e| ViaError::new(VipReturn::InvalidParameter, e.to_string()))?;
+        let dev = crate::open_device(name).map_err(|e| ViaError::new(VipReturn::InvalidParameter, e.to_string()))?;
         Self::with_device(name, dev, Config::from_env())
     }
 

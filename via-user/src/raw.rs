@@ -38,16 +38,12 @@ impl Nic {
         if addr == 0 {
             return Err(ViaError::invalid("cannot register memory at address 0"));
         }
-        self.lock().core.mem.register(addr, len, attrs).map_err(|e| match e {
-            via_kernel_agent::memory::MemError::BadPtag => ViaError::new(VipReturn::InvalidPtag, "unknown protection tag"),
-            e => e.into(),
-        })
+        self.lock().register_memory(addr, len, attrs)
     }
 
     /// `VipDeregisterMem`.
     pub fn deregister_raw(&self, addr: usize, handle: u32) -> Result<()> {
-        self.lock().core.mem.deregister(addr, handle)?;
-        Ok(())
+        self.lock().deregister_memory(addr, handle)
     }
 
     /// `VipQueryMem`: the attributes of the region `handle` starting at `addr`.

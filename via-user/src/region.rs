@@ -33,7 +33,7 @@ unsafe impl Sync for RegionInner {}
 
 impl Drop for RegionInner {
     fn drop(&mut self) {
-        let _ = self.nic.lock().core.mem.deregister(self.ptr as usize, self.handle);
+        let _ = self.nic.lock().deregister_memory(self.ptr as usize, self.handle);
         // SAFETY: allocated in `MemoryRegion::new` with this layout.
         unsafe { std::alloc::dealloc(self.ptr, self.layout) };
     }
@@ -54,12 +54,12 @@ impl MemoryRegion {
         if ptr.is_null() {
             return Err(ViaError::resource(format!("cannot allocate {len} bytes")));
         }
-        let handle = match nic.lock().core.mem.register(ptr as usize, layout.size(), attrs) {
+        let handle = match nic.lock().register_memory(ptr as usize, layout.size(), attrs) {
             Ok(h) => h,
             Err(e) => {
                 // SAFETY: just allocated with `layout`.
                 unsafe { std::alloc::dealloc(ptr, layout) };
-                return Err(e.into());
+                return Err(e);
             }
         };
         Ok(MemoryRegion { inner: Arc::new(RegionInner { nic: nic.clone(), ptr, layout, handle }) })

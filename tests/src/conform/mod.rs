@@ -212,7 +212,7 @@ pub fn main() {
     if role == "target" && rule.target_passive {
         config.progress_thread = false;
     }
-    let device = via_softnic::open(&dev).unwrap_or_else(|e| fail(rule.name, &format!("opening {dev}: {e}")));
+    let device = via_user::open_device(&dev).unwrap_or_else(|e| fail(rule.name, &format!("opening {dev}: {e}")));
     let nic = Nic::with_device(&dev, device, config).unwrap_or_else(|e| fail(rule.name, &format!("VipOpenNic {dev}: {e}")));
     let ptag = nic.create_ptag().unwrap_or_else(|e| fail(rule.name, &format!("VipCreatePtag: {e}")));
     let mut ctx = Ctx { rule: rule.name, nic, ptag, peer, dev, control: Vec::new() };

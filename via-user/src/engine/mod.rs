@@ -278,6 +278,31 @@ impl Engine {
         Ok(Engine { dev, core, hdrs: Box::new([[0u8; FRAME_HEADER_LEN]; BATCH]), specs: Box::new([transmit::Spec::default(); BATCH]) })
     }
 
+    /// Registers memory and makes it reachable by the device (an IOMMU
+    /// mapping on VFIO NICs); undoes the registration if mapping fails.
+    pub fn register_memory(&mut self, addr: usize, len: usize, attrs: via_kernel_agent::memory::MemAttributes) -> Result<u32> {
+        let handle = self.core.mem.register(addr, len, attrs).map_err(|e| match e {
+            via_kernel_agent::memory::MemError::BadPtag => ViaError::new(crate::VipReturn::InvalidPtag, "unknown protection tag"),
+            e => e.into(),
+        })?;
+        if let Err(e) = self.dev.map_memory(addr, len) {
+            let _ = self.core.mem.deregister(addr, handle);
+            return Err(ViaError::new(crate::VipReturn::ErrorResource, format!("mapping {len} bytes at {addr:#x} for the NIC: {e}")));
+        }
+        Ok(handle)
+    }
+
+    /// Deregisters memory; the device's access ends before this returns.
+    pub fn deregister_memory(&mut self, addr: usize, handle: u32) -> Result<()> {
+        let r = self.core.mem.deregister(addr, handle)?;
+        self.dev.unmap_memory(r.addr, r.len).map_err(|e| ViaError::new(crate::VipReturn::ErrorResource, format!("unmapping {:#x}+{} from the NIC: {e}", r.addr, r.len)))
+    }
+
+    /// The device's own counters.
+    pub fn device_stats(&self) -> Vec<(&'static str, u64)> {
+        self.dev.stats()
+    }
+
     pub fn wait_fd(&self) -> RawFd {
         self.dev.wait_fd()
     }

@@ -30,6 +30,11 @@ pub struct Options {
     pub cpu: Option<usize>,
     /// VIA RDMA mode: "write" or "read" (None: send/receive).
     pub rdma: Option<String>,
+    /// Latency iterations and bandwidth messages per size (None: by size).
+    pub iters: Option<usize>,
+    /// VIA client: after the sweep, check message contents both ways at
+    /// every latency size (send/receive, RDMA write or read).
+    pub verify: bool,
 }
 
 impl Default for Options {
@@ -52,6 +57,8 @@ impl Default for Options {
             rounds: 5,
             cpu: None,
             rdma: None,
+            iters: None,
+            verify: false,
         }
     }
 }
@@ -399,13 +406,13 @@ impl Bench for LinkClient<'_> {
 pub fn sweep(o: &Options, name: &str, b: &mut dyn Bench, bw: bool) -> io::Result<Vec<Row>> {
     let mut rows = Vec::new();
     for &s in &o.sizes {
-        let iters = lat_iters(s, o.quick);
+        let iters = o.iters.unwrap_or_else(|| lat_iters(s, o.quick));
         let samples = b.latency(s, iters, (iters / 10).max(10))?;
         rows.push(Row::latency(name, s, samples));
     }
     if bw {
         for &s in &o.bw_sizes {
-            let count = bw_count(s, o.quick);
+            let count = o.iters.unwrap_or_else(|| bw_count(s, o.quick));
             let t = b.bandwidth(s, count)?;
             rows.push(Row::bandwidth(name, s, count, t));
         }

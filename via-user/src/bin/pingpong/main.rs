@@ -44,6 +44,10 @@ USAGE:
     --bw-sizes LIST   bandwidth sizes (default 1,2,4,...,1048576)
     --max-size N      both sweeps stop at N bytes
     --quick           fewer iterations
+    --iters N         N latency iterations and N bandwidth messages at every size
+    --verify          VIA client: after the sweep, check the contents of messages both ways
+                      at every latency size (send/receive, or the --rdma mode); any
+                      mismatch fails the run
     --json            print one JSON array of rows {transport, op, bytes, iters, t_min_us,
                       t_typical_us, t_avg_us, t_p99_us, t_p999_us, mb_per_s, mpps}; latency
                       rows carry mb_per_s = bytes / t_typical, bandwidth rows t_* = 0
@@ -90,6 +94,8 @@ fn parse() -> Result<(String, Options), String> {
                 o.bw_sizes.retain(|s| *s <= m);
             }
             "--quick" => o.quick = true,
+            "--verify" => o.verify = true,
+            "--iters" => o.iters = Some(val()?.parse().map_err(|_| "bad --iters")?),
             "--json" => o.json = true,
             "--plot" => o.plot = Some(val()?),
             "--cpu" => o.cpu = Some(val()?.parse().map_err(|_| "bad --cpu")?),

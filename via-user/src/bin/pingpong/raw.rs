@@ -25,7 +25,7 @@ pub struct RawLink {
 
 impl RawLink {
     pub fn open(device: &str, peer: Option<MacAddr>) -> io::Result<RawLink> {
-        let mut dev = via_softnic::open(device)?;
+        let mut dev = via_user::open_device(device)?;
         dev.set_filter(RxFilter { ethertype: ETHERTYPE, offset: 14, accept: [TAG, TAG] })?;
         let mut h = [0u8; HDR];
         h[0..6].copy_from_slice(&peer.unwrap_or(MacAddr::BROADCAST).0);

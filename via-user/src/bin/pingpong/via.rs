@@ -37,6 +37,28 @@ const OP_END: u32 = 3;
 const OP_XCHG: u32 = 4;
 const OP_WLAT: u32 = 5;
 const OP_WAIT: u32 = 6;
+const OP_VERIFY: u32 = 7;
+/// `OP_VERIFY` modes.
+const CHECK_SEND: u32 = 0;
+const CHECK_WRITE: u32 = 1;
+const CHECK_READ: u32 = 2;
+
+/// The contents of a verified message: a function of its size and a seed,
+/// different for every size, seed and offset within 256 bytes.
+fn pattern(seed: u32, n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i as u32).wrapping_mul(7).wrapping_add(seed.wrapping_mul(13)).wrapping_add((i >> 8) as u32) as u8).collect()
+}
+
+/// Where the first difference between `got` and `want` is, as an error.
+fn compare(what: &str, got: &[u8], want: &[u8]) -> io::Result<()> {
+    if got.len() != want.len() {
+        return Err(io::Error::other(format!("{what}: {} bytes, expected {}", got.len(), want.len())));
+    }
+    match got.iter().zip(want).position(|(a, b)| a != b) {
+        None => Ok(()),
+        Some(i) => Err(io::Error::other(format!("{what}: byte {i} of {} is {:#04x}, expected {:#04x}", want.len(), got[i], want[i]))),
+    }
+}
 /// RDMA operations kept in flight by the bandwidth tests.
 const RDMA_WINDOW: usize = 32;
 const T: Option<Duration> = Some(Duration::from_secs(30));
@@ -184,6 +206,56 @@ impl End {
         Ok((n, w))
     }
 
+    /// Waits for the next receive and returns a copy of the whole message
+    /// (its first SLOT bytes are in the slot, the rest in `rbuf`), reposting it.
+    fn recv_bytes(&mut self) -> io::Result<Vec<u8>> {
+        let d = self.vi.recv_wait(T).map_err(err)?;
+        d.check_ok().map_err(err)?;
+        let n = d.length() as usize;
+        let k = self.slot_of.iter().position(|&a| a == d.addr()).expect("one of our receives");
+        let mut v = self.slots.to_vec(k * SLOT..k * SLOT + n.min(SLOT)).map_err(err)?;
+        if n > SLOT {
+            v.extend(self.rbuf.to_vec(0..n - SLOT).map_err(err)?);
+        }
+        self.vi.post_recv(d).map_err(err)?;
+        Ok(v)
+    }
+
+    /// Sends `data` (copied into the send buffer).
+    fn send_bytes(&mut self, data: &[u8]) -> io::Result<()> {
+        self.sbuf.write(0, data).map_err(err)?;
+        self.send(data.len())
+    }
+
+    /// The server's half of one `OP_VERIFY` (see [`Client::verify`]):
+    /// returns whether what it checked held.
+    fn serve_verify(&mut self, size: usize, mode: u32, seed: u32) -> io::Result<bool> {
+        let ok = match mode {
+            CHECK_SEND => {
+                let got = self.recv_bytes()?;
+                let ok = compare("message from the client", &got, &pattern(seed, size));
+                self.reap()?;
+                self.send_bytes(&pattern(seed + 1, size))?;
+                ok
+            }
+            CHECK_WRITE => {
+                let ok = compare("RDMA write from the client", &self.rbuf.to_vec(0..size).map_err(err)?, &pattern(seed, size));
+                self.sbuf.write(0, &pattern(seed + 1, size)).map_err(err)?;
+                self.post_rdma(true, size)?;
+                self.drain_sends()?;
+                ok
+            }
+            _ => {
+                self.rbuf.write(0, &pattern(seed + 1, size)).map_err(err)?;
+                Ok(())
+            }
+        };
+        if let Err(e) = &ok {
+            eprintln!("via-pingpong server: verification failed: {e}");
+        }
+        Ok(ok.is_ok())
+    }
+
     fn send_words(&mut self, w: &[u32]) -> io::Result<()> {
         let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
         self.sbuf.write(0, &bytes).unwrap();
@@ -210,6 +282,13 @@ pub fn serve(device: &str, level: Reliability, discriminator: &[u8], max: usize,
             let mut w = vec![op];
             w.extend(buffer_to_words(&mine));
             s.send_words(&w)?;
+            continue;
+        }
+        if op == OP_VERIFY {
+            // [op, size, mode | seed << 8]
+            let ok = s.serve_verify(size, count as u32 & 0xff, count as u32 >> 8)?;
+            s.reap()?;
+            s.send_words(&[op, ok as u32])?;
             continue;
         }
         if op == OP_WLAT {
@@ -370,6 +449,68 @@ impl Client {
         Ok(dt)
     }
 
+    /// Checks contents both ways at `size` with the server: the client's
+    /// bytes as the server received them, and the server's as the client
+    /// received them. `mode` picks the path: send/receive, RDMA write (each
+    /// side writes into the other's buffer) or RDMA read (the client reads
+    /// the server's buffer).
+    pub fn verify(&mut self, size: usize, mode: u32, seed: u32) -> io::Result<()> {
+        let e = &mut self.end;
+        e.drain_sends()?;
+        let mine = pattern(seed, size);
+        if mode == CHECK_WRITE {
+            e.rbuf.write(0, &vec![0u8; size]).map_err(err)?;
+            e.sbuf.write(0, &mine).map_err(err)?;
+            e.post_rdma(true, size)?;
+            e.drain_sends()?;
+        }
+        e.send_words(&[OP_VERIFY, size as u32, mode | seed << 8])?;
+        if mode == CHECK_SEND {
+            e.drain_sends()?;
+            e.send_bytes(&mine)?;
+        }
+        let answer = |e: &mut End| -> io::Result<()> {
+            let (n, [op, ok]) = e.recv::<2>()?;
+            if n != 8 || op != OP_VERIFY {
+                return Err(io::Error::other("bad verify answer"));
+            }
+            if ok != 1 {
+                return Err(io::Error::other(format!("the server found the client's {size}-byte message corrupted (see its output)")));
+            }
+            Ok(())
+        };
+        let theirs = pattern(seed + 1, size);
+        match mode {
+            CHECK_SEND => {
+                let got = e.recv_bytes()?;
+                answer(e)?;
+                compare("message from the server", &got, &theirs)
+            }
+            CHECK_WRITE => {
+                answer(e)?;
+                compare("RDMA write from the server", &e.rbuf.to_vec(0..size).map_err(err)?, &theirs)
+            }
+            _ => {
+                answer(e)?;
+                e.rbuf.write(0, &vec![0u8; size]).map_err(err)?;
+                e.post_rdma(false, size)?;
+                e.drain_sends()?;
+                compare("RDMA read of the server's buffer", &e.rbuf.to_vec(0..size).map_err(err)?, &theirs)
+            }
+        }
+    }
+
+    /// [`Client::verify`] at every latency size of `o`.
+    fn verify_all(&mut self, o: &Options, mode: u32) -> io::Result<()> {
+        for (k, &size) in o.sizes.iter().enumerate() {
+            for round in 0..2u32 {
+                self.verify(size, mode, (k as u32) * 2 + round + 1)?;
+            }
+        }
+        eprintln!("via-pingpong: verified {} sizes ({}), both directions", o.sizes.len(), ["send/receive", "RDMA write", "RDMA read"][mode as usize]);
+        Ok(())
+    }
+
     /// Tells the server to stop.
     pub fn finish(mut self) -> io::Result<()> {
         self.control(OP_END, 0, 0)
@@ -487,9 +628,15 @@ pub fn client(o: &Options) -> io::Result<Vec<Row>> {
         c.exchange()?;
         let mut r = RdmaClient { c, write: mode == "write" };
         let rows = sweep(o, name(o), &mut r, true)?;
+        if o.verify {
+            r.c.verify_all(o, if r.write { CHECK_WRITE } else { CHECK_READ })?;
+        }
         return r.c.finish().map(|()| rows);
     }
     let rows = sweep(o, name(o), &mut c, o.reliability.is_reliable())?;
+    if o.verify {
+        c.verify_all(o, CHECK_SEND)?;
+    }
     if std::env::var_os("VIA_STATS").is_some() {
         eprintln!("client counters: {:?}\ndevice: {:?}", c.end.nic.counters(), c.end.nic.device_counters());
     }

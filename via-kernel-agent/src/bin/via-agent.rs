@@ -1,0 +1,92 @@
+//! `via-agent`: lists network PCI devices and hands VIA NICs to vfio-pci
+//! and back.
+//!
+//! ```text
+//! via-agent list              network devices: address, ids, driver, IOMMU group, VIA name
+//! via-agent bind <pci>        unbind the kernel driver, bind vfio-pci, check the group
+//! via-agent unbind <pci>      give the device back to its kernel driver
+//! via-agent status            the VFIO prerequisites and every VIA NIC's state
+//! ```
+
+use std::path::Path;
+use std::process::exit;
+use via_kernel_agent::pci::{self, PciDevice};
+
+fn usage() -> ! {
+    eprintln!("usage: via-agent list | bind <pci address> | unbind <pci address> | status");
+    exit(2)
+}
+
+fn die(e: impl std::fmt::Display) -> ! {
+    eprintln!("via-agent: {e}");
+    exit(1)
+}
+
+fn row(d: &PciDevice) -> String {
+    format!(
+        "{:<14} {:04x}:{:04x} {:<10} {:<6} {}",
+        d.address,
+        d.vendor,
+        d.device,
+        d.driver.as_deref().unwrap_or("-"),
+        d.iommu_group.as_deref().unwrap_or("-"),
+        d.via_name().unwrap_or_else(|| "-".into())
+    )
+}
+
+fn list() {
+    let devs = pci::list().unwrap_or_else(|e| die(format!("reading /sys/bus/pci/devices: {e}")));
+    println!("{:<14} {:<9} {:<10} {:<6} VIA DEVICE", "ADDRESS", "IDS", "DRIVER", "GROUP");
+    for d in &devs {
+        println!("{}", row(d));
+    }
+    if devs.is_empty() {
+        println!("(no network PCI devices)");
+    }
+}
+
+fn status() {
+    let iommu = std::fs::read_dir("/sys/kernel/iommu_groups").map(|d| d.count()).unwrap_or(0);
+    let vfio_pci = Path::new("/sys/bus/pci/drivers/vfio-pci").exists();
+    let vfio_dev = Path::new("/dev/vfio/vfio").exists();
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    println!("IOMMU groups:        {iommu}{}", if iommu == 0 { " (IOMMU off: boot with intel_iommu=on)" } else { "" });
+    println!("vfio-pci loaded:     {}{}", yes(vfio_pci), if vfio_pci { "" } else { " (modprobe vfio-pci)" });
+    println!("/dev/vfio/vfio:      {}", yes(vfio_dev));
+    let devs = pci::list().unwrap_or_else(|e| die(format!("reading /sys/bus/pci/devices: {e}")));
+    for d in devs.iter().filter(|d| d.is_tulip()) {
+        let state = match (&d.driver, &d.iommu_group) {
+            (_, None) => "no IOMMU group".to_string(),
+            (Some(drv), Some(g)) if drv == "vfio-pci" => match pci::group_blockers(g) {
+                Ok(b) if b.is_empty() => {
+                    if Path::new("/dev/vfio").join(g).exists() {
+                        "ready".to_string()
+                    } else {
+                        format!("bound, but /dev/vfio/{g} is missing")
+                    }
+                }
+                Ok(b) => format!("group {g} not viable: {} still bound to a kernel driver", b.iter().map(|x| x.address.as_str()).collect::<Vec<_>>().join(", ")),
+                Err(e) => format!("group {g}: {e}"),
+            },
+            _ => "not bound to vfio-pci (via-agent bind)".to_string(),
+        };
+        println!("{}  {state}", row(d));
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["list"] => list(),
+        ["status"] => status(),
+        ["bind", addr] => match pci::bind(addr) {
+            Ok(d) => println!("{} bound to vfio-pci (IOMMU group {}); open it as {}", d.address, d.iommu_group.as_deref().unwrap_or("?"), d.via_name().unwrap_or_else(|| "a VIA device".into())),
+            Err(e) => die(e),
+        },
+        ["unbind", addr] => match pci::unbind(addr) {
+            Ok(d) => println!("{} released (driver now {})", d.address, d.driver.as_deref().unwrap_or("none")),
+            Err(e) => die(e),
+        },
+        _ => usage(),
+    }
+}

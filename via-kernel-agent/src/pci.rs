@@ -1,0 +1,211 @@
+//! Network PCI devices as sysfs shows them, and handing one to vfio-pci and
+//! back: the control-plane half of the VFIO path (`via-agent`).
+//!
+//! Binding uses `driver_override` (Documentation/ABI/testing/sysfs-bus-pci):
+//! unbind the current driver, name vfio-pci as the only driver the device
+//! may take, ask the PCI core to probe it. Unbinding clears the override
+//! and probes again so the kernel's own driver takes the device back.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+const DEVICES: &str = "/sys/bus/pci/devices";
+/// PCI vendor id of Digital Equipment Corporation.
+pub const VENDOR_DEC: u16 = 0x1011;
+/// Device ids of the tulips the driver supports: 21140 and 21142/21143.
+pub const TULIP_IDS: [u16; 2] = [0x0009, 0x0019];
+
+/// One PCI function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PciDevice {
+    /// Domain:bus:slot.function, e.g. `0000:00:03.0`.
+    pub address: String,
+    pub vendor: u16,
+    pub device: u16,
+    /// Class code (24 bits; 0x02xxxx is a network controller).
+    pub class: u32,
+    /// The bound kernel driver, if any.
+    pub driver: Option<String>,
+    /// The IOMMU group, when the IOMMU is on.
+    pub iommu_group: Option<String>,
+}
+
+impl PciDevice {
+    pub fn is_network(&self) -> bool {
+        self.class >> 16 == 0x02
+    }
+
+    pub fn is_tulip(&self) -> bool {
+        self.vendor == VENDOR_DEC && TULIP_IDS.contains(&self.device)
+    }
+
+    /// The VIA device name a VIA program opens it by, for the NICs that
+    /// have a VIA driver.
+    pub fn via_name(&self) -> Option<String> {
+        self.is_tulip().then(|| format!("tulip:{}", self.address))
+    }
+}
+
+/// `00:03.0` → `0000:00:03.0`; full addresses are returned as they are.
+pub fn normalize_address(a: &str) -> String {
+    if a.matches(':').count() == 1 {
+        format!("0000:{a}")
+    } else {
+        a.to_string()
+    }
+}
+
+fn read_hex(p: &Path) -> io::Result<u32> {
+    let s = fs::read_to_string(p)?;
+    u32::from_str_radix(s.trim().trim_start_matches("0x"), 16).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", p.display())))
+}
+
+fn link_name(p: &Path) -> Option<String> {
+    fs::read_link(p).ok()?.file_name()?.to_str().map(str::to_string)
+}
+
+/// Reads one device from sysfs.
+pub fn device(address: &str) -> io::Result<PciDevice> {
+    let address = normalize_address(address);
+    let dir = Path::new(DEVICES).join(&address);
+    if !dir.exists() {
+        return Err(io::Error::new(io::ErrorKind::NotFound, format!("no PCI device {address} (`via-agent list` shows the network devices)")));
+    }
+    Ok(PciDevice {
+        vendor: read_hex(&dir.join("vendor"))? as u16,
+        device: read_hex(&dir.join("device"))? as u16,
+        class: read_hex(&dir.join("class"))?,
+        driver: link_name(&dir.join("driver")),
+        iommu_group: link_name(&dir.join("iommu_group")),
+        address,
+    })
+}
+
+/// Every PCI function, sorted by address.
+pub fn list_all() -> io::Result<Vec<PciDevice>> {
+    let mut v = Vec::new();
+    for e in fs::read_dir(DEVICES)? {
+        let name = e?.file_name().to_string_lossy().into_owned();
+        if let Ok(d) = device(&name) {
+            v.push(d);
+        }
+    }
+    v.sort_by(|a, b| a.address.cmp(&b.address));
+    Ok(v)
+}
+
+/// The network PCI devices, sorted by address.
+pub fn list() -> io::Result<Vec<PciDevice>> {
+    Ok(list_all()?.into_iter().filter(PciDevice::is_network).collect())
+}
+
+/// The devices in IOMMU group `group`.
+pub fn group_members(group: &str) -> io::Result<Vec<PciDevice>> {
+    let dir = PathBuf::from("/sys/kernel/iommu_groups").join(group).join("devices");
+    let mut v = Vec::new();
+    for e in fs::read_dir(&dir)? {
+        v.push(device(&e?.file_name().to_string_lossy())?);
+    }
+    v.sort_by(|a, b| a.address.cmp(&b.address));
+    Ok(v)
+}
+
+/// Why a group cannot be used by vfio: the members bound to other drivers.
+/// (PCI bridges bound to pcieport are allowed, as VFIO allows them.)
+pub fn group_blockers(group: &str) -> io::Result<Vec<PciDevice>> {
+    Ok(group_members(group)?
+        .into_iter()
+        .filter(|d| matches!(d.driver.as_deref(), Some(drv) if drv != "vfio-pci" && drv != "pcieport"))
+        .collect())
+}
+
+fn write_sysfs(path: &Path, value: &str) -> io::Result<()> {
+    fs::write(path, value).map_err(|e| {
+        let hint = if e.kind() == io::ErrorKind::PermissionDenied { " (needs root)" } else { "" };
+        io::Error::new(e.kind(), format!("writing {value:?} to {}: {e}{hint}", path.display()))
+    })
+}
+
+/// Hands `address` to vfio-pci and checks that its IOMMU group is usable.
+pub fn bind(address: &str) -> io::Result<PciDevice> {
+    let d = device(address)?;
+    let Some(group) = d.iommu_group.clone() else {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("{} has no IOMMU group: the IOMMU is off. Boot with intel_iommu=on (or amd_iommu=on) and try again", d.address),
+        ));
+    };
+    if !Path::new("/sys/bus/pci/drivers/vfio-pci").exists() {
+        return Err(io::Error::new(io::ErrorKind::NotFound, "the vfio-pci driver is not loaded: run `modprobe vfio-pci` (as root) first"));
+    }
+    let dir = Path::new(DEVICES).join(&d.address);
+    if d.driver.as_deref() != Some("vfio-pci") {
+        if d.driver.is_some() {
+            write_sysfs(&dir.join("driver").join("unbind"), &d.address)?;
+        }
+        write_sysfs(&dir.join("driver_override"), "vfio-pci")?;
+        write_sysfs(Path::new("/sys/bus/pci/drivers_probe"), &d.address)?;
+    }
+    let d = device(&d.address)?;
+    if d.driver.as_deref() != Some("vfio-pci") {
+        return Err(io::Error::other(format!("{}: vfio-pci did not take the device (driver now {:?}); see dmesg", d.address, d.driver)));
+    }
+    let blockers = group_blockers(&group)?;
+    if !blockers.is_empty() {
+        let names: Vec<_> = blockers.iter().map(|b| format!("{} ({})", b.address, b.driver.as_deref().unwrap_or("-"))).collect();
+        return Err(io::Error::other(format!(
+            "{} is bound to vfio-pci, but IOMMU group {group} also holds {}, still bound to a kernel driver; bind those too (via-agent bind) or move the NIC to another slot",
+            d.address,
+            names.join(", ")
+        )));
+    }
+    Ok(d)
+}
+
+/// Gives `address` back to the kernel's own driver.
+pub fn unbind(address: &str) -> io::Result<PciDevice> {
+    let d = device(address)?;
+    let dir = Path::new(DEVICES).join(&d.address);
+    if d.driver.is_some() {
+        write_sysfs(&dir.join("driver").join("unbind"), &d.address)?;
+    }
+    write_sysfs(&dir.join("driver_override"), "\n")?;
+    // The kernel driver may not exist (no tulip module): no driver is fine.
+    let _ = write_sysfs(Path::new("/sys/bus/pci/drivers_probe"), &d.address);
+    device(&d.address)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_and_names() {
+        assert_eq!(normalize_address("00:03.0"), "0000:00:03.0");
+        assert_eq!(normalize_address("0000:00:03.0"), "0000:00:03.0");
+        let t = PciDevice { address: "0000:00:03.0".into(), vendor: 0x1011, device: 0x0019, class: 0x020000, driver: None, iommu_group: None };
+        assert!(t.is_tulip() && t.is_network());
+        assert_eq!(t.via_name().as_deref(), Some("tulip:0000:00:03.0"));
+        let e1000 = PciDevice { vendor: 0x8086, device: 0x100e, ..t.clone() };
+        assert!(!e1000.is_tulip() && e1000.via_name().is_none());
+    }
+
+    #[test]
+    fn missing_device_is_a_clear_error() {
+        let e = device("ffff:ff:1f.7").unwrap_err();
+        assert!(e.to_string().contains("no PCI device ffff:ff:1f.7"), "{e}");
+        let e = bind("ffff:ff:1f.7").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn listing_reads_sysfs() {
+        // Whatever this machine has, every listed device is a network one
+        // and the list is sorted.
+        if let Ok(v) = list() {
+            assert!(v.iter().all(PciDevice::is_network));
+            assert!(v.windows(2).all(|w| w[0].address < w[1].address));
+        }
+    }
+}

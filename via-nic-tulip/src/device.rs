@@ -1,0 +1,506 @@
+//! [`TulipDevice`]: one 2114x owned by this process through VFIO, as a
+//! [`FrameDevice`].
+//!
+//! Memory layout (one [`DmaMemory`] block mapped at one IOVA range):
+//! the receive ring, the transmit ring, one 2 KiB receive buffer per
+//! receive descriptor and one 2 KiB transmit buffer per transmit
+//! descriptor. A transmitted frame's header always goes from its transmit
+//! buffer (buffer 1); a payload that lies in registered memory goes
+//! straight from there (buffer 2), anything else is copied behind the
+//! header. Registered memory is mapped into the IOMMU by
+//! [`FrameDevice::map_memory`] and unmapped by `unmap_memory`.
+//!
+//! Transmit completion is polled (OWN clears); a batch that sends from user
+//! memory returns only once the NIC has released it, so the caller may
+//! reuse that memory at once. Receive interrupts reach a VFIO eventfd that
+//! is the device's wait descriptor.
+
+use crate::desc::{self, Desc, RxDone, DESC_LEN, OWN};
+use crate::dma::{page_span, DmaMemory, IovaSpace};
+use crate::regs::{self, op_mode, status};
+use crate::setup;
+use crate::srom::{self, Csr9};
+use crate::vfio::{Region, VfioDevice};
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{fence, Ordering};
+use std::time::{Duration, Instant};
+use via_kernel_agent::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+
+/// Receive descriptors (frames the NIC can take while the process is busy).
+pub const RX_RING: usize = 256;
+/// Transmit descriptors.
+pub const TX_RING: usize = 64;
+/// Bytes of each receive and transmit buffer.
+const BUF: usize = 2048;
+/// Largest frame the receive buffers are declared to hold (RDES1 size).
+const RX_BUF_LEN: usize = 1536;
+/// Ethernet payload bytes.
+pub const MTU: usize = 1500;
+const ETH_HEADER: usize = 14;
+/// How long a batch waits for the NIC to release user memory, and how long
+/// bring-up waits for the setup frame, before the NIC is declared stuck.
+const NIC_TIMEOUT: Duration = Duration::from_millis(500);
+
+const RX_RING_OFF: usize = 0;
+const TX_RING_OFF: usize = RX_RING * DESC_LEN;
+const RX_BUF_OFF: usize = TX_RING_OFF + TX_RING * DESC_LEN;
+const TX_BUF_OFF: usize = RX_BUF_OFF + RX_RING * BUF;
+const DMA_LEN: usize = TX_BUF_OFF + TX_RING * BUF;
+
+/// How the CSRs are reached: the BAR mapped into our address space, or
+/// read/write calls on the VFIO region when the BAR cannot be mapped (a
+/// 128-byte BAR that does not start on a page boundary).
+enum Csrs {
+    Mapped(Mmio),
+    Region(Region),
+}
+
+/// A mapped BAR.
+struct Mmio {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping belongs to the device object, which is used by one
+// thread at a time (`&mut self` for every access that writes).
+unsafe impl Send for Mmio {}
+
+impl Mmio {
+    fn read(&self, off: u64) -> u32 {
+        assert!(off as usize + 4 <= self.len);
+        // SAFETY: in bounds of the mapped BAR (asserted), 4-byte aligned
+        // (CSR offsets are multiples of 8); MMIO needs a volatile access.
+        u32::from_le(unsafe { std::ptr::read_volatile(self.base.add(off as usize).cast::<u32>()) })
+    }
+
+    fn write(&self, off: u64, v: u32) {
+        assert!(off as usize + 4 <= self.len);
+        // SAFETY: as in `read`.
+        unsafe { std::ptr::write_volatile(self.base.add(off as usize).cast::<u32>(), v.to_le()) }
+    }
+}
+
+impl Drop for Mmio {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the BAR mapping made at open.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// Registered memory mapped for the NIC.
+#[derive(Clone, Copy, Debug)]
+struct Mapping {
+    /// What the caller registered.
+    addr: usize,
+    len: usize,
+    /// The whole pages mapped for it, and where.
+    start: usize,
+    size: usize,
+    iova: u64,
+}
+
+#[derive(Default, Debug)]
+struct Counters {
+    rx_frames: u64,
+    rx_bad: u64,
+    rx_filtered: u64,
+    rx_no_buffer: u64,
+    tx_frames: u64,
+    tx_zero_copy: u64,
+    tx_copied: u64,
+    tx_ring_full: u64,
+    interrupts: u64,
+}
+
+/// A DEC 2114x owned through VFIO.
+pub struct TulipDevice {
+    address: String,
+    mac: MacAddr,
+    csrs: Csrs,
+    mem: DmaMemory,
+    mem_iova: u64,
+    iovas: IovaSpace,
+    mappings: Vec<Mapping>,
+    rx_next: usize,
+    tx_next: usize,
+    tx_clean: usize,
+    tx_busy: usize,
+    filter: Option<RxFilter>,
+    irq_fd: RawFd,
+    counters: Counters,
+    // Last, so that it is closed after the NIC was stopped in `drop`.
+    vfio: VfioDevice,
+}
+
+struct Csr9Bus<'a>(&'a TulipDevice);
+
+impl Csr9 for Csr9Bus<'_> {
+    fn write(&mut self, v: u32) {
+        self.0.write_csr(regs::SROM_MII, v);
+    }
+    fn read(&mut self) -> u32 {
+        self.0.read_csr(regs::SROM_MII)
+    }
+}
+
+impl TulipDevice {
+    /// Opens the tulip at PCI `address` (bound to vfio-pci), resets it and
+    /// brings it up.
+    pub fn open(address: &str) -> io::Result<TulipDevice> {
+        let vfio = VfioDevice::open(address)?;
+        // BAR1 is the memory-space copy of the CSRs; BAR0 the I/O-space one.
+        let bar = vfio.region(1).or_else(|_| vfio.region(0))?;
+        if bar.size < 128 {
+            return Err(io::Error::other(format!("{address}: BAR{} is {} bytes; a 2114x has 128", bar.index, bar.size)));
+        }
+        let csrs = match vfio.mmap_region(&bar) {
+            Ok(base) => Csrs::Mapped(Mmio { base, len: bar.size as usize }),
+            Err(_) => Csrs::Region(bar),
+        };
+        // PCI command register: memory and I/O space on, bus master on.
+        let cmd = vfio.config_read16(4)?;
+        vfio.config_write16(4, cmd | 0x7)?;
+        let mem = DmaMemory::new(DMA_LEN)?;
+        let mut iovas = IovaSpace::default();
+        let mem_iova = iovas.alloc(mem.len() as u64).ok_or_else(|| io::Error::other("no IOVA space for the rings"))?;
+        vfio.map_dma(mem.addr(), mem_iova, mem.len())?;
+        let mut d = TulipDevice {
+            address: address.to_string(),
+            mac: MacAddr::ZERO,
+            csrs,
+            mem,
+            mem_iova,
+            iovas,
+            mappings: Vec::new(),
+            rx_next: 0,
+            tx_next: 0,
+            tx_clean: 0,
+            tx_busy: 0,
+            filter: None,
+            irq_fd: -1,
+            counters: Counters::default(),
+            vfio,
+        };
+        d.bring_up()?;
+        Ok(d)
+    }
+
+    /// The PCI address this device was opened at.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    fn read_csr(&self, off: u64) -> u32 {
+        match &self.csrs {
+            Csrs::Mapped(m) => m.read(off),
+            Csrs::Region(r) => self.vfio.read32(r, off).unwrap_or(u32::MAX),
+        }
+    }
+
+    fn write_csr(&self, off: u64, v: u32) {
+        match &self.csrs {
+            Csrs::Mapped(m) => m.write(off, v),
+            Csrs::Region(r) => {
+                let _ = self.vfio.write32(r, off, v);
+            }
+        }
+    }
+
+    fn iova_of(&self, off: usize) -> u32 {
+        (self.mem_iova + off as u64) as u32
+    }
+
+    fn desc_ptr(&self, ring_off: usize, i: usize) -> *mut u32 {
+        self.mem.at(ring_off + i * DESC_LEN).cast()
+    }
+
+    /// Writes a descriptor, status word last so the NIC never sees OWN on
+    /// a half-written descriptor.
+    fn put_desc(&self, ring_off: usize, i: usize, d: Desc) {
+        let p = self.desc_ptr(ring_off, i);
+        // SAFETY: `p` points at descriptor `i` of a ring inside our DMA
+        // memory (16 bytes, 4-byte aligned); the NIC reads it concurrently,
+        // hence volatile stores and the release fence before OWN.
+        unsafe {
+            std::ptr::write_volatile(p.add(1), d.control.to_le());
+            std::ptr::write_volatile(p.add(2), d.buf1.to_le());
+            std::ptr::write_volatile(p.add(3), d.buf2.to_le());
+            fence(Ordering::Release);
+            std::ptr::write_volatile(p, d.status.to_le());
+        }
+    }
+
+    /// The status word of a descriptor, with acquire ordering for what the
+    /// NIC wrote before releasing it.
+    fn desc_status(&self, ring_off: usize, i: usize) -> u32 {
+        // SAFETY: as in `put_desc`; a volatile load of the status word.
+        let s = u32::from_le(unsafe { std::ptr::read_volatile(self.desc_ptr(ring_off, i)) });
+        fence(Ordering::Acquire);
+        s
+    }
+
+    /// Reset, station address, rings, setup frame, interrupts, start
+    /// (the bring-up order of the 21143 HRM §4.3 and the Linux driver).
+    fn bring_up(&mut self) -> io::Result<()> {
+        let _ = self.vfio.reset();
+        self.write_csr(regs::BUS_MODE, regs::BUS_MODE_SWR);
+        let t0 = Instant::now();
+        while self.read_csr(regs::BUS_MODE) & regs::BUS_MODE_SWR != 0 {
+            if t0.elapsed() > NIC_TIMEOUT {
+                return Err(io::Error::other(format!("{}: the NIC did not leave software reset", self.address)));
+            }
+            std::hint::spin_loop();
+        }
+        self.write_csr(regs::BUS_MODE, regs::BUS_MODE_X86);
+        self.mac = srom::read_mac(&mut Csr9Bus(self));
+        if self.mac == MacAddr::ZERO || self.mac == MacAddr::BROADCAST {
+            return Err(io::Error::other(format!("{}: the serial ROM holds no station address ({})", self.address, self.mac)));
+        }
+        for i in 0..RX_RING {
+            let d = desc::rx_ready(self.iova_of(RX_BUF_OFF + i * BUF), RX_BUF_LEN, i == RX_RING - 1);
+            self.put_desc(RX_RING_OFF, i, d);
+        }
+        for i in 0..TX_RING {
+            self.put_desc(TX_RING_OFF, i, Desc { control: if i == TX_RING - 1 { desc::tx::TER } else { 0 }, ..Desc::default() });
+        }
+        // The setup frame goes out as the first transmit descriptor.
+        let frame = setup::perfect_filter(self.mac);
+        // SAFETY: transmit buffer 0 is BUF >= 192 bytes of our DMA memory.
+        unsafe { std::ptr::copy_nonoverlapping(frame.as_ptr(), self.mem.at(TX_BUF_OFF), frame.len()) };
+        self.put_desc(TX_RING_OFF, 0, desc::tx_setup(self.iova_of(TX_BUF_OFF), false));
+        self.write_csr(regs::RX_LIST, self.iova_of(RX_RING_OFF));
+        self.write_csr(regs::TX_LIST, self.iova_of(TX_RING_OFF));
+        // Transmit only, promiscuous off: the NIC loads the filter.
+        self.write_csr(regs::OP_MODE, op_mode::ST);
+        self.write_csr(regs::TX_POLL, 1);
+        let t0 = Instant::now();
+        while self.desc_status(TX_RING_OFF, 0) & OWN != 0 {
+            if t0.elapsed() > NIC_TIMEOUT {
+                return Err(io::Error::other(format!("{}: the NIC did not take the setup frame (is bus mastering allowed and the IOMMU mapping in place?)", self.address)));
+            }
+            std::hint::spin_loop();
+        }
+        self.tx_next = 1;
+        self.tx_clean = 1;
+        self.write_csr(regs::STATUS, status::CLEAR_ALL);
+        self.irq_fd = self.vfio.enable_intx()?;
+        self.write_csr(regs::INT_ENABLE, regs::INTERRUPTS);
+        self.write_csr(regs::OP_MODE, op_mode::SR | op_mode::ST);
+        self.write_csr(regs::RX_POLL, 1);
+        Ok(())
+    }
+
+    /// After an interrupt: acknowledge it at the NIC, restart a receive
+    /// process that ran out of buffers, and let VFIO deliver the next one.
+    fn rearm_interrupt(&mut self) {
+        if !self.vfio.take_interrupt() {
+            return;
+        }
+        self.counters.interrupts += 1;
+        let st = self.read_csr(regs::STATUS);
+        self.write_csr(regs::STATUS, st & status::CLEAR_ALL);
+        if st & status::RU != 0 {
+            self.counters.rx_no_buffer += 1;
+            self.write_csr(regs::RX_POLL, 1);
+        }
+        let _ = self.vfio.unmask_intx();
+    }
+
+    /// Frees transmit descriptors the NIC has finished with.
+    fn reclaim(&mut self) {
+        while self.tx_busy > 0 && self.desc_status(TX_RING_OFF, self.tx_clean) & OWN == 0 {
+            self.tx_clean = (self.tx_clean + 1) % TX_RING;
+            self.tx_busy -= 1;
+        }
+    }
+
+    /// The bus address of `[addr, addr + len)` when it lies inside one
+    /// mapping of registered memory.
+    fn translate(&self, addr: usize, len: usize) -> Option<u32> {
+        let m = self.mappings.iter().rev().find(|m| addr >= m.start && addr + len <= m.start + m.size)?;
+        Some((m.iova + (addr - m.start) as u64) as u32)
+    }
+}
+
+impl FrameDevice for TulipDevice {
+    fn mac(&self) -> MacAddr {
+        self.mac
+    }
+
+    fn mtu(&self) -> usize {
+        MTU
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { checksummed: true, needs_pinning: true }
+    }
+
+    fn wait_fd(&self) -> RawFd {
+        self.irq_fd
+    }
+
+    fn set_filter(&mut self, filter: RxFilter) -> io::Result<()> {
+        self.filter = Some(filter);
+        Ok(())
+    }
+
+    fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        let mut n = 0;
+        while n < budget {
+            let i = self.rx_next;
+            let st = self.desc_status(RX_RING_OFF, i);
+            if st & OWN != 0 {
+                break;
+            }
+            let off = RX_BUF_OFF + i * BUF;
+            match desc::rx_done(st, RX_BUF_LEN) {
+                RxDone::Frame(len) => {
+                    // SAFETY: the NIC released the buffer (OWN clear, read
+                    // with acquire); `len` <= RX_BUF_LEN <= BUF is checked.
+                    let frame = unsafe { std::slice::from_raw_parts(self.mem.at(off), len) };
+                    if self.filter.is_none_or(|f| f.matches(frame)) {
+                        sink(frame);
+                        n += 1;
+                        self.counters.rx_frames += 1;
+                    } else {
+                        self.counters.rx_filtered += 1;
+                    }
+                }
+                RxDone::Bad => self.counters.rx_bad += 1,
+            }
+            self.put_desc(RX_RING_OFF, i, desc::rx_ready(self.iova_of(off), RX_BUF_LEN, i == RX_RING - 1));
+            self.rx_next = (i + 1) % RX_RING;
+        }
+        if n == 0 {
+            self.rearm_interrupt();
+        }
+        Ok(n)
+    }
+
+    fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
+        self.reclaim();
+        let max = ETH_HEADER + MTU;
+        let mut sent = 0;
+        let mut wait_for: Option<usize> = None;
+        for f in frames {
+            let len = f.len();
+            if !(ETH_HEADER..=max).contains(&len) || f.header.len() > desc::MAX_BUFFER {
+                if sent > 0 {
+                    break;
+                }
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame of {len} bytes; the tulip sends {ETH_HEADER}..={max} (MTU {MTU})")));
+            }
+            if self.tx_busy == TX_RING - 1 {
+                self.counters.tx_ring_full += 1;
+                break;
+            }
+            let i = self.tx_next;
+            let off = TX_BUF_OFF + i * BUF;
+            let h = f.header.len();
+            // SAFETY: the header fits the slot's BUF bytes (checked above).
+            unsafe { std::ptr::copy_nonoverlapping(f.header.as_ptr(), self.mem.at(off), h) };
+            let direct = match f.pieces() {
+                [p] if !p.is_empty() => self.translate(p.as_ptr() as usize, p.len()).map(|iova| (iova, p.len())),
+                _ => None,
+            };
+            let d = match direct {
+                Some((iova, plen)) => {
+                    self.counters.tx_zero_copy += 1;
+                    wait_for = Some(i);
+                    desc::tx_frame(self.iova_of(off), h, iova, plen, i == TX_RING - 1)
+                }
+                None => {
+                    let mut at = h;
+                    for p in f.pieces() {
+                        // SAFETY: the whole frame fits BUF (len <= 1514 < BUF).
+                        unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), self.mem.at(off + at), p.len()) };
+                        at += p.len();
+                    }
+                    self.counters.tx_copied += u64::from(f.pieces > 0);
+                    desc::tx_frame(self.iova_of(off), len, 0, 0, i == TX_RING - 1)
+                }
+            };
+            self.put_desc(TX_RING_OFF, i, d);
+            self.tx_next = (i + 1) % TX_RING;
+            self.tx_busy += 1;
+            sent += 1;
+        }
+        if sent > 0 {
+            // The doorbell: transmit poll demand.
+            self.write_csr(regs::TX_POLL, 1);
+            self.counters.tx_frames += sent as u64;
+        }
+        if let Some(i) = wait_for {
+            // User memory must not be reused before the NIC has read it.
+            let t0 = Instant::now();
+            while self.desc_status(TX_RING_OFF, i) & OWN != 0 {
+                if t0.elapsed() > NIC_TIMEOUT {
+                    return Err(io::Error::other(format!("{}: the NIC did not send within {NIC_TIMEOUT:?}", self.address)));
+                }
+                std::hint::spin_loop();
+            }
+            self.reclaim();
+        }
+        Ok(sent)
+    }
+
+    fn map_memory(&mut self, addr: usize, len: usize) -> io::Result<()> {
+        let (start, size) = page_span(addr, len);
+        let iova = self.iovas.alloc(size as u64).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::OutOfMemory, format!("the tulip's 32-bit bus address space is full ({} bytes registered)", self.mappings.iter().map(|m| m.size).sum::<usize>()))
+        })?;
+        if let Err(e) = self.vfio.map_dma(start, iova, size) {
+            self.iovas.release(iova, size as u64);
+            return Err(e);
+        }
+        self.mappings.push(Mapping { addr, len, start, size, iova });
+        Ok(())
+    }
+
+    fn unmap_memory(&mut self, addr: usize, len: usize) -> io::Result<()> {
+        let Some(k) = self.mappings.iter().rposition(|m| m.addr == addr && m.len == len) else {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("{addr:#x}+{len} is not mapped for the tulip")));
+        };
+        let m = self.mappings.remove(k);
+        self.vfio.unmap_dma(m.iova, m.size)?;
+        self.iovas.release(m.iova, m.size as u64);
+        Ok(())
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.counters;
+        vec![
+            ("rx_frames", c.rx_frames),
+            ("rx_bad", c.rx_bad),
+            ("rx_filtered", c.rx_filtered),
+            ("rx_no_buffer", c.rx_no_buffer),
+            ("tx_frames", c.tx_frames),
+            ("tx_zero_copy", c.tx_zero_copy),
+            ("tx_copied", c.tx_copied),
+            ("tx_ring_full", c.tx_ring_full),
+            ("interrupts", c.interrupts),
+            ("dma_mappings", self.mappings.len() as u64),
+        ]
+    }
+}
+
+impl Drop for TulipDevice {
+    /// Stops the NIC before its memory goes: interrupts off, receive and
+    /// transmit off, software reset; then every DMA mapping is removed.
+    /// (If the process dies instead, closing the VFIO files makes the kernel
+    /// disable bus mastering and drop the container's mappings; the next
+    /// open resets the NIC.)
+    fn drop(&mut self) {
+        self.write_csr(regs::INT_ENABLE, 0);
+        self.write_csr(regs::OP_MODE, 0);
+        self.write_csr(regs::BUS_MODE, regs::BUS_MODE_SWR);
+        for m in std::mem::take(&mut self.mappings) {
+            let _ = self.vfio.unmap_dma(m.iova, m.size);
+        }
+        let _ = self.vfio.unmap_dma(self.mem_iova, self.mem.len());
+        if let Ok(cmd) = self.vfio.config_read16(4) {
+            let _ = self.vfio.config_write16(4, cmd & !0x4);
+        }
+    }
+}
