@@ -1,0 +1,464 @@
+//! The test suite that runs inside the QEMU guest (see `qemu/`), on tulip
+//! NICs bound to vfio-pci, one process per NIC. Ends with the line
+//! `guest: N passed, N failed` and exits non-zero when anything failed.
+//!
+//! `via-guest-suite` runs the suite; `via-guest-suite rank R DEV [--forever]`
+//! is one process of the all-to-all exchange (started by the suite).
+//!
+//! What it runs, with every process owning one tulip through VFIO:
+//! - opening every NIC (distinct station addresses from the SROM) and
+//!   reopening it; registration mapping and unmapping memory for the NIC;
+//! - `via-pingpong --verify` between two NICs: send/receive on both
+//!   reliability levels, RDMA write and RDMA read, over a sweep of sizes;
+//! - the two-host scenarios of `via-testpeer` and every rule of the
+//!   conformance suite (`via-conform`), which need no namespaces here;
+//! - all-to-all among every NIC (4 with `qemu/run.sh --nics 4`);
+//! - processes killed with traffic in flight, after which the same NICs
+//!   open clean and carry verified traffic again.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{exit, Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use via_kernel_agent::pci;
+use via_user::{Descriptor, MacAddr, MemAttributes, MemoryRegion, Nic, Reliability, Vi, ViAttributes};
+
+/// Messages each rank sends to each other rank in the all-to-all.
+const A2A_MESSAGES: usize = 48;
+/// Largest all-to-all message (spans several frames).
+const A2A_MAX: usize = 6000;
+const T: Option<Duration> = Some(Duration::from_secs(60));
+
+fn bin(name: &str) -> PathBuf {
+    std::env::current_exe().expect("own path").with_file_name(name)
+}
+
+/// The tulips bound to vfio-pci, as VIA device names.
+fn tulips() -> Vec<String> {
+    pci::list().unwrap_or_default().into_iter().filter(|d| d.is_tulip() && d.driver.as_deref() == Some("vfio-pci")).filter_map(|d| d.via_name()).collect()
+}
+
+/// A child whose stdout is read line by line on a thread.
+struct Child2 {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Child2 {
+    fn spawn(mut cmd: Command) -> Result<Child2, String> {
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("starting {cmd:?}: {e}"))?;
+        let out = child.stdout.take().expect("piped");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        Ok(Child2 { child, lines, seen: Vec::new() })
+    }
+
+    /// Waits (up to a minute) for a stdout line starting with `prefix`.
+    fn expect(&mut self, prefix: &str) -> Result<String, String> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if let Some(rest) = l.strip_prefix(prefix) {
+                        return Ok(rest.trim().to_string());
+                    }
+                }
+                Err(_) => {
+                    let _ = self.child.kill();
+                    let out = self.child.wait_with_output_ref();
+                    return Err(format!("no {prefix:?} line; stdout so far: {:?}; {out}", self.seen));
+                }
+            }
+        }
+    }
+
+    fn tell(&mut self, line: &str) {
+        if let Some(w) = self.child.stdin.as_mut() {
+            let _ = writeln!(w, "{line}");
+            let _ = w.flush();
+        }
+    }
+
+    /// Waits for the process; Ok(stdout) when it exited 0.
+    fn finish(mut self) -> Result<String, String> {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) => break,
+                _ if Instant::now() > deadline => {
+                    let _ = self.child.kill();
+                    break;
+                }
+                // Polling a child's exit: nothing here synchronises on time.
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        let status = self.child.wait().map_err(|e| e.to_string())?;
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut e, &mut err);
+        }
+        self.seen.extend(self.lines.try_iter());
+        let out = self.seen.join("\n");
+        if status.success() {
+            Ok(out)
+        } else {
+            Err(format!("exited with {status}\n--- stdout\n{out}\n--- stderr\n{err}"))
+        }
+    }
+}
+
+trait WaitRef {
+    fn wait_with_output_ref(&mut self) -> String;
+}
+
+impl WaitRef for Child {
+    fn wait_with_output_ref(&mut self) -> String {
+        let _ = self.wait();
+        let mut err = String::new();
+        if let Some(mut e) = self.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut e, &mut err);
+        }
+        format!("stderr: {err}")
+    }
+}
+
+// ---------------------------------------------------------------- checks
+
+fn open_every_nic(devs: &[String]) -> Result<(), String> {
+    let mut macs = Vec::new();
+    for d in devs {
+        let nic = Nic::open(d).map_err(|e| format!("{d}: {e}"))?;
+        macs.push(nic.mac());
+        println!("  {d}: MAC {}", nic.mac());
+    }
+    for (i, m) in macs.iter().enumerate() {
+        if *m == MacAddr::ZERO || macs[..i].contains(m) {
+            return Err(format!("station addresses {macs:?} are not distinct and nonzero"));
+        }
+    }
+    // Closed above (dropped): every NIC opens again, with the same address.
+    for (d, m) in devs.iter().zip(&macs) {
+        let nic = Nic::open(d).map_err(|e| format!("reopening {d}: {e}"))?;
+        if nic.mac() != *m {
+            return Err(format!("{d}: MAC {} after reopening, {m} before", nic.mac()));
+        }
+    }
+    Ok(())
+}
+
+fn stat(nic: &Nic, name: &str) -> u64 {
+    nic.device_counters().into_iter().find(|(n, _)| *n == name).map_or(u64::MAX, |(_, v)| v)
+}
+
+fn registration_maps_memory(devs: &[String]) -> Result<(), String> {
+    let nic = Nic::open(&devs[0]).map_err(|e| e.to_string())?;
+    let ptag = nic.create_ptag().map_err(|e| e.to_string())?;
+    let attrs = MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false };
+    let before = stat(&nic, "dma_mappings");
+    let regions: Vec<_> = (0..3).map(|k| MemoryRegion::new(&nic, 4096 << k, 4096, attrs)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
+    let during = stat(&nic, "dma_mappings");
+    drop(regions);
+    let after = stat(&nic, "dma_mappings");
+    if (before, during, after) != (0, 3, 0) {
+        return Err(format!("IOMMU mappings before/while/after three registrations: {before}/{during}/{after}, expected 0/3/0"));
+    }
+    Ok(())
+}
+
+const SIZES: &str = "0,1,63,64,1000,1435,1436,1437,1500,4096,9000,65536";
+
+fn pingpong(devs: &[String], extra: &[&str]) -> Result<(), String> {
+    let pp = bin("via-pingpong");
+    let common = ["--sizes", SIZES, "--bw-sizes", "1436,65536", "--iters", "200"];
+    let mut server = Child2::spawn({
+        let mut c = Command::new(&pp);
+        c.args(["server", "--device", &devs[0]]).args(common).args(extra);
+        c
+    })?;
+    let mac = server.expect("READY")?;
+    let client = Child2::spawn({
+        let mut c = Command::new(&pp);
+        c.args(["client", "--device", &devs[1], "--peer", &mac, "--verify"]).args(common).args(extra);
+        c
+    })?;
+    let out = client.finish().map_err(|e| format!("client: {e}"))?;
+    server.finish().map_err(|e| format!("server: {e}"))?;
+    for l in out.lines() {
+        println!("  {l}");
+    }
+    Ok(())
+}
+
+fn testpeer(devs: &[String], scenario: &str, extra: &[&str], expect: &str) -> Result<(), String> {
+    let tp = bin("via-testpeer");
+    let mut server = Child2::spawn({
+        let mut c = Command::new(&tp);
+        c.args(["server", scenario, "--dev", &devs[0]]).args(extra);
+        c
+    })?;
+    let mac = server.expect("READY")?;
+    let client = Child2::spawn({
+        let mut c = Command::new(&tp);
+        c.args(["client", scenario, "--dev", &devs[1], "--peer", &mac]).args(extra);
+        c
+    })?;
+    let out = client.finish().map_err(|e| format!("client: {e}"))?;
+    server.finish().map_err(|e| format!("server: {e}"))?;
+    if !out.contains(expect) {
+        return Err(format!("client output lacks {expect:?}: {out}"));
+    }
+    Ok(())
+}
+
+fn conform(devs: &[String], rule: &str) -> Result<(), String> {
+    let c = bin("via-conform");
+    let mut target = Command::new(&c);
+    target.args(["target", rule, "--dev", &devs[0]]);
+    via_tests::conform::run_pair(rule, target, |mac| {
+        let mut i = Command::new(&c);
+        i.args(["initiator", rule, "--dev", &devs[1], "--peer", mac]);
+        i
+    })
+}
+
+/// Every NIC's process sends to every other and checks what it receives.
+fn all_to_all(devs: &[String]) -> Result<(), String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut ranks = Vec::new();
+    for (r, d) in devs.iter().enumerate() {
+        let mut c = Command::new(&me);
+        c.args(["rank", &r.to_string(), d]);
+        ranks.push(Child2::spawn(c)?);
+    }
+    let mut macs = Vec::new();
+    for r in ranks.iter_mut() {
+        macs.push(r.expect("READY")?);
+    }
+    let line = format!("PEERS {}", macs.join(" "));
+    for r in ranks.iter_mut() {
+        r.tell(&line);
+    }
+    let mut errors = Vec::new();
+    for (k, r) in ranks.into_iter().enumerate() {
+        match r.finish() {
+            Ok(out) => println!("  rank {k}: {}", out.lines().last().unwrap_or_default()),
+            Err(e) => errors.push(format!("rank {k}: {e}")),
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("\n"))
+    }
+}
+
+/// Two ranks streaming forever are killed; the NICs then open clean.
+fn killed_processes_leave_clean_nics(devs: &[String]) -> Result<(), String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut ranks = Vec::new();
+    for (r, d) in devs[..2].iter().enumerate() {
+        let mut c = Command::new(&me);
+        c.args(["rank", &r.to_string(), d, "--forever"]);
+        ranks.push(Child2::spawn(c)?);
+    }
+    let macs: Vec<String> = ranks.iter_mut().map(|r| r.expect("READY")).collect::<Result<_, _>>()?;
+    for r in ranks.iter_mut() {
+        r.tell(&format!("PEERS {}", macs.join(" ")));
+    }
+    for r in ranks.iter_mut() {
+        r.expect("STREAMING")?;
+    }
+    for r in ranks.iter_mut() {
+        let _ = r.child.kill();
+        let _ = r.child.wait();
+    }
+    // The same NICs, at once: a verified exchange must work.
+    pingpong(devs, &["--sizes", "0,1500,65536"])
+}
+
+// ------------------------------------------------------------ one rank
+
+fn fill(from: usize, to: usize, k: usize, n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 31 + from * 7 + to * 13 + k * 101 + (i >> 8)) as u8).collect()
+}
+
+fn size_of(from: usize, to: usize, k: usize) -> usize {
+    (k * 977 + from * 131 + to * 17) % (A2A_MAX + 1)
+}
+
+fn rank(r: usize, dev: &str, forever: bool) -> Result<(), String> {
+    let e = |what: &str| {
+        let what = what.to_string();
+        move |x: via_user::ViaError| format!("rank {r}: {what}: {x}")
+    };
+    let nic = Nic::open(dev).map_err(e("open"))?;
+    println!("READY {}", nic.mac());
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).map_err(|x| x.to_string())?;
+    let macs: Vec<MacAddr> = line.split_whitespace().skip(1).map(|m| m.parse().map_err(|x| format!("bad MAC {m}: {x}"))).collect::<Result<_, _>>()?;
+    let n = macs.len();
+    let ptag = nic.create_ptag().map_err(e("ptag"))?;
+    let attrs = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: A2A_MAX as u32, ptag, enable_rdma_write: false, enable_rdma_read: false };
+    let mem = MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false };
+    let per = A2A_MESSAGES + 1; // + the closing message
+    let rbuf = MemoryRegion::new(&nic, n * per * A2A_MAX, 4096, mem).map_err(e("register receive memory"))?;
+    let sbuf = MemoryRegion::new(&nic, n * per * A2A_MAX, 4096, mem).map_err(e("register send memory"))?;
+    let peers: Vec<usize> = (0..n).filter(|&j| j != r).collect();
+    let mut vis: Vec<Option<Vi>> = (0..n).map(|_| None).collect();
+    for &j in &peers {
+        let mut vi = nic.create_vi(&attrs, None, None).map_err(e("create VI"))?;
+        for k in 0..per {
+            let mut d = Descriptor::new(&nic, ptag, 1).map_err(e("descriptor"))?;
+            let at = (j * per + k) * A2A_MAX;
+            d.set(&[(&rbuf, at..at + A2A_MAX)], None).map_err(e("descriptor"))?;
+            vi.post_recv(d).map_err(e("post receive"))?;
+        }
+        let local = format!("a2a-{r}-{j}");
+        let remote = format!("a2a-{j}-{r}");
+        vi.connect_peer_request(macs[j], local.as_bytes(), remote.as_bytes(), Some(Duration::from_secs(60))).map_err(e("peer connect request"))?;
+        vis[j] = Some(vi);
+    }
+    for &j in &peers {
+        vis[j].as_mut().unwrap().connect_peer_wait().map_err(e(&format!("peer connection to rank {j}")))?;
+    }
+    let send = |vi: &mut Vi, j: usize, k: usize, n: usize, data: &[u8]| -> Result<(), String> {
+        let at = (j * per + k) * A2A_MAX;
+        sbuf.write(at, data).map_err(e("fill"))?;
+        let mut d = Descriptor::new(&nic, ptag, 1).map_err(e("descriptor"))?;
+        d.set(&[(&sbuf, at..at + n)], None).map_err(e("descriptor"))?;
+        vi.post_send(d).map_err(e("post send"))
+    };
+    if forever {
+        // Rank 0 and 1 ping-pong large messages until killed.
+        let j = 1 - r;
+        let vi = vis[j].as_mut().unwrap();
+        let data = fill(r, j, 0, A2A_MAX);
+        let mut round = 0usize;
+        loop {
+            if r == 0 || round > 0 {
+                send(vi, j, 0, A2A_MAX, &data)?;
+            }
+            let d = vi.recv_wait(T).map_err(e("receive"))?;
+            d.check_ok().map_err(e("receive"))?;
+            vi.post_recv(d).map_err(e("repost"))?;
+            if r == 1 && round == 0 {
+                send(vi, j, 0, A2A_MAX, &data)?;
+            }
+            while let Some(s) = vi.send_done().map_err(e("send"))? {
+                s.check_ok().map_err(e("send"))?;
+            }
+            round += 1;
+            if round == 8 {
+                println!("STREAMING");
+            }
+        }
+    }
+    for k in 0..A2A_MESSAGES {
+        for &j in &peers {
+            let len = size_of(r, j, k);
+            send(vis[j].as_mut().unwrap(), j, k, len, &fill(r, j, k, len))?;
+        }
+    }
+    let mut received = 0;
+    for &j in &peers {
+        let vi = vis[j].as_mut().unwrap();
+        for k in 0..A2A_MESSAGES {
+            let d = vi.recv_wait(T).map_err(e(&format!("message {k} from rank {j}")))?;
+            d.check_ok().map_err(e(&format!("message {k} from rank {j}")))?;
+            let want = fill(j, r, k, size_of(j, r, k));
+            let at = (j * per + k) * A2A_MAX;
+            let got = rbuf.to_vec(at..at + d.length() as usize).map_err(e("read"))?;
+            if got != want {
+                return Err(format!("rank {r}: message {k} from rank {j}: {} bytes, expected {}, or contents differ", got.len(), want.len()));
+            }
+            received += 1;
+        }
+    }
+    // Everything arrived: say so to every peer and hear the same from
+    // each, so no process leaves while a peer still needs its ACKs.
+    for &j in &peers {
+        send(vis[j].as_mut().unwrap(), j, A2A_MESSAGES, 3, b"FIN")?;
+    }
+    for &j in &peers {
+        let d = vis[j].as_mut().unwrap().recv_wait(T).map_err(e(&format!("closing message from rank {j}")))?;
+        d.check_ok().map_err(e("closing message"))?;
+    }
+    println!("DONE rank {r}: received {received} verified messages from {} peers", peers.len());
+    Ok(())
+}
+
+// ------------------------------------------------------------ the suite
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("rank") {
+        let r = args.get(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            eprintln!("usage: via-guest-suite rank R DEV [--forever]");
+            exit(2)
+        });
+        let dev = args.get(2).cloned().unwrap_or_default();
+        if let Err(e) = rank(r, &dev, args.iter().any(|a| a == "--forever")) {
+            eprintln!("{e}");
+            exit(1);
+        }
+        return;
+    }
+    let devs = tulips();
+    println!("guest: tulips bound to vfio-pci: {devs:?}");
+    let (mut passed, mut failed) = (0, 0);
+    let mut check = |name: &str, r: Result<(), String>| match r {
+        Ok(()) => {
+            passed += 1;
+            println!("PASS {name}");
+        }
+        Err(e) => {
+            failed += 1;
+            println!("FAIL {name}: {e}");
+        }
+    };
+    if devs.len() < 2 {
+        check("at_least_two_tulips", Err(format!("found {} tulips bound to vfio-pci", devs.len())));
+    } else {
+        let only = std::env::var("VIA_GUEST_ONLY").ok();
+        let want = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
+        let d = &devs;
+        let mut run = |name: &str, f: &dyn Fn() -> Result<(), String>| {
+            if want(name) {
+                let t0 = Instant::now();
+                let r = f();
+                println!("  ({name}: {:.1} s)", t0.elapsed().as_secs_f64());
+                check(name, r);
+            }
+        };
+        run("open_every_nic", &|| open_every_nic(d));
+        run("registration_maps_memory_for_the_nic", &|| registration_maps_memory(d));
+        run("pingpong_send_receive_reliable", &|| pingpong(d, &[]));
+        run("pingpong_send_receive_unreliable", &|| pingpong(d, &["--reliability", "unreliable"]));
+        run("pingpong_rdma_write", &|| pingpong(d, &["--rdma", "write"]));
+        run("pingpong_rdma_read", &|| pingpong(d, &["--rdma", "read"]));
+        let sizes = "0,1,1435,1436,1437,1499,1500,1501,2879,65536,1048576";
+        run("testpeer_sizes_reliable", &|| testpeer(d, "sizes", &["--level", "rel", "--sizes", sizes], "OK"));
+        run("testpeer_sizes_unreliable", &|| testpeer(d, "sizes", &["--level", "unrel", "--sizes", sizes], "OK"));
+        run("testpeer_cq", &|| testpeer(d, "cq", &["--level", "rel"], "OK"));
+        run("testpeer_reject", &|| testpeer(d, "reject", &[], "REJECTED"));
+        run("testpeer_nomatch", &|| testpeer(d, "nomatch", &[], "CONNECTED"));
+        run("testpeer_length", &|| testpeer(d, "length", &["--level", "rel"], "OK"));
+        for rule in via_tests::conform::rules() {
+            let name = format!("conform_{}", rule.name);
+            run(&name, &|| conform(d, rule.name));
+        }
+        run(&format!("all_to_all_{}_nics", d.len()), &|| all_to_all(d));
+        run("killed_processes_leave_clean_nics", &|| killed_processes_leave_clean_nics(d));
+    }
+    println!("guest: {passed} passed, {failed} failed");
+    exit(if failed == 0 { 0 } else { 1 });
+}
