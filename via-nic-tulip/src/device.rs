@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use via_kernel_agent::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
 
 /// Receive descriptors (frames the NIC can take while the process is busy).
-pub const RX_RING: usize = 256;
+pub const RX_RING: usize = 1024;
 /// Transmit descriptors.
 pub const TX_RING: usize = 64;
 /// Bytes of each receive and transmit buffer.

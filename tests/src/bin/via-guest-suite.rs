@@ -109,7 +109,8 @@ impl Child2 {
         self.seen.extend(self.lines.try_iter());
         let out = self.seen.join("\n");
         if status.success() {
-            Ok(out)
+            // Keep what the process reported on stderr (e.g. what it verified).
+            Ok(out + "\n" + err.trim_end())
         } else {
             Err(format!("exited with {status}\n--- stdout\n{out}\n--- stderr\n{err}"))
         }
@@ -194,6 +195,67 @@ fn pingpong(devs: &[String], extra: &[&str]) -> Result<(), String> {
     server.finish().map_err(|e| format!("server: {e}"))?;
     for l in out.lines() {
         println!("  {l}");
+    }
+    Ok(())
+}
+
+/// One `via-pingpong` client run with `--json`: (bytes, t_typical µs or MB/s) rows.
+fn pingpong_json(devs: &[String], extra: &[&str]) -> Result<Vec<(String, usize, f64)>, String> {
+    let pp = bin("via-pingpong");
+    let mut server = Child2::spawn({
+        let mut c = Command::new(&pp);
+        c.args(["server", "--device", &devs[0]]).args(extra);
+        c
+    })?;
+    let mac = server.expect("READY")?;
+    let client = Child2::spawn({
+        let mut c = Command::new(&pp);
+        c.args(["client", "--device", &devs[1], "--peer", &mac, "--json"]).args(extra);
+        c
+    })?;
+    let out = client.finish().map_err(|e| format!("client: {e}"))?;
+    server.finish().map_err(|e| format!("server: {e}"))?;
+    let field = |row: &str, key: &str| -> Option<String> {
+        let at = row.find(&format!("\"{key}\":"))? + key.len() + 3;
+        Some(row[at..].split([',', '}']).next()?.trim().trim_matches('"').to_string())
+    };
+    let mut rows = Vec::new();
+    for row in out.split('{').skip(1) {
+        let op = field(row, "op").unwrap_or_default();
+        let bytes = field(row, "bytes").and_then(|b| b.parse().ok()).unwrap_or(0);
+        let v = if op == "lat" { field(row, "t_typical_us") } else { field(row, "mb_per_s") };
+        rows.push((op, bytes, v.and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)));
+    }
+    Ok(rows)
+}
+
+/// Figures, not a pass/fail criterion beyond both transports working:
+/// VIA against raw frames on the same two tulips (the floor of this path),
+/// in alternating rounds, medians of the per-round ratios.
+fn bench_via_against_raw(devs: &[String]) -> Result<(), String> {
+    let common = ["--sizes", "64,1024", "--bw-sizes", "1436", "--iters", "300"];
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); 3];
+    let mut last = (Vec::new(), Vec::new());
+    for _round in 0..3 {
+        let raw = pingpong_json(devs, &[&common[..], &["--transport", "raw"]].concat())?;
+        let via = pingpong_json(devs, &[&common[..], &["--transport", "via"]].concat())?;
+        if raw.len() != 3 || via.len() != 3 {
+            return Err(format!("expected 3 rows from each: raw {raw:?}, via {via:?}"));
+        }
+        for k in 0..3 {
+            ratios[k].push(via[k].2 / raw[k].2);
+        }
+        last = (raw, via);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let (raw, via) = last;
+    for k in 0..3 {
+        let (op, bytes, _) = &raw[k];
+        let unit = if op == "lat" { "us one-way" } else { "MB/s" };
+        println!("  bench {op} {bytes} B: via {:.2} {unit}, raw {:.2} {unit} (last round); VIA/raw median of 3 rounds {:.3}", via[k].2, raw[k].2, median(&mut ratios[k]));
     }
     Ok(())
 }
@@ -458,6 +520,7 @@ fn main() {
         }
         run(&format!("all_to_all_{}_nics", d.len()), &|| all_to_all(d));
         run("killed_processes_leave_clean_nics", &|| killed_processes_leave_clean_nics(d));
+        run("bench_via_against_raw_frames", &|| bench_via_against_raw(d));
     }
     println!("guest: {passed} passed, {failed} failed");
     exit(if failed == 0 { 0 } else { 1 });

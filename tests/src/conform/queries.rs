@@ -44,11 +44,18 @@ fn plain_target(c: &mut Ctx) {
 
 fn query_nic_initiator(c: &mut Ctx) {
     let a = c.nic.attributes();
-    let ifname = c.dev.trim_start_matches("/dev/via_");
-    let mtu: usize = std::fs::read_to_string(format!("/sys/class/net/{ifname}/mtu")).map(|s| s.trim().parse().unwrap_or(0)).unwrap_or(0);
-    check!(c, a.native_mtu == mtu, "NativeMTU {} but the interface's MTU is {mtu}", a.native_mtu);
-    let mac = std::fs::read_to_string(format!("/sys/class/net/{ifname}/address")).unwrap_or_default();
-    check!(c, a.mac.to_string() == mac.trim(), "address {} but the interface's is {}", a.mac, mac.trim());
+    if c.dev.starts_with("tulip:") || c.dev.starts_with("/dev/via_tulip") {
+        // A tulip: Ethernet's MTU, and the unicast address from its SROM.
+        check!(c, a.native_mtu == 1500, "NativeMTU {} on a tulip", a.native_mtu);
+        check!(c, a.mac.0[0] & 1 == 0 && a.mac != via_user::MacAddr::ZERO, "station address {} is not a unicast address", a.mac);
+    } else {
+        // A software NIC: its interface's MTU and address.
+        let ifname = c.dev.trim_start_matches("/dev/via_");
+        let mtu: usize = std::fs::read_to_string(format!("/sys/class/net/{ifname}/mtu")).map(|s| s.trim().parse().unwrap_or(0)).unwrap_or(0);
+        check!(c, a.native_mtu == mtu, "NativeMTU {} but the interface's MTU is {mtu}", a.native_mtu);
+        let mac = std::fs::read_to_string(format!("/sys/class/net/{ifname}/address")).unwrap_or_default();
+        check!(c, a.mac.to_string() == mac.trim(), "address {} but the interface's is {}", a.mac, mac.trim());
+    }
     check!(c, a.reliability_level_support == 0x7, "ReliabilityLevelSupport {:#x}", a.reliability_level_support);
     check!(c, a.rdma_read_support == 0x6, "RDMAReadSupport {:#x}", a.rdma_read_support);
     check!(c, a.max_transfer_size >= MTS, "MaxTransferSize {}", a.max_transfer_size);
