@@ -305,6 +305,12 @@ impl TulipDevice {
             self.write_csr(regs::RX_POLL, 1);
         }
         let _ = self.vfio.unmask_intx();
+        // A frame that landed between the caller's look at the ring and the
+        // acknowledgement above raised no interrupt we will see: wake the
+        // next sleeper ourselves rather than leave the frame waiting.
+        if self.desc_status(RX_RING_OFF, self.rx_next) & OWN == 0 {
+            self.vfio.signal();
+        }
     }
 
     /// Frees transmit descriptors the NIC has finished with.

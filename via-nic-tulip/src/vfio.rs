@@ -250,6 +250,16 @@ impl VfioDevice {
         ioctl(self.device.as_raw_fd(), DEVICE_SET_IRQS, (&mut set as *mut IrqSet<0>).cast(), "VFIO_DEVICE_SET_IRQS (unmask)").map(|_| ())
     }
 
+    /// Makes the interrupt eventfd readable without an interrupt (a wake-up
+    /// for a sleeper that would otherwise miss work already there).
+    pub fn signal(&self) {
+        if let Some(fd) = self.irq.as_ref() {
+            let one = 1u64;
+            // SAFETY: writes 8 bytes from a local u64 to our eventfd.
+            unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+    }
+
     /// Consumes pending interrupt signals; true when there were any.
     pub fn take_interrupt(&self) -> bool {
         let Some(fd) = self.irq.as_ref() else { return false };

@@ -89,7 +89,7 @@ impl Child2 {
 
     /// Waits for the process; Ok(stdout) when it exited 0.
     fn finish(mut self) -> Result<String, String> {
-        let deadline = Instant::now() + Duration::from_secs(300);
+        let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             match self.child.try_wait() {
                 Ok(Some(_)) => break,
