@@ -97,7 +97,7 @@ for n in "${NICS[@]}"; do
     echo "qemu/run.sh: booting a guest with $n tulip NICs (time limit ${TIMEOUT}s)"
     t0=$(date +%s)
     set +e
-    timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 "${args[@]}" </dev/null 2>&1 | tr -d '\r' | tee "$log"
+    timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 "${args[@]}" </dev/null 2>&1 | sed -u 's/\r$//' | tee "$log"
     set -e
     t1=$(date +%s)
     result=$(grep -E '^guest: [0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1 || true)

@@ -14,7 +14,9 @@
 //!   conformance suite (`via-conform`), which need no namespaces here;
 //! - all-to-all among every NIC (4 with `qemu/run.sh --nics 4`);
 //! - processes killed with traffic in flight, after which the same NICs
-//!   open clean and carry verified traffic again.
+//!   open clean and carry verified traffic again;
+//! - with `VIA_GUEST_ONLY=bench` (`qemu/run.sh --only bench`): VIA against
+//!   raw frames on the same two tulips, latency and bandwidth.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -89,7 +91,7 @@ impl Child2 {
 
     /// Waits for the process; Ok(stdout) when it exited 0.
     fn finish(mut self) -> Result<String, String> {
-        let deadline = Instant::now() + Duration::from_secs(120);
+        let deadline = Instant::now() + Duration::from_secs(45);
         loop {
             match self.child.try_wait() {
                 Ok(Some(_)) => break,
@@ -213,8 +215,8 @@ fn pingpong_json(devs: &[String], extra: &[&str]) -> Result<Vec<(String, usize, 
         c.args(["client", "--device", &devs[1], "--peer", &mac, "--json"]).args(extra);
         c
     })?;
-    let out = client.finish().map_err(|e| format!("client: {e}"))?;
-    server.finish().map_err(|e| format!("server: {e}"))?;
+    let out = client.finish().map_err(|e| format!("client {extra:?}: {e}"))?;
+    server.finish().map_err(|e| format!("server {extra:?}: {e}"))?;
     let field = |row: &str, key: &str| -> Option<String> {
         let at = row.find(&format!("\"{key}\":"))? + key.len() + 3;
         Some(row[at..].split([',', '}']).next()?.trim().trim_matches('"').to_string())
@@ -225,6 +227,9 @@ fn pingpong_json(devs: &[String], extra: &[&str]) -> Result<Vec<(String, usize, 
         let bytes = field(row, "bytes").and_then(|b| b.parse().ok()).unwrap_or(0);
         let v = if op == "lat" { field(row, "t_typical_us") } else { field(row, "mb_per_s") };
         rows.push((op, bytes, v.and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)));
+    }
+    if rows.is_empty() {
+        return Err(format!("no rows in the client's output: {out}"));
     }
     Ok(rows)
 }
@@ -491,7 +496,13 @@ fn main() {
         check("at_least_two_tulips", Err(format!("found {} tulips bound to vfio-pci", devs.len())));
     } else {
         let only = std::env::var("VIA_GUEST_ONLY").ok();
-        let want = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
+        // Figures (bench_*) only when asked for: `qemu/run.sh --only bench`.
+        // The raw baseline has no loss recovery, so a rare lost frame in
+        // the emulated hub stalls it; that must not fail the test suite.
+        let want = |name: &str| match only.as_deref() {
+            Some(o) => name.contains(o),
+            None => !name.starts_with("bench_"),
+        };
         let d = &devs;
         let mut run = |name: &str, f: &dyn Fn() -> Result<(), String>| {
             if want(name) {
