@@ -148,12 +148,21 @@ fn open_every_nic(devs: &[String]) -> Result<(), String> {
             return Err(format!("station addresses {macs:?} are not distinct and nonzero"));
         }
     }
-    // Closed above (dropped): every NIC opens again, with the same address.
-    for (d, m) in devs.iter().zip(&macs) {
-        let nic = Nic::open(d).map_err(|e| format!("reopening {d}: {e}"))?;
-        if nic.mac() != *m {
-            return Err(format!("{d}: MAC {} after reopening, {m} before", nic.mac()));
+    // Closed above (dropped): every NIC opens again, with the same
+    // address, also by its M-VIA style name /dev/via_tulip<N>.
+    for (n, (d, m)) in devs.iter().zip(&macs).enumerate() {
+        for name in [d.clone(), format!("/dev/via_tulip{n}")] {
+            let nic = Nic::open(&name).map_err(|e| format!("reopening {name}: {e}"))?;
+            if nic.mac() != *m {
+                return Err(format!("{name}: MAC {} after reopening, {m} before", nic.mac()));
+            }
         }
+    }
+    // One process owns a NIC: a second open of an open NIC is refused.
+    let _first = Nic::open(&devs[0]).map_err(|e| e.to_string())?;
+    match Nic::open(&devs[0]) {
+        Ok(_) => return Err(format!("{} opened twice at once", devs[0])),
+        Err(e) => println!("  second open of {}: {e}", devs[0]),
     }
     Ok(())
 }
@@ -180,17 +189,22 @@ fn registration_maps_memory(devs: &[String]) -> Result<(), String> {
 const SIZES: &str = "0,1,63,64,1000,1435,1436,1437,1500,4096,9000,65536";
 
 fn pingpong(devs: &[String], extra: &[&str]) -> Result<(), String> {
+    pingpong_env(devs, extra, &[]).map(|_| ())
+}
+
+/// A verified ping-pong with `env` set on both sides; returns the client's output.
+fn pingpong_env(devs: &[String], extra: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
     let pp = bin("via-pingpong");
     let common = ["--sizes", SIZES, "--bw-sizes", "1436,65536", "--iters", "200"];
     let mut server = Child2::spawn({
         let mut c = Command::new(&pp);
-        c.args(["server", "--device", &devs[0]]).args(common).args(extra);
+        c.args(["server", "--device", &devs[0]]).args(common).args(extra).envs(env.iter().copied());
         c
     })?;
     let mac = server.expect("READY")?;
     let client = Child2::spawn({
         let mut c = Command::new(&pp);
-        c.args(["client", "--device", &devs[1], "--peer", &mac, "--verify"]).args(common).args(extra);
+        c.args(["client", "--device", &devs[1], "--peer", &mac, "--verify"]).args(common).args(extra).envs(env.iter().copied());
         c
     })?;
     let out = client.finish().map_err(|e| format!("client: {e}"))?;
@@ -198,7 +212,57 @@ fn pingpong(devs: &[String], extra: &[&str]) -> Result<(), String> {
     for l in out.lines() {
         println!("  {l}");
     }
+    Ok(out)
+}
+
+/// The value of device counter `name` in a `VIA_STATS` report.
+fn device_counter(out: &str, name: &str) -> Option<u64> {
+    let at = out.find(&format!("(\"{name}\", "))? + name.len() + 5;
+    out[at..].split(')').next()?.trim().parse().ok()
+}
+
+/// With no spinning every wait sleeps, so the exchange only completes if
+/// the NIC's interrupt wakes the process through the VFIO eventfd; and the
+/// payload of data frames went from registered memory (zero-copy).
+fn sleeping_waits_wake_on_interrupts(devs: &[String]) -> Result<(), String> {
+    let out = pingpong_env(devs, &["--sizes", "0,64,1436,65536"], &[("VIA_SPIN_US", "0"), ("VIA_STATS", "1")])?;
+    let irqs = device_counter(&out, "interrupts").ok_or("no interrupts counter in the client's VIA_STATS report")?;
+    let zero_copy = device_counter(&out, "tx_zero_copy").ok_or("no tx_zero_copy counter")?;
+    let copied = device_counter(&out, "tx_copied").ok_or("no tx_copied counter")?;
+    println!("  client: {irqs} interrupts, {zero_copy} frames sent zero-copy, {copied} copied");
+    if irqs == 0 || zero_copy == 0 {
+        return Err(format!("expected interrupts and zero-copy frames: {irqs} interrupts, {zero_copy} zero-copy frames"));
+    }
     Ok(())
+}
+
+/// `via-agent unbind` gives the NIC up (opening it then fails with advice),
+/// `via-agent bind` takes it back; a missing device is a clear error.
+fn via_agent_unbinds_and_binds(devs: &[String]) -> Result<(), String> {
+    let agent = bin("via-agent");
+    let addr = devs[0].trim_start_matches("tulip:").to_string();
+    let run = |args: &[&str]| -> Result<String, String> {
+        let o = Command::new(&agent).args(args).output().map_err(|e| e.to_string())?;
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        if o.status.success() { Ok(text) } else { Err(text) }
+    };
+    run(&["unbind", &addr]).map_err(|e| format!("unbind: {e}"))?;
+    let refused = Nic::open(&devs[0]).err().map(|e| e.to_string());
+    let status = run(&["status"]).unwrap_or_else(|e| e);
+    run(&["bind", &addr]).map_err(|e| format!("bind: {e}"))?;
+    let Some(msg) = refused else { return Err("the NIC opened while unbound from vfio-pci".into()) };
+    if !msg.contains("via-agent bind") {
+        return Err(format!("opening an unbound NIC says {msg:?}, without telling to bind it"));
+    }
+    if !status.contains("not bound to vfio-pci") {
+        return Err(format!("status while unbound: {status}"));
+    }
+    Nic::open(&devs[0]).map_err(|e| format!("after binding again: {e}"))?;
+    match run(&["bind", "0000:00:1f.7"]) {
+        Ok(t) => Err(format!("binding a missing device succeeded: {t}")),
+        Err(t) if t.contains("no PCI device") => Ok(()),
+        Err(t) => Err(format!("binding a missing device: {t}")),
+    }
 }
 
 /// One `via-pingpong` client run with `--json`: (bytes, t_typical µs or MB/s) rows.
@@ -514,6 +578,8 @@ fn main() {
         };
         run("open_every_nic", &|| open_every_nic(d));
         run("registration_maps_memory_for_the_nic", &|| registration_maps_memory(d));
+        run("via_agent_unbinds_and_binds", &|| via_agent_unbinds_and_binds(d));
+        run("sleeping_waits_wake_on_interrupts", &|| sleeping_waits_wake_on_interrupts(d));
         run("pingpong_send_receive_reliable", &|| pingpong(d, &[]));
         run("pingpong_send_receive_unreliable", &|| pingpong(d, &["--reliability", "unreliable"]));
         run("pingpong_rdma_write", &|| pingpong(d, &["--rdma", "write"]));
