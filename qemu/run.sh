@@ -1,7 +1,7 @@
 #!/bin/bash
 # The QEMU harness for the tulip/VFIO path, in one command:
 #
-#   qemu/run.sh [--nics N]... [--only NAME] [--timeout SECONDS]
+#   qemu/run.sh [--nics N]... [--only NAME] [--env VAR=VALUE]... [--timeout SECONDS]
 #
 # builds the guest binaries statically (via-agent, via-pingpong,
 # via-testpeer, via-conform, via-guest-suite), builds an initramfs from
@@ -16,13 +16,15 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 NICS=()
 ONLY=""
+ENVS=""
 TIMEOUT=${VIA_QEMU_TIMEOUT:-600}
 while [ $# -gt 0 ]; do
     case "$1" in
         --nics) NICS+=("$2"); shift 2 ;;
         --only) ONLY="$2"; shift 2 ;;
+        --env) ENVS="$ENVS via_env=$2"; shift 2 ;;
         --timeout) TIMEOUT="$2"; shift 2 ;;
-        *) echo "usage: qemu/run.sh [--nics N]... [--only NAME] [--timeout SECONDS]" >&2; exit 2 ;;
+        *) echo "usage: qemu/run.sh [--nics N]... [--only NAME] [--env VAR=VALUE]... [--timeout SECONDS]" >&2; exit 2 ;;
     esac
 done
 [ ${#NICS[@]} -gt 0 ] || NICS=(2 4)
@@ -88,7 +90,7 @@ status=0
 for n in "${NICS[@]}"; do
     args=(-accel tcg -machine q35 -cpu max -smp 2 -m 1024 -device intel-iommu
           -kernel "$KERNEL" -initrd "$WORK/initrd.gz"
-          -append "console=ttyS0 intel_iommu=on panic=-1 quiet loglevel=3 via_only=$ONLY"
+          -append "console=ttyS0 intel_iommu=on panic=-1 quiet loglevel=3 via_only=$ONLY$ENVS"
           -nographic -no-reboot -nodefaults -serial stdio)
     for i in $(seq 0 $((n - 1))); do
         args+=(-netdev "hubport,id=p$i,hubid=0" -device "tulip,netdev=p$i,mac=52:54:00:00:00:$(printf %02x $((i + 1)))")

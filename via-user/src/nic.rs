@@ -6,6 +6,8 @@
 use crate::engine::{AsyncError, Config, Counters, Engine, IncomingRequest, MAX_CQ, MAX_SEGMENTS, MAX_TRANSFER_SIZE, MAX_VI};
 use crate::error::{Result, ViaError, VipReturn};
 use crate::notify::{Notice, Notifier, NotifyTarget};
+use crate::progress::CloseGate;
+use std::mem::ManuallyDrop;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -63,9 +65,24 @@ impl Shared {
 /// An opened NIC (`VIP_NIC_HANDLE`). Cloning gives another handle to the
 /// same NIC; it closes when the last handle and every object made from it
 /// are gone.
-#[derive(Clone)]
 pub struct Nic {
-    pub(crate) shared: Arc<Shared>,
+    /// Dropped by hand, through `gate` (see [`crate::progress::CloseGate`]).
+    pub(crate) shared: ManuallyDrop<Arc<Shared>>,
+    gate: Arc<CloseGate>,
+}
+
+impl Clone for Nic {
+    fn clone(&self) -> Nic {
+        Nic { shared: ManuallyDrop::new(Arc::clone(&self.shared)), gate: Arc::clone(&self.gate) }
+    }
+}
+
+impl Drop for Nic {
+    fn drop(&mut self) {
+        // SAFETY: `shared` is taken once, here, and never used again.
+        let shared = unsafe { ManuallyDrop::take(&mut self.shared) };
+        self.gate.drop_handle(shared);
+    }
 }
 
 /// `VIP_NIC_ATTRIBUTES`, the parts that are facts about this provider.
@@ -141,10 +158,11 @@ impl Nic {
             wake_fd,
             notifier: Notifier::default(),
         });
+        let gate = Arc::new(CloseGate::default());
         if background {
-            crate::progress::start(Arc::downgrade(&shared)).map_err(|e| ViaError::io("starting the progress thread", e))?;
+            crate::progress::start(Arc::downgrade(&shared), Arc::clone(&gate)).map_err(|e| ViaError::io("starting the progress thread", e))?;
         }
-        Ok(Nic { shared })
+        Ok(Nic { shared: ManuallyDrop::new(shared), gate })
     }
 
     /// Enters the engine on behalf of the application.

@@ -11,7 +11,7 @@
 
 use crate::nic::{sleep_on, Shared};
 use std::sync::atomic::Ordering;
-use std::sync::Weak;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 /// How long the application must stay out of the engine before the thread
@@ -23,40 +23,90 @@ const MAX_NAP: Duration = Duration::from_millis(16);
 /// Longest sleep, so the thread notices the NIC closing.
 const MAX_SLEEP: Duration = Duration::from_millis(50);
 
-/// Starts the progress thread of `shared`.
-pub(crate) fn start(shared: Weak<Shared>) -> std::io::Result<()> {
-    std::thread::Builder::new().name("via-progress".into()).spawn(move || run(shared)).map(|_| ())
+/// Makes closing a NIC synchronous although the progress thread may hold a
+/// reference for a moment: the application's last handle waits until the
+/// thread has let go, so the device is closed (and can be opened again)
+/// when `drop` returns, not a moment later on the progress thread.
+#[derive(Default)]
+pub(crate) struct CloseGate {
+    /// Does the progress thread hold a strong reference now?
+    held: Mutex<bool>,
+    released: Condvar,
+    thread: Mutex<Option<std::thread::ThreadId>>,
 }
 
-fn run(weak: Weak<Shared>) {
+impl CloseGate {
+    fn lock(&self) -> MutexGuard<'_, bool> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops an application handle; if it was the last one, waits until
+    /// the progress thread has dropped its own (so the NIC is closed).
+    pub(crate) fn drop_handle(&self, shared: Arc<Shared>) {
+        let mut held = self.lock();
+        let last = Arc::strong_count(&shared) == 1 + usize::from(*held);
+        drop(shared);
+        let on_progress_thread = *self.thread.lock().unwrap_or_else(|p| p.into_inner()) == Some(std::thread::current().id());
+        if last && !on_progress_thread {
+            while *held {
+                held = self.released.wait(held).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    }
+
+    fn take(&self, weak: &Weak<Shared>) -> Option<Arc<Shared>> {
+        let mut held = self.lock();
+        let s = weak.upgrade()?;
+        *held = true;
+        Some(s)
+    }
+
+    fn give_back(&self, shared: Arc<Shared>) {
+        let mut held = self.lock();
+        drop(shared);
+        *held = false;
+        self.released.notify_all();
+    }
+}
+
+/// Starts the progress thread of `shared`.
+pub(crate) fn start(shared: Weak<Shared>, gate: Arc<CloseGate>) -> std::io::Result<()> {
+    std::thread::Builder::new().name("via-progress".into()).spawn(move || run(shared, &gate)).map(|_| ())
+}
+
+fn run(weak: Weak<Shared>, gate: &CloseGate) {
+    *gate.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::thread::current().id());
     let mut seen = u64::MAX;
     let mut nap = IDLE_AFTER;
     loop {
-        let Some(shared) = weak.upgrade() else { return };
+        let Some(shared) = gate.take(&weak) else { return };
         let calls = shared.calls.load(Ordering::Relaxed);
         if calls != seen {
             // The application entered the engine since we last looked: it
             // drives progress itself. Look less often the longer it stays
             // busy, so that a spinning application is seldom interrupted.
             seen = calls;
-            drop(shared);
+            gate.give_back(shared);
             std::thread::sleep(nap);
             nap = (nap * 2).min(MAX_NAP);
             continue;
         }
         nap = IDLE_AFTER;
-        let (fd, next) = {
-            let Ok(mut e) = shared.engine.try_lock() else {
-                drop(shared);
-                std::thread::sleep(IDLE_AFTER);
-                continue;
-            };
-            shared.run(&mut e);
-            (e.wait_fd(), e.next_deadline())
+        let round = match shared.engine.try_lock() {
+            Ok(mut e) => {
+                shared.run(&mut e);
+                Some((e.wait_fd(), e.next_deadline()))
+            }
+            Err(_) => None,
+        };
+        let Some((fd, next)) = round else {
+            gate.give_back(shared);
+            std::thread::sleep(IDLE_AFTER);
+            continue;
         };
         shared.notifier.deliver();
         shared.background_rounds.fetch_add(1, Ordering::Relaxed);
-        drop(shared);
+        gate.give_back(shared);
         let now = Instant::now();
         let sleep = next.map_or(MAX_SLEEP, |t| t.saturating_duration_since(now).min(MAX_SLEEP));
         sleep_on(&[fd], Some(sleep));
