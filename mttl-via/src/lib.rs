@@ -1,4 +1,44 @@
-//! MTTL (MPC++ Multi-Thread Template Library) over VIA.
+//! MTTL (MPC++'s Multi-Thread Template Library) over VIA.
 //!
-//! Not implemented yet: the crate holds its place in the workspace; the
-//! runtime comes with the MTTL issue.
+//! A program is one binary started on every process (by `mttl-run`,
+//! Slurm's `srun` or `mpirun`). [`run`] connects the processes; process 0
+//! runs the program's main function in a user-level thread, and every
+//! process serves what the others ask of it:
+//!
+//! - [`invoke`] / [`ainvoke`]: run a [`remote!`] function on any process,
+//!   waiting for the result or later ([`Pending`]);
+//! - [`Sync`]: a synchronising queue (write, read, peek, queue_length),
+//!   reachable from other processes through its [`GlobalSync`];
+//! - [`GlobalPtr`]: a pointer into any process's global heap (read, write,
+//!   indexing, bulk `nread`/`nwrite`, RDMA over VIA for large ranges);
+//! - [`Barrier`], [`Reduction`], [`broadcast`]: collectives in SPMD phases
+//!   started with [`on_all`];
+//! - [`yield_now`], [`my_pe`], [`pe_num`].
+//!
+//! Layers, bottom up: [`comm`] (the eight primitives over VIA or TCP),
+//! [`thread`] (user-level threads), `runtime` (the scheduler loop and the
+//! message kinds), then the user-facing modules.
+
+pub mod boot;
+pub mod collective;
+pub mod comm;
+pub mod global;
+mod heap;
+pub mod invoke;
+pub mod registry;
+mod runtime;
+pub mod sync;
+pub mod thread;
+pub mod wire;
+
+pub use collective::{broadcast, Barrier, Reduction};
+pub use global::GlobalPtr;
+pub use invoke::{ainvoke, ainvoke_detached, invoke, on_all, Pending};
+pub use registry::RemoteFunction;
+pub use runtime::{my_pe, pe_num, run};
+pub use sync::{GlobalSync, Sync};
+pub use thread::yield_now;
+pub use wire::{Pod, Wire};
+
+#[doc(hidden)]
+pub use linkme;

@@ -1,0 +1,363 @@
+//! `mttl-check [all|invoke|sync|gptr|coll|many|comm|crash]...`: the MTTL
+//! test program, run by the tests under `mttl-run` at 1, 2, 4 and 8 ranks
+//! over both transports. Every check computes its expected answer locally
+//! and panics (failing the run) on a mismatch; a passing run ends with
+//! `mttl-check: passed` on rank 0.
+
+use mttl_via::comm::{self, Transport};
+use mttl_via::{ainvoke, ainvoke_detached, broadcast, invoke, my_pe, on_all, pe_num, remote, Barrier, GlobalPtr, GlobalSync, Reduction, Sync};
+
+remote! {
+    fn square(x: u64) -> u64 { x * x }
+    fn whoami() -> u64 { my_pe() as u64 }
+    fn nothing() {}
+    fn echo(v: Vec<u8>, s: String) -> (Vec<u8>, String) { (v, s) }
+    /// A method on a remote object: adds to a counter in the owner's heap.
+    fn counter_add(p: GlobalPtr<u64>, k: u64) -> u64 {
+        assert!(p.is_local());
+        // SAFETY: only this thread touches the counter between yields.
+        let c = unsafe { &mut p.local_slice(1)[0] };
+        *c += k;
+        *c
+    }
+    fn produce(to: GlobalSync<u64>, from: u64, count: u64) {
+        for i in 0..count {
+            to.write(from * 1_000_000 + i);
+            if i % 7 == 0 { mttl_via::yield_now(); }
+        }
+    }
+    fn consume(from: GlobalSync<u64>, count: u64) -> u64 {
+        (0..count).map(|_| from.read()).sum()
+    }
+    fn make_sync() -> GlobalSync<u64> {
+        let s = Sync::<u64>::new();
+        let g = s.global();
+        std::mem::forget(s); // lives for the run
+        g
+    }
+    fn collectives(round: u64) -> u64 { check_collectives(round); 1 }
+    fn fail_here(why: String) -> u64 { panic!("{why}") }
+    fn die_detached() { eprintln!("mttl-check: rank {} stops on purpose", my_pe()); std::process::exit(3) }
+}
+
+fn check_invoke() {
+    let n = pe_num();
+    for round in 0..200u64 {
+        let pe = (round as usize * 7 + 3) % n;
+        assert_eq!(invoke(pe, square, (round,)), round * round);
+    }
+    let pending: Vec<_> = (0..2000u64).map(|i| (i, ainvoke(i as usize % n, square, (i,)))).collect();
+    for (i, p) in pending {
+        assert_eq!(p.wait(), i * i, "ainvoke result for {i}");
+    }
+    for pe in 0..n {
+        assert_eq!(invoke(pe, whoami, ()), pe as u64);
+        invoke(pe, nothing, ());
+        let big = (0..100_000u32).map(|i| (i * 31) as u8).collect::<Vec<u8>>();
+        assert_eq!(invoke(pe, echo, (big.clone(), "héllo".into())), (big, "héllo".to_string()));
+    }
+    // Remote objects through a GlobalPtr.
+    let counters: Vec<GlobalPtr<u64>> = (0..n).map(|pe| GlobalPtr::alloc_on(pe, 1)).collect();
+    for k in 1..=10 {
+        for c in &counters {
+            c.invoke(counter_add, k);
+        }
+    }
+    for c in counters {
+        assert_eq!(c.read(), 55);
+        c.free();
+    }
+    // A panic of a remote function fails its invoker, naming it.
+    let r = std::panic::catch_unwind(|| invoke(n - 1, fail_here, ("on purpose".into(),)));
+    let msg = r.err().map(|p| p.downcast_ref::<String>().cloned().unwrap_or_default()).unwrap_or_default();
+    assert!(msg.contains("on purpose") && (n == 1 || msg.contains("fail_here")), "panic message was {msg:?}");
+    println!("mttl-check: invoke ok");
+}
+
+fn check_sync() {
+    let n = pe_num() as u64;
+    let per = 300u64;
+    let local = Sync::<u64>::new();
+    local.write(5);
+    assert_eq!(local.queue_length(), 1);
+    assert_eq!(local.peek(), 5);
+    assert_eq!(local.read(), 5);
+    assert_eq!(local.queue_length(), 0);
+    // Every rank produces into one Sync here.
+    let sink = Sync::<u64>::new();
+    for pe in 0..n {
+        ainvoke_detached(pe as usize, produce, (sink.global(), pe, per));
+    }
+    let mut got = 0u64;
+    for _ in 0..n * per {
+        got += sink.read();
+    }
+    let want: u64 = (0..n).map(|pe| (0..per).map(|i| pe * 1_000_000 + i).sum::<u64>()).sum();
+    assert_eq!(got, want);
+    assert_eq!(sink.queue_length(), 0);
+    // Consumers on every rank read Syncs that live on the next rank; we produce.
+    let boxes: Vec<GlobalSync<u64>> = (0..n).map(|pe| invoke(((pe + 1) % n) as usize, make_sync, ())).collect();
+    let sums: Vec<_> = (0..n).map(|pe| ainvoke(pe as usize, consume, (boxes[pe as usize], per))).collect();
+    for (pe, b) in boxes.iter().enumerate() {
+        for i in 0..per {
+            b.write(pe as u64 + i);
+        }
+    }
+    for (pe, s) in sums.into_iter().enumerate() {
+        assert_eq!(s.wait(), (0..per).map(|i| pe as u64 + i).sum::<u64>());
+    }
+    // Remote peek and length.
+    let b = boxes[0];
+    b.write(42);
+    assert_eq!(b.queue_length(), 1);
+    assert_eq!(b.peek(), 42);
+    assert_eq!(b.read(), 42);
+    println!("mttl-check: sync ok");
+}
+
+fn check_gptr() {
+    let n = pe_num();
+    for pe in 0..n {
+        let p = GlobalPtr::<u64>::alloc_on(pe, 1 << 16);
+        assert_eq!(p.pe(), pe);
+        p.write(7);
+        assert_eq!(p.read(), 7);
+        p.set(9, 99);
+        assert_eq!(p.get(9), 99);
+        assert_eq!(p.add(9).read(), 99);
+        for len in [1usize, 3, 100, 511, 512, 4096, 60_000] {
+            let v: Vec<u64> = (0..len as u64).map(|i| i * 3 + len as u64 + pe as u64).collect();
+            let at = p.add(17);
+            at.nwrite(&v);
+            let mut back = vec![0u64; len];
+            at.nread(&mut back);
+            assert_eq!(back, v, "range of {len} at rank {pe}");
+            assert_eq!(at.add(len - 1).read(), v[len - 1]);
+        }
+        let f = GlobalPtr::<f64>::alloc_on(pe, 3);
+        f.nwrite(&[1.5, -2.25, 1e300]);
+        let mut fb = [0f64; 3];
+        f.nread(&mut fb);
+        assert_eq!(fb, [1.5, -2.25, 1e300]);
+        f.free();
+        p.free();
+    }
+    // Out of bounds is an error naming the cause.
+    let p = GlobalPtr::<u8>::alloc_on(n - 1, 8);
+    let r = std::panic::catch_unwind(|| p.add(1 << 40).read());
+    let msg = r.err().map(|p| p.downcast_ref::<String>().cloned().unwrap_or_default()).unwrap_or_default();
+    assert!(msg.contains("heap"), "out-of-bounds message was {msg:?}");
+    p.free();
+    println!("mttl-check: gptr ok");
+}
+
+fn check_collectives(round: u64) {
+    let (me, n) = (my_pe() as u64, pe_num() as u64);
+    Barrier::wait();
+    for len in [1usize, 7, 64, 1000, 5000, 70_000] {
+        let mut v: Vec<u64> = (0..len as u64).map(|i| i * (me + 1) + round).collect();
+        Reduction::sum(&mut v);
+        let want: Vec<u64> = (0..len as u64).map(|i| i * n * (n + 1) / 2 + round * n).collect();
+        assert_eq!(v, want, "sum of {len}");
+        let mut m: Vec<i64> = (0..len as i64).map(|i| (i - me as i64 * 3) * if i % 2 == 0 { 1 } else { -1 }).collect();
+        let mut mx = m.clone();
+        Reduction::min(&mut m);
+        Reduction::max(&mut mx);
+        for i in 0..len as i64 {
+            let vals = (0..n as i64).map(|r| (i - r * 3) * if i % 2 == 0 { 1 } else { -1 });
+            assert_eq!(m[i as usize], vals.clone().min().unwrap());
+            assert_eq!(mx[i as usize], vals.max().unwrap());
+        }
+        let mut x: Vec<u32> = (0..len as u32).map(|i| i ^ (me as u32 * 0x9e37)).collect();
+        Reduction::with(&mut x, |a, b| *a ^= *b);
+        for (i, got) in x.iter().enumerate() {
+            assert_eq!(*got, (0..n as u32).fold(0, |a, r| a ^ (i as u32 ^ (r * 0x9e37))));
+        }
+        for root in [0, (n - 1) as usize] {
+            let mut b: Vec<u64> = if me as usize == root { (0..len as u64).map(|i| i + 1000 * root as u64).collect() } else { vec![0; len] };
+            broadcast(root, &mut b);
+            assert!(b.iter().enumerate().all(|(i, &x)| x == i as u64 + 1000 * root as u64), "broadcast of {len} from {root}");
+        }
+    }
+    assert_eq!(Reduction::sum_of(me + 1), n * (n + 1) / 2);
+    assert_eq!(Reduction::max_of(me), n - 1);
+    assert_eq!(Reduction::min_of(me as f64 + 0.5), 0.5);
+    Barrier::wait();
+}
+
+fn check_coll() {
+    for round in 0..3 {
+        assert!(on_all(collectives, (round,)).into_iter().all(|r| r == 1));
+    }
+    println!("mttl-check: coll ok");
+}
+
+fn check_many() {
+    let n = pe_num();
+    let count = 100_000u64;
+    let before = mttl_via::thread::stats();
+    let pending: Vec<_> = (0..count).map(|i| ainvoke(i as usize % n, square, (i,))).collect();
+    let mut sum = 0u64;
+    for p in pending {
+        sum = sum.wrapping_add(p.wait());
+    }
+    assert_eq!(sum, (0..count).fold(0u64, |a, i| a.wrapping_add(i * i)));
+    let s = mttl_via::thread::stats();
+    println!(
+        "mttl-check: many ok: {count} ainvokes in flight; here {} threads created, {} stacks allocated ({} KiB each)",
+        s.created - before.created,
+        s.stacks_allocated - before.stacks_allocated,
+        s.stack_bytes >> 10
+    );
+}
+
+fn check_crash() {
+    let victim = pe_num() - 1;
+    println!("mttl-check: rank {victim} will stop");
+    ainvoke_detached(victim, die_detached, ());
+    // Keep talking to everyone until the run is stopped.
+    for i in 0u64.. {
+        for pe in 0..pe_num() {
+            invoke(pe, square, (i,));
+        }
+    }
+}
+
+/// What a rank of the `comm` check has received.
+struct Inbox {
+    me: usize,
+    got: Vec<usize>,
+    notice: Option<usize>,
+    bye: Vec<bool>,
+}
+
+const SIZES: [usize; 8] = [0, 1, 8, 100, 8184, 8185, 20_000, 100_000];
+const PER: usize = 40;
+
+fn comm_msg(from: usize, to: usize, k: usize) -> Vec<u8> {
+    (0..SIZES[k % SIZES.len()]).map(|i| (i * 7 + from * 13 + to * 17 + k) as u8).collect()
+}
+
+impl Inbox {
+    /// Files one message from `j`: the next data message, the bulk notice
+    /// or the last word; anything else fails the check.
+    fn file(&mut self, j: usize, buf: &[u8]) {
+        if self.got[j] < PER {
+            assert_eq!(buf, comm_msg(j, self.me, self.got[j]), "message {} from {j}", self.got[j]);
+            self.got[j] += 1;
+        } else if buf.len() == 5 && buf[0] == comm::BULK_NOTICE {
+            assert!(self.notice.is_none(), "one bulk notice");
+            assert_eq!(u32::from_le_bytes(buf[1..].try_into().unwrap()), 77 + j as u32);
+            self.notice = Some(j);
+        } else {
+            assert_eq!(buf, b"bye", "the last message from {j}");
+            self.bye[j] = true;
+        }
+    }
+}
+
+/// The eight primitives directly, without the runtime: every rank sends
+/// every other rank messages of many sizes (nsend for half, with senddone
+/// checked) and one bulk put to the next rank; receives take half of each
+/// node's messages by brecnode, highest node first (leaving the others
+/// pending), and the rest by prob + brecany. Per node, messages must come
+/// in order and intact.
+fn check_comm() {
+    let mut boot = mttl_via::boot::Boot::from_env().unwrap_or_else(|e| panic!("{e}"));
+    let mut t: Box<dyn Transport> = comm::cominit(&mut boot, 1 << 20).unwrap_or_else(|e| panic!("{e}"));
+    let (me, n) = (boot.rank, boot.size);
+    let mut handles = Vec::new();
+    for k in 0..PER {
+        for j in (0..n).filter(|&j| j != me) {
+            if k % 2 == 0 {
+                t.asend(j, &comm_msg(me, j, k)).unwrap();
+            } else {
+                handles.push(t.nsend(j, &comm_msg(me, j, k)).unwrap());
+            }
+        }
+    }
+    let bulk = t.bulk().is_some() && n > 1;
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    let mut put = None;
+    if bulk {
+        let (base, _) = t.heap();
+        // SAFETY: our own heap; nobody writes [0, 300000) of it in this test.
+        let heap = unsafe { std::slice::from_raw_parts_mut(base, 300_000) };
+        for (i, b) in heap.iter_mut().enumerate() {
+            *b = (i * 3 + me) as u8;
+        }
+        put = Some(t.bulk().unwrap().put(next, 0, 400_000, 300_000, 77 + me as u32).unwrap());
+    }
+    let mut inbox = Inbox { me, got: vec![0; n], notice: None, bye: vec![false; n] };
+    inbox.got[me] = PER;
+    inbox.bye[me] = true;
+    let mut buf = Vec::new();
+    for j in (0..n).rev().filter(|&j| j != me) {
+        for _ in 0..PER / 2 {
+            t.brecnode(j, &mut buf).unwrap();
+            inbox.file(j, &buf);
+        }
+    }
+    while inbox.got.iter().any(|&g| g < PER) || (bulk && inbox.notice.is_none()) {
+        let probed = loop {
+            if let Some(j) = t.prob().unwrap() {
+                break j;
+            }
+        };
+        let j = t.brecany(&mut buf).unwrap();
+        assert_eq!(j, probed, "prob and brecany agree");
+        inbox.file(j, &buf);
+    }
+    if bulk {
+        assert_eq!(inbox.notice, Some(prev));
+        let (base, _) = t.heap();
+        // SAFETY: the range prev's put filled; its notice came.
+        let landed = unsafe { std::slice::from_raw_parts(base.add(400_000), 300_000) };
+        assert!(landed.iter().enumerate().all(|(i, &b)| b == (i * 3 + prev) as u8), "bulk data from {prev}");
+    }
+    for h in handles.into_iter().chain(put) {
+        while !t.senddone(h).unwrap() {
+            let _ = t.prob().unwrap();
+        }
+    }
+    // The last word: after it, peers may close.
+    for j in (0..n).filter(|&j| j != me) {
+        t.asend(j, b"bye").unwrap();
+    }
+    t.closing();
+    for j in 0..n {
+        if !inbox.bye[j] {
+            t.brecnode(j, &mut buf).unwrap();
+            inbox.file(j, &buf);
+        }
+    }
+    t.comfinish().unwrap();
+    println!("mttl-check: comm ok ({} transport, {n} ranks)", t.name());
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut what: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    if what.is_empty() || what == ["all"] {
+        what = vec!["invoke", "sync", "gptr", "coll", "many"];
+    }
+    if what == ["comm"] {
+        return check_comm();
+    }
+    println!("mttl-check: rank {} pid {}", std::env::var("MTTL_RANK").unwrap_or_else(|_| "0".into()), std::process::id());
+    let what: Vec<String> = what.into_iter().map(String::from).collect();
+    mttl_via::run(move || {
+        for w in &what {
+            match w.as_str() {
+                "invoke" => check_invoke(),
+                "sync" => check_sync(),
+                "gptr" => check_gptr(),
+                "coll" => check_coll(),
+                "many" => check_many(),
+                "crash" => check_crash(),
+                other => panic!("unknown check {other:?}"),
+            }
+        }
+        println!("mttl-check: passed ({} ranks)", pe_num());
+    });
+}

@@ -1,0 +1,281 @@
+//! `mttl-run -n N [--transport via|tcp] [--timeout SECONDS] -- PROGRAM ARGS`
+//!
+//! Runs an MTTL program as N processes on this machine, each in a network
+//! namespace of its own (`eth0`, 10.77.0.(rank+1)/16) joined by a bridge in
+//! one more namespace, the way N hosts on one Ethernet would be. Every line
+//! a rank prints is prefixed with `[rank]`. When a rank fails, the others
+//! are stopped and mttl-run exits non-zero; on every exit path (Ctrl-C
+//! included) it kills what it started and deletes the namespaces it made.
+//! Needs root. On a cluster, start the program with `srun` or `mpirun`
+//! instead: ranks read their number from that launcher's environment.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+static STOP: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    STOP.store(sig, Ordering::SeqCst);
+}
+
+struct Opts {
+    n: usize,
+    transport: String,
+    timeout: Option<Duration>,
+    cmd: Vec<String>,
+}
+
+fn usage() -> ! {
+    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--timeout SECONDS] -- PROGRAM [ARGS...]");
+    std::process::exit(2)
+}
+
+fn parse() -> Opts {
+    let mut a = std::env::args().skip(1);
+    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, cmd: Vec::new() };
+    while let Some(x) = a.next() {
+        match x.as_str() {
+            "-n" | "--np" => o.n = a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
+            "--transport" => o.transport = a.next().unwrap_or_else(|| usage()),
+            "--timeout" => o.timeout = Some(Duration::from_secs(a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()))),
+            "--" => {
+                o.cmd = a.by_ref().collect();
+                break;
+            }
+            "-h" | "--help" => usage(),
+            _ => {
+                o.cmd = std::iter::once(x).chain(a.by_ref()).collect();
+                break;
+            }
+        }
+    }
+    if o.n == 0 || o.n > 250 || o.cmd.is_empty() {
+        eprintln!("mttl-run: give -n between 1 and 250 and a program");
+        usage()
+    }
+    if o.transport != "via" && o.transport != "tcp" {
+        eprintln!("mttl-run: --transport must be via or tcp, not {:?}", o.transport);
+        usage()
+    }
+    o
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("running ip: {e} (is iproute2 installed?)"))?;
+    if !out.status.success() {
+        return Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(())
+}
+
+/// The namespaces of one run; deleted on drop.
+struct Net {
+    prefix: String,
+    names: Vec<String>,
+}
+
+impl Net {
+    fn hub(&self) -> String {
+        format!("{}hub", self.prefix)
+    }
+    fn rank(&self, i: usize) -> String {
+        format!("{}r{i}", self.prefix)
+    }
+
+    fn build(n: usize) -> Result<Net, String> {
+        let mut net = Net { prefix: format!("mttl{}-", std::process::id()), names: Vec::new() };
+        let hub = net.hub();
+        ip(&["netns", "add", &hub])?;
+        net.names.push(hub.clone());
+        ip(&["-n", &hub, "link", "add", "br0", "type", "bridge"])?;
+        ip(&["-n", &hub, "link", "set", "br0", "up"])?;
+        for i in 0..n {
+            let ns = net.rank(i);
+            ip(&["netns", "add", &ns])?;
+            net.names.push(ns.clone());
+            let port = format!("p{i}");
+            ip(&["-n", &hub, "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &ns])?;
+            ip(&["-n", &hub, "link", "set", &port, "master", "br0", "up"])?;
+            ip(&["-n", &ns, "addr", "add", &format!("10.77.{}.{}/16", (i + 1) / 256, (i + 1) % 256), "dev", "eth0"])?;
+            ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(net)
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for ns in self.names.iter().rev() {
+            let _ = ip(&["netns", "del", ns]);
+        }
+    }
+}
+
+/// Deletes namespaces left by mttl-run processes that no longer exist
+/// (killed with SIGKILL, which no handler sees).
+fn sweep_stale() {
+    let Ok(rd) = std::fs::read_dir("/var/run/netns") else { return };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix("mttl") else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else { continue };
+        // SAFETY: kill with signal 0 only checks that the process exists.
+        if pid != std::process::id() as i32 && unsafe { libc::kill(pid, 0) } != 0 {
+            let _ = ip(&["netns", "del", &name]);
+        }
+    }
+}
+
+fn pump(rank: usize, r: impl std::io::Read + Send + 'static, to_err: bool) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(r).split(b'\n').map_while(Result::ok) {
+            let mut l = format!("[{rank}] ").into_bytes();
+            l.extend_from_slice(&line);
+            l.push(b'\n');
+            if to_err {
+                let _ = std::io::stderr().lock().write_all(&l);
+            } else {
+                let _ = std::io::stdout().lock().write_all(&l);
+            }
+        }
+    })
+}
+
+fn kill_all(children: &mut [Option<Child>], sig: libc::c_int) {
+    for c in children.iter().flatten() {
+        // SAFETY: signalling a child we started and have not reaped.
+        unsafe { libc::kill(c.id() as i32, sig) };
+    }
+}
+
+fn main() -> ExitCode {
+    let o = parse();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("mttl-run: needs root to make network namespaces (on a cluster, start the program with srun or mpirun instead)");
+        return ExitCode::from(2);
+    }
+    for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic.
+        unsafe { libc::signal(s, on_signal as *const () as libc::sighandler_t) };
+    }
+    sweep_stale();
+    let net = match Net::build(o.n) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("mttl-run: setting up the network: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let root = "10.77.0.1:47000";
+    let mut children: Vec<Option<Child>> = Vec::new();
+    let mut pumps = Vec::new();
+    for i in 0..o.n {
+        let spawned = Command::new("ip")
+            .args(["netns", "exec", &net.rank(i)])
+            .args(&o.cmd)
+            .env("MTTL_RANK", i.to_string())
+            .env("MTTL_SIZE", o.n.to_string())
+            .env("MTTL_ROOT", root)
+            .env("MTTL_TRANSPORT", &o.transport)
+            .env("MTTL_VIA_DEVICE", "/dev/via_eth0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        match spawned {
+            Ok(mut c) => {
+                pumps.push(pump(i, c.stdout.take().unwrap(), false));
+                pumps.push(pump(i, c.stderr.take().unwrap(), true));
+                children.push(Some(c));
+            }
+            Err(e) => {
+                eprintln!("mttl-run: starting rank {i} ({}): {e}", o.cmd[0]);
+                kill_all(&mut children, libc::SIGKILL);
+                for c in children.iter_mut().flatten() {
+                    let _ = c.wait();
+                }
+                return ExitCode::from(1);
+            }
+        }
+    }
+    let started = Instant::now();
+    let mut failed: Option<String> = None;
+    let mut left = o.n;
+    let mut stopping_since: Option<Instant> = None;
+    // Every rank that failed on its own, in the order seen.
+    let mut reasons: Vec<String> = Vec::new();
+    while left > 0 {
+        let mut progressed = false;
+        let mut failures = Vec::new();
+        for (i, slot) in children.iter_mut().enumerate() {
+            let Some(c) = slot else { continue };
+            match c.try_wait() {
+                Ok(Some(st)) => {
+                    *slot = None;
+                    left -= 1;
+                    progressed = true;
+                    if !st.success() {
+                        failures.push(format!("rank {i} {}", describe(st)));
+                        // Ranks we stopped ourselves are not reported.
+                        if stopping_since.is_none() || st.code().is_some() {
+                            reasons.push(format!("rank {i} {}", describe(st)));
+                        }
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    failed.get_or_insert(format!("waiting for rank {i}: {e}"));
+                }
+            }
+        }
+        if failed.is_none() && !failures.is_empty() {
+            failed = Some(failures.join(", "));
+        }
+        let sig = STOP.load(Ordering::SeqCst);
+        if sig != 0 && failed.is_none() {
+            failed = Some(format!("stopped by signal {sig}"));
+        }
+        if failed.is_none() && o.timeout.is_some_and(|t| started.elapsed() > t) {
+            failed = Some(format!("the run took longer than {} s", o.timeout.unwrap().as_secs()));
+        }
+        if failed.is_some() && left > 0 {
+            match stopping_since {
+                None => {
+                    eprintln!("mttl-run: {}; stopping the other ranks", failed.as_deref().unwrap());
+                    kill_all(&mut children, libc::SIGTERM);
+                    stopping_since = Some(Instant::now());
+                }
+                Some(t) if t.elapsed() > Duration::from_secs(2) => kill_all(&mut children, libc::SIGKILL),
+                Some(_) => {}
+            }
+        }
+        if !progressed && left > 0 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    for p in pumps {
+        let _ = p.join();
+    }
+    drop(net);
+    match failed {
+        None => ExitCode::SUCCESS,
+        Some(why) => {
+            let why = if reasons.is_empty() { why } else { reasons.join(", ") };
+            eprintln!("mttl-run: failed: {why}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn describe(st: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (st.code(), st.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (_, Some(s)) => format!("was killed by signal {s}"),
+        _ => "ended".into(),
+    }
+}

@@ -1,0 +1,240 @@
+//! Collectives among all processes: [`Barrier`], [`Reduction`] (allreduce:
+//! recursive doubling for short vectors, Rabenseifner's reduce-scatter +
+//! allgather for long ones) and [`broadcast`] (a binomial tree for short
+//! data, van de Geijn's scatter + ring allgather for long).
+//!
+//! Every process must call the same collectives in the same order, one
+//! thread per process at a time (the SPMD phases that [`crate::on_all`]
+//! starts). Steps travel as COLL messages tagged with the collective's
+//! sequence number and the step, so they never mix. Non-power-of-two
+//! process counts fold the extra ranks into the lower ones first.
+
+use crate::runtime::{coll_recv, coll_send, my_pe, pe_num, with};
+use crate::wire::{pod_bytes, pod_bytes_mut, Pod};
+
+/// Data of at least this many bytes takes the long algorithms
+/// (`MTTL_COLL_LONG`, default 8 KiB).
+fn long_bytes() -> usize {
+    std::env::var("MTTL_COLL_LONG").ok().and_then(|v| v.parse().ok()).unwrap_or(8192)
+}
+
+fn next_seq() -> u64 {
+    with(|rt| {
+        rt.coll_seq += 1;
+        rt.coll_seq
+    })
+}
+
+fn tag(seq: u64, step: u64) -> u64 {
+    seq << 16 | step
+}
+
+fn recv_into<T: Pod>(node: usize, t: u64, out: &mut [T]) {
+    let m = coll_recv(node, t);
+    let b = pod_bytes_mut(out);
+    if m.len() != b.len() {
+        panic!("collective step from rank {node}: {} bytes where {} were expected (do all processes pass the same length?)", m.len(), b.len());
+    }
+    b.copy_from_slice(&m);
+}
+
+fn recv_vec<T: Pod>(node: usize, t: u64, n: usize) -> Vec<T> {
+    // SAFETY: zero is a valid Pod value.
+    let mut v = vec![unsafe { std::mem::zeroed::<T>() }; n];
+    recv_into(node, t, &mut v);
+    v
+}
+
+/// Waiting until every process arrived.
+pub struct Barrier;
+
+impl Barrier {
+    /// The dissemination barrier: ceil(log2 n) rounds of one message each.
+    pub fn wait() {
+        let (me, n) = (my_pe(), pe_num());
+        if n == 1 {
+            return;
+        }
+        let seq = next_seq();
+        let (mut k, mut step) = (1, 0);
+        while k < n {
+            coll_send((me + k) % n, tag(seq, step), &[]);
+            let _ = coll_recv((me + n - k) % n, tag(seq, step));
+            k <<= 1;
+            step += 1;
+        }
+    }
+}
+
+/// Combining a vector across all processes; every process gets the result.
+/// Operations must be associative and commutative.
+pub struct Reduction;
+
+impl Reduction {
+    pub fn sum<T: Pod + std::ops::AddAssign>(v: &mut [T]) {
+        Self::with(v, |a, b| *a += *b)
+    }
+    pub fn min<T: Pod + PartialOrd>(v: &mut [T]) {
+        Self::with(v, |a, b| {
+            if *b < *a {
+                *a = *b
+            }
+        })
+    }
+    pub fn max<T: Pod + PartialOrd>(v: &mut [T]) {
+        Self::with(v, |a, b| {
+            if *b > *a {
+                *a = *b
+            }
+        })
+    }
+    /// The sum of `x` over all processes.
+    pub fn sum_of<T: Pod + std::ops::AddAssign>(x: T) -> T {
+        let mut v = [x];
+        Self::sum(&mut v);
+        v[0]
+    }
+    pub fn min_of<T: Pod + PartialOrd>(x: T) -> T {
+        let mut v = [x];
+        Self::min(&mut v);
+        v[0]
+    }
+    pub fn max_of<T: Pod + PartialOrd>(x: T) -> T {
+        let mut v = [x];
+        Self::max(&mut v);
+        v[0]
+    }
+
+    /// Allreduce of `v` with the element operation `op(acc, other)`.
+    pub fn with<T: Pod>(v: &mut [T], op: impl Fn(&mut T, &T)) {
+        let (me, n) = (my_pe(), pe_num());
+        if n == 1 || v.is_empty() {
+            return;
+        }
+        let seq = next_seq();
+        let combine = |acc: &mut [T], other: &[T]| acc.iter_mut().zip(other).for_each(|(a, b)| op(a, b));
+        let p2 = 1usize << (usize::BITS - 1 - n.leading_zeros());
+        let extra = n - p2;
+        // Fold: ranks p2.. hand their vectors to rank - p2 and wait for the answer.
+        if me >= p2 {
+            coll_send(me - p2, tag(seq, 0), pod_bytes(v));
+            recv_into(me - p2, tag(seq, 1), v);
+            return;
+        }
+        if me < extra {
+            let o = recv_vec::<T>(me + p2, tag(seq, 0), v.len());
+            combine(v, &o);
+        }
+        let long = std::mem::size_of_val(v) >= long_bytes() && v.len() >= p2;
+        if p2 > 1 {
+            if long {
+                rabenseifner(v, me, p2, seq, &combine);
+            } else {
+                let (mut mask, mut step) = (1, 2);
+                while mask < p2 {
+                    let partner = me ^ mask;
+                    coll_send(partner, tag(seq, step), pod_bytes(v));
+                    let o = recv_vec::<T>(partner, tag(seq, step), v.len());
+                    combine(v, &o);
+                    mask <<= 1;
+                    step += 1;
+                }
+            }
+        }
+        if me < extra {
+            coll_send(me + p2, tag(seq, 1), pod_bytes(v));
+        }
+    }
+}
+
+/// Reduce-scatter by recursive halving, then allgather by recursive
+/// doubling, among ranks 0..p2 (a power of two).
+fn rabenseifner<T: Pod>(v: &mut [T], me: usize, p2: usize, seq: u64, combine: &dyn Fn(&mut [T], &[T])) {
+    let mut step = 100;
+    let (mut lo, mut hi) = (0, v.len());
+    let mut splits = Vec::new();
+    let mut mask = p2 >> 1;
+    while mask > 0 {
+        let partner = me ^ mask;
+        let mid = lo + (hi - lo) / 2;
+        let (keep, give) = if me & mask == 0 { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
+        coll_send(partner, tag(seq, step), pod_bytes(&v[give.0..give.1]));
+        let o = recv_vec::<T>(partner, tag(seq, step), keep.1 - keep.0);
+        combine(&mut v[keep.0..keep.1], &o);
+        splits.push(((lo, hi), give));
+        (lo, hi) = keep;
+        mask >>= 1;
+        step += 1;
+    }
+    // Allgather: undo the halvings in reverse order.
+    let mut mask = 1;
+    while let Some(((plo, phi), give)) = splits.pop() {
+        let partner = me ^ mask;
+        coll_send(partner, tag(seq, step), pod_bytes(&v[lo..hi]));
+        recv_into(partner, tag(seq, step), &mut v[give.0..give.1]);
+        (lo, hi) = (plo, phi);
+        mask <<= 1;
+        step += 1;
+    }
+}
+
+/// Copies `data` of process `root` into `data` of every process (all
+/// pass the same length).
+pub fn broadcast<T: Pod>(root: usize, data: &mut [T]) {
+    let (me, n) = (my_pe(), pe_num());
+    assert!(root < n, "broadcast from rank {root} of {n}");
+    if n == 1 || data.is_empty() {
+        return;
+    }
+    let seq = next_seq();
+    let vr = (me + n - root) % n;
+    let real = |v: usize| (v + root) % n;
+    if std::mem::size_of_val(data) < long_bytes() || data.len() < n {
+        // Binomial tree on relative ranks.
+        let mut mask = 1;
+        while mask < n {
+            if vr & mask != 0 {
+                recv_into(real(vr - mask), tag(seq, 0), data);
+                break;
+            }
+            mask <<= 1;
+        }
+        mask >>= 1;
+        while mask > 0 {
+            if vr + mask < n {
+                coll_send(real(vr + mask), tag(seq, 0), pod_bytes(data));
+            }
+            mask >>= 1;
+        }
+        return;
+    }
+    // van de Geijn: scatter block b to relative rank b, then ring allgather.
+    let chunk = data.len().div_ceil(n);
+    let len = data.len();
+    let block = |b: usize| (b * chunk).min(len)..((b + 1) * chunk).min(len);
+    let blocks = |a: usize, b: usize| block(a).start..block(b.min(n) - 1).end;
+    let mut mask = 1;
+    while mask < n {
+        if vr & mask != 0 {
+            let r = blocks(vr, vr + mask);
+            recv_into(real(vr - mask), tag(seq, 1), &mut data[r]);
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    while mask > 0 {
+        if vr + mask < n {
+            let r = blocks(vr + mask, vr + 2 * mask);
+            coll_send(real(vr + mask), tag(seq, 1), pod_bytes(&data[r]));
+        }
+        mask >>= 1;
+    }
+    let (left, right) = (real((vr + n - 1) % n), real((vr + 1) % n));
+    for step in 0..n - 1 {
+        let send_b = (vr + n - step) % n;
+        let recv_b = (vr + n - step - 1) % n;
+        coll_send(right, tag(seq, 2 + step as u64), pod_bytes(&data[block(send_b)]));
+        recv_into(left, tag(seq, 2 + step as u64), &mut data[block(recv_b)]);
+    }
+}

@@ -1,0 +1,137 @@
+//! The communication layer: MTTL's eight primitives, the porting boundary.
+//!
+//! | primitive | here |
+//! |---|---|
+//! | `_pmttl_cominit` | [`cominit`] |
+//! | `_pmttl_comfinish` | [`Transport::comfinish`] |
+//! | `_pmttl_prob` | [`Transport::prob`] |
+//! | `_pmttl_asend` | [`Transport::asend`] |
+//! | `_pmttl_nsend` | [`Transport::nsend`] |
+//! | `_pmttl_senddone` | [`Transport::senddone`] |
+//! | `_pmttl_brecnode` | [`Transport::brecnode`] |
+//! | `_pmttl_brecany` | [`Transport::brecany`] |
+//!
+//! Two implementations: [`via`] (one reliable VI per peer, one CQ, the
+//! pending-VI list of [`pending`]) and [`tcp`] (one socket per peer, the
+//! baseline). Messages are byte strings of any length, delivered once and
+//! in order per pair of processes. Optionally a transport moves bulk data
+//! into a peer's heap directly ([`Bulk`], RDMA on VIA).
+
+pub mod credit;
+pub mod pending;
+pub mod tcp;
+pub mod via;
+
+use crate::boot::Boot;
+use std::fmt;
+
+/// A communication failure; the process cannot go on.
+#[derive(Debug, Clone)]
+pub struct CommError(pub String);
+
+impl fmt::Display for CommError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CommError {}
+
+pub type Result<T> = std::result::Result<T, CommError>;
+
+/// Names one non-blocking send for [`Transport::senddone`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendHandle {
+    pub node: usize,
+    pub seq: u64,
+}
+
+/// The first byte of a message that a [`Bulk::put`] raises at its target;
+/// four bytes of `imm` follow. Runtime message kinds stay below it.
+pub const BULK_NOTICE: u8 = 0xB0;
+
+/// MTTL's communication primitives over one transport.
+pub trait Transport {
+    /// "via" or "tcp".
+    fn name(&self) -> &'static str;
+    /// `_pmttl_comfinish`: waits until every send is delivered, then
+    /// closes. Call after the runtime's shutdown handshake.
+    fn comfinish(&mut self) -> Result<()>;
+    /// `_pmttl_prob`: the node whose message `brecany` would return now,
+    /// without blocking.
+    fn prob(&mut self) -> Result<Option<usize>>;
+    /// `_pmttl_asend`: sends `msg` to `node`; returns at once (the bytes
+    /// are copied), delivery completes in the background.
+    fn asend(&mut self, node: usize, msg: &[u8]) -> Result<()>;
+    /// `_pmttl_nsend`: like `asend`, with a handle to test completion.
+    fn nsend(&mut self, node: usize, msg: &[u8]) -> Result<SendHandle>;
+    /// `_pmttl_senddone`: has the send `h` been delivered?
+    fn senddone(&mut self, h: SendHandle) -> Result<bool>;
+    /// `_pmttl_brecnode`: blocks until a message from `node` arrives; puts
+    /// it in `out`. Messages from other nodes met meanwhile stay pending,
+    /// in arrival order.
+    fn brecnode(&mut self, node: usize, out: &mut Vec<u8>) -> Result<()>;
+    /// `_pmttl_brecany`: blocks until a message from any node arrives (the
+    /// oldest pending one first); puts it in `out` and returns its node.
+    fn brecany(&mut self, out: &mut Vec<u8>) -> Result<usize>;
+    /// Direct transfers into peers' heaps, where the transport has them.
+    fn bulk(&mut self) -> Option<&mut dyn Bulk> {
+        None
+    }
+    /// The run is ending: from now on a peer closing its connection is
+    /// expected. Before this call a close is an error (the peer stopped).
+    fn closing(&mut self);
+    /// The memory that `GlobalPtr`s point into (registered for RDMA on
+    /// VIA): base and length.
+    fn heap(&mut self) -> (*mut u8, usize);
+}
+
+/// Direct placement into a peer's heap (RDMA write with immediate data).
+pub trait Bulk {
+    /// Writes `len` bytes at `src_off` of our heap to `dst_off` of `node`'s
+    /// heap; when they are placed, `node`'s `brecany` returns the message
+    /// `[BULK_NOTICE, imm (4 bytes LE)]`. The source must stay unchanged
+    /// until `senddone` of the returned handle.
+    fn put(&mut self, node: usize, src_off: usize, dst_off: usize, len: usize, imm: u32) -> Result<SendHandle>;
+    /// Smallest transfer worth sending this way.
+    fn threshold(&self) -> usize;
+}
+
+/// `_pmttl_cominit`: connects this process to every other one, over the
+/// transport `boot` names.
+pub fn cominit(boot: &mut Boot, heap_bytes: usize) -> Result<Box<dyn Transport>> {
+    match boot.transport.as_str() {
+        "via" => Ok(Box::new(via::ViaTransport::cominit(boot, heap_bytes)?)),
+        "tcp" => Ok(Box::new(tcp::TcpTransport::cominit(boot, heap_bytes)?)),
+        other => Err(CommError(format!("unknown transport {other:?} (MTTL_TRANSPORT must be via or tcp)"))),
+    }
+}
+
+/// A page-aligned heap for transports without registration.
+pub(crate) struct PlainHeap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl PlainHeap {
+    pub(crate) fn new(len: usize) -> Result<PlainHeap> {
+        let len = len.max(4096);
+        // SAFETY: anonymous private mapping; checked for failure below.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+        if p == libc::MAP_FAILED {
+            return Err(CommError(format!("mapping a {} MiB heap: {}", len >> 20, std::io::Error::last_os_error())));
+        }
+        Ok(PlainHeap { ptr: p.cast(), len })
+    }
+
+    pub(crate) fn get(&self) -> (*mut u8, usize) {
+        (self.ptr, self.len)
+    }
+}
+
+impl Drop for PlainHeap {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping made in `new`.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}

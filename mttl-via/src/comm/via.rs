@@ -1,0 +1,557 @@
+//! The eight primitives over VIA, as MTTL.md describes: one Reliable
+//! Delivery VI per peer, all of them completing into one completion queue;
+//! receives pre-posted in fixed slots and posted again as soon as they are
+//! consumed; credit flow control ([`Credits`]) so that no frame ever
+//! arrives without a receive posted for it (a reliable VI would break);
+//! `brecany` takes the head of the pending-VI list ([`PendingList`]) or
+//! waits on the CQ; `brecnode` and `prob` append the completions of other
+//! VIs they meet to the list's tail.
+//!
+//! Frames: a message goes in one or more slot-sized frames, each with an
+//! 8-byte header `[credit report u32 LE][kind u8][0; 3]`; the kinds are
+//! MORE (a fragment follows), LAST and CREDIT (a report and nothing
+//! else). The kind byte of a slot is zeroed before it is posted, so a
+//! completion whose slot still says 0 is an RDMA write with immediate
+//! data (a [`Bulk::put`] into our heap), which reaches the program as
+//! `[BULK_NOTICE, imm]`.
+//!
+//! The heap is one registered region with RDMA write enabled; start-up
+//! exchanges each rank's MAC address and heap buffer through the boot
+//! rendezvous.
+
+use super::credit::Credits;
+use super::pending::PendingList;
+use super::{Bulk, CommError, Result, SendHandle, Transport, BULK_NOTICE};
+use crate::boot::Boot;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use via_user::{Completion, Cq, Descriptor, MacAddr, MemAttributes, MemoryRegion, Nic, Op, Ptag, Reliability, RemoteBuffer, Vi, ViAttributes};
+
+/// Bytes of one receive or send slot (`MTTL_VIA_SLOT`).
+const SLOT_DEFAULT: usize = 8192;
+/// Receives kept posted per peer (`MTTL_VIA_RECVS`).
+const RECVS_DEFAULT: u32 = 32;
+/// Send slots shared by all peers.
+const SEND_SLOTS: usize = 256;
+const HDR: usize = 8;
+
+mod frame {
+    pub const MORE: u8 = 1;
+    pub const LAST: u8 = 2;
+    pub const CREDIT: u8 = 3;
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn err(what: impl std::fmt::Display) -> CommError {
+    CommError(format!("via: {what}"))
+}
+
+enum Out {
+    Msg { bytes: Vec<u8>, at: usize, seq: u64 },
+    Put { src: usize, dst: usize, len: usize, imm: u32, seq: u64 },
+}
+
+/// A send posted and not yet completed.
+struct Posted {
+    slot: Option<usize>,
+    /// Set on the last transfer of a message or put.
+    seq: Option<u64>,
+}
+
+struct Peer {
+    vi: Vi,
+    credits: Credits,
+    /// Slot of each posted receive, in posting (= completion) order.
+    recv_slots: VecDeque<usize>,
+    partial: Vec<u8>,
+    backlog: VecDeque<Out>,
+    posted: VecDeque<Posted>,
+    /// Messages and puts queued in all; those whose last transfer completed.
+    queued: u64,
+    completed: u64,
+    heap: RemoteBuffer,
+    closed: bool,
+}
+
+/// MTTL's communication layer over VIA.
+pub struct ViaTransport {
+    rank: usize,
+    nic: Nic,
+    ptag: Ptag,
+    cq: Cq,
+    slot: usize,
+    peers: Vec<Option<Peer>>,
+    /// VI id → node.
+    vi_node: Vec<usize>,
+    recv_mem: MemoryRegion,
+    send_mem: MemoryRegion,
+    free_slots: Vec<usize>,
+    descs: Vec<Descriptor>,
+    pending: PendingList,
+    heap: MemoryRegion,
+    max_xfer: usize,
+    closing: bool,
+    /// The message `prob` found (completed, not yet taken): the oldest.
+    stash: Option<(usize, Vec<u8>)>,
+}
+
+impl ViaTransport {
+    /// `_pmttl_cominit`: opens the NIC (`MTTL_VIA_DEVICE`, default
+    /// `/dev/via_eth0`), registers the heap and the slots, exchanges
+    /// addresses, and connects one VI to every peer (peer-to-peer model).
+    pub fn cominit(boot: &mut Boot, heap_bytes: usize) -> Result<ViaTransport> {
+        let dev = std::env::var("MTTL_VIA_DEVICE").unwrap_or_else(|_| "/dev/via_eth0".into());
+        let nic = Nic::open(&dev).map_err(|e| err(format!("opening {dev}: {e} (MTTL_VIA_DEVICE names the VIA device)")))?;
+        let ptag = nic.create_ptag().map_err(err)?;
+        let (rank, size) = (boot.rank, boot.size);
+        let slot = env_usize("MTTL_VIA_SLOT", SLOT_DEFAULT).max(256);
+        let recvs = env_usize("MTTL_VIA_RECVS", RECVS_DEFAULT as usize).max(4) as u32;
+        let max_xfer = nic.attributes().max_transfer_size as usize;
+        let plain = MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false };
+        let heap = MemoryRegion::new(&nic, heap_bytes.max(4096), 4096, MemAttributes { ptag, enable_rdma_write: true, enable_rdma_read: false })
+            .map_err(|e| err(format!("registering a {} MiB heap: {e} (MTTL_HEAP_MB sets its size)", heap_bytes >> 20)))?;
+        let recv_mem = MemoryRegion::new(&nic, size * recvs as usize * slot, 64, plain).map_err(err)?;
+        let send_mem = MemoryRegion::new(&nic, SEND_SLOTS * slot, 64, plain).map_err(err)?;
+        let cq = nic.create_cq(4096).map_err(err)?;
+
+        boot.connect()?;
+        let mut blob = nic.mac().0.to_vec();
+        blob.extend_from_slice(&heap.remote(0..heap.len()).map_err(err)?.to_bytes());
+        let blobs = boot.exchange(&blob, crate::registry::digest())?;
+
+        let attrs = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: max_xfer as u32, ptag, enable_rdma_write: true, enable_rdma_read: false };
+        let mut t = ViaTransport {
+            rank,
+            nic,
+            ptag,
+            cq,
+            slot,
+            peers: Vec::new(),
+            vi_node: Vec::new(),
+            recv_mem,
+            send_mem,
+            free_slots: (0..SEND_SLOTS).rev().collect(),
+            descs: Vec::new(),
+            pending: PendingList::default(),
+            heap,
+            max_xfer,
+            closing: false,
+            stash: None,
+        };
+        for (j, b) in blobs.iter().enumerate() {
+            if j == rank {
+                t.peers.push(None);
+                continue;
+            }
+            if b.len() != 6 + RemoteBuffer::BYTES {
+                return Err(err(format!("rank {j} sent a {}-byte address", b.len())));
+            }
+            let mac = MacAddr(b[..6].try_into().unwrap());
+            let remote_heap = RemoteBuffer::from_bytes(&b[6..]).map_err(err)?;
+            let mut vi = t.nic.create_vi(&attrs, Some(&t.cq), Some(&t.cq)).map_err(err)?;
+            let id = vi.id() as usize;
+            if t.vi_node.len() <= id {
+                t.vi_node.resize(id + 1, usize::MAX);
+            }
+            t.vi_node[id] = j;
+            let mut recv_slots = VecDeque::new();
+            for k in 0..recvs as usize {
+                let s = j * recvs as usize + k;
+                let d = t.recv_desc(s)?;
+                vi.post_recv(d).map_err(err)?;
+                recv_slots.push_back(s);
+            }
+            let (me_name, peer_name) = (format!("mttl-{rank}-{j}"), format!("mttl-{j}-{rank}"));
+            vi.connect_peer_request(mac, me_name.as_bytes(), peer_name.as_bytes(), Some(Duration::from_secs(60)))
+                .map_err(|e| err(format!("rank {rank}: connecting to rank {j}: {e}")))?;
+            t.peers.push(Some(Peer {
+                vi,
+                credits: Credits::new(recvs),
+                recv_slots,
+                partial: Vec::new(),
+                backlog: VecDeque::new(),
+                posted: VecDeque::new(),
+                queued: 0,
+                completed: 0,
+                heap: remote_heap,
+                closed: false,
+            }));
+        }
+        for (j, p) in t.peers.iter_mut().enumerate() {
+            if let Some(p) = p {
+                p.vi.connect_peer_wait().map_err(|e| err(format!("rank {rank}: connecting to rank {j}: {e}")))?;
+            }
+        }
+        boot.finish()?;
+        Ok(t)
+    }
+
+    fn slot_range(&self, s: usize) -> std::ops::Range<usize> {
+        s * self.slot..(s + 1) * self.slot
+    }
+
+    fn desc(&mut self) -> Result<Descriptor> {
+        match self.descs.pop() {
+            Some(d) => Ok(d),
+            None => Descriptor::new(&self.nic, self.ptag, 1).map_err(err),
+        }
+    }
+
+    /// A receive descriptor over slot `s`, its kind byte cleared.
+    fn recv_desc(&mut self, s: usize) -> Result<Descriptor> {
+        let r = self.slot_range(s);
+        self.recv_mem.write(r.start + 4, &[0]).map_err(err)?;
+        let mut d = self.desc()?;
+        d.set(&[(&self.recv_mem, r)], None).map_err(err)?;
+        Ok(d)
+    }
+
+    fn peer(&mut self, node: usize) -> Result<&mut Peer> {
+        let rank = self.rank;
+        self.peers.get_mut(node).and_then(|p| p.as_mut()).ok_or_else(|| err(format!("rank {rank}: no VI to node {node}")))
+    }
+
+    /// Posts what the backlog of `node` may post now: data needs a credit
+    /// and a send slot.
+    fn flush(&mut self, node: usize) -> Result<()> {
+        let payload = self.slot - HDR;
+        loop {
+            let p = self.peers[node].as_mut().expect("peer");
+            let Some(front) = p.backlog.front_mut() else { return Ok(()) };
+            match front {
+                Out::Msg { bytes, at, seq } => {
+                    if !p.credits.can_send_data() {
+                        return Ok(());
+                    }
+                    let Some(s) = self.free_slots.pop() else { return Ok(()) };
+                    let n = (bytes.len() - *at).min(payload);
+                    let last = *at + n == bytes.len();
+                    let report = p.credits.on_send();
+                    let base = s * self.slot;
+                    let mut hdr = [0u8; HDR];
+                    hdr[..4].copy_from_slice(&report.to_le_bytes());
+                    hdr[4] = if last { frame::LAST } else { frame::MORE };
+                    self.send_mem.write(base, &hdr).map_err(err)?;
+                    self.send_mem.write(base + HDR, &bytes[*at..*at + n]).map_err(err)?;
+                    *at += n;
+                    let seq = last.then_some(*seq);
+                    if last {
+                        p.backlog.pop_front();
+                    }
+                    let mut d = self.desc()?;
+                    d.set(&[(&self.send_mem, base..base + HDR + n)], None).map_err(err)?;
+                    self.post(node, d, Posted { slot: Some(s), seq })?;
+                }
+                Out::Put { src, dst, len, imm, seq } => {
+                    let n = (*len).min(self.max_xfer);
+                    let last = n == *len;
+                    if last {
+                        if !p.credits.can_send_data() {
+                            return Ok(());
+                        }
+                        p.credits.on_send_without_report();
+                    }
+                    let target = p.heap.offset(*dst as u64);
+                    let (s, imm, seq) = (*src, *imm, *seq);
+                    *src += n;
+                    *dst += n;
+                    *len -= n;
+                    if last {
+                        p.backlog.pop_front();
+                    }
+                    let mut d = self.desc()?;
+                    d.set_op(Op::RdmaWrite(target), &[(&self.heap, s..s + n)], last.then_some(imm), false).map_err(err)?;
+                    self.post(node, d, Posted { slot: None, seq: last.then_some(seq) })?;
+                }
+            }
+        }
+    }
+
+    fn post(&mut self, node: usize, d: Descriptor, rec: Posted) -> Result<()> {
+        let rank = self.rank;
+        let p = self.peers[node].as_mut().expect("peer");
+        p.vi.post_send(d).map_err(|e| err(format!("rank {rank}: posting a send to rank {node}: {e}")))?;
+        p.posted.push_back(rec);
+        Ok(())
+    }
+
+    /// A credit-only frame, if the peer may be waiting for our report.
+    fn maybe_report(&mut self, node: usize) -> Result<()> {
+        let p = self.peers[node].as_mut().expect("peer");
+        if p.closed || !p.credits.owe_report() || !p.credits.can_send_credit() {
+            return Ok(());
+        }
+        let Some(s) = self.free_slots.pop() else { return Ok(()) };
+        let report = p.credits.on_send();
+        let base = s * self.slot;
+        let mut hdr = [0u8; HDR];
+        hdr[..4].copy_from_slice(&report.to_le_bytes());
+        hdr[4] = frame::CREDIT;
+        self.send_mem.write(base, &hdr).map_err(err)?;
+        let mut d = self.desc()?;
+        d.set(&[(&self.send_mem, base..base + HDR)], None).map_err(err)?;
+        self.post(node, d, Posted { slot: Some(s), seq: None })
+    }
+
+    /// Files one CQ entry: receives go to the pending list's tail, sends
+    /// complete at once.
+    fn on_completion(&mut self, c: Completion) -> Result<()> {
+        let node = *self.vi_node.get(c.vi as usize).filter(|&&n| n != usize::MAX).ok_or_else(|| err(format!("a completion for VI {}, which is not ours", c.vi)))?;
+        if c.recv_queue {
+            self.pending.push_back(node);
+            return Ok(());
+        }
+        let rank = self.rank;
+        let p = self.peers[node].as_mut().expect("peer");
+        let Some(d) = p.vi.send_done().map_err(err)? else { return Ok(()) };
+        let rec = p.posted.pop_front().ok_or_else(|| err("a send completion with nothing posted"))?;
+        if let Err(e) = d.check_ok() {
+            if self.closing {
+                p.closed = true;
+            } else {
+                return Err(err(format!("rank {rank}: a send to rank {node} failed: {e} (did rank {node} stop?)")));
+            }
+        }
+        if let Some(seq) = rec.seq {
+            p.completed = seq;
+        }
+        if let Some(s) = rec.slot {
+            self.free_slots.push(s);
+        }
+        self.descs.push(d);
+        // A freed slot may let any peer's backlog go on.
+        for j in 0..self.peers.len() {
+            if self.peers[j].as_ref().is_some_and(|p| !p.backlog.is_empty() && !p.closed) {
+                self.flush(j)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Result<()> {
+        while let Some(c) = self.cq.done().map_err(err)? {
+            self.on_completion(c)?;
+        }
+        Ok(())
+    }
+
+    fn wait_one(&mut self) -> Result<()> {
+        self.poll()?;
+        if !self.pending.is_empty() {
+            return Ok(());
+        }
+        if self.peers.iter().flatten().all(|p| p.closed) {
+            return Err(err(format!("rank {}: waiting for a message, but every peer has closed", self.rank)));
+        }
+        let c = self.cq.wait(None).map_err(err)?;
+        self.on_completion(c)
+    }
+
+    /// Completes the oldest receive of `node` (`VipRecvDone`), posts its
+    /// slot again and returns the message it finished, if any.
+    fn consume(&mut self, node: usize, out: &mut Vec<u8>) -> Result<bool> {
+        let rank = self.rank;
+        let p = self.peers[node].as_mut().expect("peer");
+        let Some(d) = p.vi.recv_done().map_err(err)? else {
+            return Err(err(format!("rank {rank}: the CQ named a receive of rank {node} that is not done")));
+        };
+        let s = p.recv_slots.pop_front().ok_or_else(|| err("a receive completion with nothing posted"))?;
+        if let Err(e) = d.check_ok() {
+            // Flushed: the connection is gone (the peer closed or died).
+            p.closed = true;
+            self.descs.push(d);
+            if self.closing {
+                return Ok(false);
+            }
+            return Err(err(format!("rank {rank}: the connection to rank {node} was lost ({e}); did rank {node} stop?")));
+        }
+        let got = if let Some(imm) = d.immediate() {
+            p.credits.on_consume(None);
+            out.clear();
+            out.push(BULK_NOTICE);
+            out.extend_from_slice(&imm.to_le_bytes());
+            true
+        } else {
+            let base = s * self.slot;
+            let len = d.length() as usize;
+            if len < HDR {
+                return Err(err(format!("rank {rank}: a {len}-byte frame from rank {node}")));
+            }
+            let mut hdr = [0u8; HDR];
+            self.recv_mem.read(base, &mut hdr).map_err(err)?;
+            p.credits.on_consume(Some(u32::from_le_bytes(hdr[..4].try_into().unwrap())));
+            let body = base + HDR..base + len;
+            match hdr[4] {
+                frame::CREDIT => false,
+                frame::MORE => {
+                    let at = p.partial.len();
+                    p.partial.resize(at + body.len(), 0);
+                    self.recv_mem.read(body.start, &mut p.partial[at..]).map_err(err)?;
+                    false
+                }
+                frame::LAST => {
+                    out.clear();
+                    out.append(&mut p.partial);
+                    let at = out.len();
+                    out.resize(at + body.len(), 0);
+                    self.recv_mem.read(body.start, &mut out[at..]).map_err(err)?;
+                    true
+                }
+                k => return Err(err(format!("rank {rank}: a frame of unknown kind {k} from rank {node}"))),
+            }
+        };
+        self.descs.push(d);
+        let d = self.recv_desc(s)?;
+        let p = self.peers[node].as_mut().expect("peer");
+        p.vi.post_recv(d).map_err(err)?;
+        p.recv_slots.push_back(s);
+        self.flush(node)?;
+        self.maybe_report(node)?;
+        Ok(got)
+    }
+
+    fn enqueue(&mut self, node: usize, o: Out) -> Result<SendHandle> {
+        let rank = self.rank;
+        let p = self.peer(node)?;
+        if p.closed {
+            return Err(err(format!("rank {rank}: sending to rank {node}, whose connection is closed")));
+        }
+        p.queued += 1;
+        let seq = p.queued;
+        let o = match o {
+            Out::Msg { bytes, at, .. } => Out::Msg { bytes, at, seq },
+            Out::Put { src, dst, len, imm, .. } => Out::Put { src, dst, len, imm, seq },
+        };
+        p.backlog.push_back(o);
+        self.flush(node)?;
+        Ok(SendHandle { node, seq })
+    }
+}
+
+impl Transport for ViaTransport {
+    fn name(&self) -> &'static str {
+        "via"
+    }
+
+    fn comfinish(&mut self) -> Result<()> {
+        self.closing = true;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut scratch = Vec::new();
+        while self.peers.iter().flatten().any(|p| !p.closed && p.completed < p.queued) {
+            if Instant::now() > deadline {
+                return Err(err(format!("rank {}: sends not delivered within 60 s of the end", self.rank)));
+            }
+            match self.cq.wait(Some(Duration::from_millis(200))) {
+                Ok(c) => self.on_completion(c)?,
+                Err(e) if e.code == via_user::VipReturn::Timeout => {}
+                Err(e) => return Err(err(e)),
+            }
+            // Messages that still come only matter for their credits.
+            while let Some(n) = self.pending.pop_front() {
+                self.consume(n, &mut scratch)?;
+            }
+        }
+        for p in self.peers.iter_mut().flatten() {
+            let _ = p.vi.disconnect();
+        }
+        Ok(())
+    }
+
+    fn closing(&mut self) {
+        self.closing = true;
+    }
+
+    fn prob(&mut self) -> Result<Option<usize>> {
+        if let Some((n, _)) = self.stash {
+            return Ok(Some(n));
+        }
+        self.poll()?;
+        // Fragments and credit-only frames at the head are absorbed; the
+        // first whole message is kept for the next brecany or brecnode.
+        let mut m = Vec::new();
+        while let Some(n) = self.pending.pop_front() {
+            if self.consume(n, &mut m)? {
+                self.stash = Some((n, m));
+                return Ok(Some(n));
+            }
+        }
+        Ok(None)
+    }
+
+    fn asend(&mut self, node: usize, msg: &[u8]) -> Result<()> {
+        self.nsend(node, msg).map(|_| ())
+    }
+
+    fn nsend(&mut self, node: usize, msg: &[u8]) -> Result<SendHandle> {
+        self.enqueue(node, Out::Msg { bytes: msg.to_vec(), at: 0, seq: 0 })
+    }
+
+    fn senddone(&mut self, h: SendHandle) -> Result<bool> {
+        if self.peer(h.node)?.completed >= h.seq {
+            return Ok(true);
+        }
+        self.poll()?;
+        Ok(self.peer(h.node)?.completed >= h.seq)
+    }
+
+    fn brecnode(&mut self, node: usize, out: &mut Vec<u8>) -> Result<()> {
+        self.peer(node)?;
+        if self.stash.as_ref().is_some_and(|(n, _)| *n == node) {
+            *out = self.stash.take().unwrap().1;
+            return Ok(());
+        }
+        loop {
+            if self.pending.take(node) {
+                if self.consume(node, out)? {
+                    return Ok(());
+                }
+                continue;
+            }
+            if self.peer(node)?.closed {
+                return Err(err(format!("rank {}: waiting for rank {node}, whose connection is closed", self.rank)));
+            }
+            self.wait_one()?;
+        }
+    }
+
+    fn brecany(&mut self, out: &mut Vec<u8>) -> Result<usize> {
+        if let Some((n, m)) = self.stash.take() {
+            *out = m;
+            return Ok(n);
+        }
+        loop {
+            match self.pending.pop_front() {
+                Some(n) => {
+                    if self.consume(n, out)? {
+                        return Ok(n);
+                    }
+                }
+                None => self.wait_one()?,
+            }
+        }
+    }
+
+    fn bulk(&mut self) -> Option<&mut dyn Bulk> {
+        Some(self)
+    }
+
+    fn heap(&mut self) -> (*mut u8, usize) {
+        (self.heap.as_ptr(), self.heap.len())
+    }
+}
+
+impl Bulk for ViaTransport {
+    fn put(&mut self, node: usize, src_off: usize, dst_off: usize, len: usize, imm: u32) -> Result<SendHandle> {
+        if src_off.checked_add(len).is_none_or(|e| e > self.heap.len()) {
+            return Err(err(format!("a put of {len} bytes from heap offset {src_off:#x} runs past the heap")));
+        }
+        self.enqueue(node, Out::Put { src: src_off, dst: dst_off, len, imm, seq: 0 })
+    }
+
+    fn threshold(&self) -> usize {
+        env_usize("MTTL_VIA_BULK", 4096)
+    }
+}

@@ -1,0 +1,82 @@
+//! MTTL end to end: `mttl-run` starts `mttl-check` as 1, 2, 4 and 8 real
+//! processes, each in its own network namespace, over VIA (the software
+//! NIC on veth) and over TCP. Needs root (namespaces).
+//!
+//! The runs go one after another (one test per transport) so that the
+//! leftover checks can see every process and namespace the run made.
+
+use std::process::{Command, Stdio};
+
+const RUN: &str = env!("CARGO_BIN_EXE_mttl-run");
+const CHECK: &str = env!("CARGO_BIN_EXE_mttl-check");
+
+/// Runs `mttl-check ARGS` on `n` ranks; returns (success, output, the
+/// pid of mttl-run).
+fn mttl_run_pid(n: usize, transport: &str, args: &[&str]) -> (bool, String, u32) {
+    let child = Command::new(RUN)
+        .args(["-n", &n.to_string(), "--transport", transport, "--timeout", "240", "--", CHECK])
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting mttl-run");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("waiting for mttl-run");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text, pid)
+}
+
+fn mttl_run(n: usize, transport: &str, args: &[&str]) -> (bool, String) {
+    let (ok, out, _) = mttl_run_pid(n, transport, args);
+    (ok, out)
+}
+
+/// The pids the ranks reported.
+fn rank_pids(out: &str) -> Vec<i32> {
+    out.lines().filter_map(|l| l.split_once("mttl-check: rank ")?.1.split_once(" pid ")?.1.trim().parse().ok()).collect()
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+fn our_namespaces() -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with("mttl")).map(String::from).collect()
+}
+
+fn everything_at(transport: &str) {
+    for n in [1, 2, 4, 8] {
+        let (ok, out) = mttl_run(n, transport, &["all"]);
+        assert!(ok, "{transport} at {n} ranks failed:\n{out}");
+        for what in ["invoke ok", "sync ok", "gptr ok", "coll ok", "many ok", &format!("passed ({n} ranks)")] {
+            assert!(out.contains(what), "{transport} at {n} ranks: no {what:?} in\n{out}");
+        }
+        assert!(out.lines().all(|l| l.starts_with('[') && l[1..].split_once(']').is_some_and(|(r, _)| r.parse::<usize>().is_ok_and(|r| r < n))), "every line carries its rank:\n{out}");
+        let (ok, out) = mttl_run(n, transport, &["comm"]);
+        assert!(ok, "{transport} primitives at {n} ranks failed:\n{out}");
+        assert_eq!(out.matches("comm ok").count(), n, "{out}");
+    }
+    // One rank stops: the whole run stops, says why, and leaves nothing.
+    let (ok, out, run_pid) = mttl_run_pid(4, transport, &["crash"]);
+    assert!(!ok, "a run with a crashed rank must fail:\n{out}");
+    assert!(out.contains("rank 3 stops on purpose"), "{out}");
+    assert!(out.contains("rank 3 exited with status 3"), "mttl-run names the failed rank:\n{out}");
+    assert!(out.contains("did rank 3 stop?") || out.contains("stopping the other ranks"), "the others say why they stop:\n{out}");
+    let pids = rank_pids(&out);
+    assert_eq!(pids.len(), 4, "{out}");
+    assert!(pids.iter().all(|&p| !alive(p)), "no rank process is left: {pids:?}");
+    let ours = format!("mttl{run_pid}-");
+    assert!(our_namespaces().iter().all(|ns| !ns.starts_with(&ours)), "namespaces left: {:?}", our_namespaces());
+}
+
+#[test]
+fn mttl_over_via_at_1_2_4_8_ranks() {
+    everything_at("via");
+}
+
+#[test]
+fn mttl_over_tcp_at_1_2_4_8_ranks() {
+    everything_at("tcp");
+}
