@@ -17,6 +17,7 @@ use crate::wire::{take, WireError};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Display;
+use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Message kinds (the first byte). `BULK_NOTICE` (0xB0) comes from the
@@ -91,7 +92,8 @@ pub(crate) struct Runtime {
 }
 
 thread_local! {
-    static RT: RefCell<Option<Runtime>> = const { RefCell::new(None) };
+    // Never dropped at thread exit (see `exit_now`); `run` takes it out.
+    static RT: ManuallyDrop<RefCell<Option<Runtime>>> = const { ManuallyDrop::new(RefCell::new(None)) };
     static RANK: Cell<usize> = const { Cell::new(0) };
 }
 

@@ -16,6 +16,7 @@ use corosensei::stack::DefaultStack;
 use corosensei::{Coroutine, CoroutineResult, Yielder};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::mem::ManuallyDrop;
 
 /// Names a user-level thread of this process.
 pub type ThreadId = usize;
@@ -61,14 +62,17 @@ struct Scheduler {
 }
 
 thread_local! {
-    static SCHED: RefCell<Scheduler> = RefCell::new(Scheduler {
+    // Never dropped: dropping a suspended coroutine unwinds its stack, and
+    // at process exit (`std::process::exit` from inside a thread, say) that
+    // would run user code against a runtime that is going away.
+    static SCHED: ManuallyDrop<RefCell<Scheduler>> = ManuallyDrop::new(RefCell::new(Scheduler {
         threads: Vec::new(),
         free_ids: Vec::new(),
         ready: VecDeque::new(),
         pool: Vec::new(),
         stack_bytes: stack_size(),
         stats: ThreadStats::default(),
-    });
+    }));
     /// The thread running now (None: the scheduler's own stack).
     static CURRENT: Cell<Option<ThreadId>> = const { Cell::new(None) };
     /// The running coroutine's yielder; each coroutine sets it again after

@@ -31,6 +31,7 @@ pub mod engine;
 pub mod error;
 pub mod nic;
 pub mod notify;
+pub mod plot;
 mod progress;
 pub mod raw;
 pub mod region;

@@ -150,12 +150,32 @@ impl Vi {
         self.nic.vi_disconnect(self.id)
     }
 
+    /// Posts several sends and rings the doorbell once, so that their
+    /// frames leave in one batch (a chain of work requests in one post, as
+    /// RDMA verbs has it). Stops at the first descriptor the engine
+    /// refuses; those before it stay posted.
+    pub fn post_sends(&mut self, ds: impl IntoIterator<Item = Descriptor>) -> Result<()> {
+        let mut r = Ok(());
+        for d in ds {
+            r = self.post_one(d, Queue::Send, false);
+            if r.is_err() {
+                break;
+            }
+        }
+        self.nic.lock().ring_doorbell();
+        r
+    }
+
     fn post(&mut self, d: Descriptor, q: Queue) -> Result<()> {
+        self.post_one(d, q, true)
+    }
+
+    fn post_one(&mut self, d: Descriptor, q: Queue, ring: bool) -> Result<()> {
         let id = self.id;
         {
             let mut e = self.nic.lock();
             e.core.post(id, d.addr(), d.handle(), q)?;
-            if q == Queue::Send {
+            if q == Queue::Send && ring {
                 e.ring_doorbell(); // transmit now
             }
         }

@@ -1,1 +1,282 @@
-fn main() {}
+//! `mttl-bench [nread] [invoke] [threads] [--rounds R] [--quick] [--plot DIR]`
+//!
+//! MTTL's figures 4 and 5: latency and throughput of remote reads
+//! (`GlobalPtr::nread`) and of remote invocations, per size, over the VIA
+//! layer and the TCP layer in the same run (two ranks under `mttl-run`,
+//! the transports alternating round by round; each figure is the median
+//! of the rounds), as a table with VIA/TCP ratios and, with `--plot`, as
+//! SVG charts. `threads` measures user-level thread creation, switches
+//! and memory per thread. Needs root (mttl-run makes namespaces).
+//!
+//! Latency is t_typical (the median) of one blocking operation at a time;
+//! throughput is bytes per second with 16 threads each keeping one
+//! operation in flight.
+
+use mttl_via::{ainvoke, invoke, my_pe, pe_num, remote, GlobalPtr};
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Instant;
+use via_user::plot::{chart, Point};
+
+const ALL_SIZES: [usize; 11] = [8, 32, 128, 512, 2048, 8192, 32768, 131072, 524288, 1 << 20, 4 << 20];
+
+/// The sizes to measure: all, or those `MTTL_BENCH_SIZES` lists (comma-separated).
+fn sizes() -> Vec<usize> {
+    match std::env::var("MTTL_BENCH_SIZES") {
+        Ok(v) => v.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
+        Err(_) => ALL_SIZES.to_vec(),
+    }
+}
+fn threads_n() -> u64 {
+    std::env::var("MTTL_BENCH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(16)
+}
+
+fn iters(size: usize, quick: bool) -> u64 {
+    if let Some(n) = std::env::var("MTTL_BENCH_ITERS").ok().and_then(|v| v.parse().ok()) {
+        return n;
+    }
+    let n = if size <= 8192 { 3000 } else if size <= 131072 { 400 } else { 60 };
+    if quick { n / 10 } else { n }
+}
+
+remote! {
+    fn sink(v: Vec<u8>) -> u64 { v.len() as u64 }
+    fn reader(p: GlobalPtr<u8>, size: u64, count: u64) {
+        let mut buf = vec![0u8; size as usize];
+        for _ in 0..count { p.nread(&mut buf); }
+    }
+    fn invoker(pe: u64, size: u64, count: u64) {
+        let v = vec![7u8; size as usize];
+        for _ in 0..count { assert_eq!(invoke(pe as usize, sink, (v.clone(),)), size); }
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Prints `ROW op size lat_us mb_per_s` lines for `op` (rank 0 of a 2-rank run).
+fn measure(op: &str, quick: bool) {
+    let target = if pe_num() > 1 { 1 } else { 0 };
+    let me = my_pe();
+    for size in sizes() {
+        let n = iters(size, quick);
+        let p = GlobalPtr::<u8>::alloc_on(target, size);
+        let payload = vec![7u8; size];
+        let mut buf = vec![0u8; size];
+        let mut one = || match op {
+            "nread" => p.nread(&mut buf),
+            _ => assert_eq!(invoke(target, sink, (payload.clone(),)), size as u64),
+        };
+        for _ in 0..n / 10 + 1 {
+            one();
+        }
+        let mut t: Vec<f64> = (0..n)
+            .map(|_| {
+                let s = Instant::now();
+                one();
+                s.elapsed().as_secs_f64() * 1e6
+            })
+            .collect();
+        let lat = median(&mut t);
+        let nthreads = threads_n();
+        let per = (n / nthreads).max(4);
+        let s = Instant::now();
+        let workers: Vec<_> = (0..nthreads)
+            .map(|_| match op {
+                "nread" => ainvoke(me, reader, (p, size as u64, per)),
+                _ => ainvoke(me, invoker, (target as u64, size as u64, per)),
+            })
+            .collect();
+        for w in workers {
+            w.wait();
+        }
+        let mbps = (nthreads * per) as f64 * size as f64 / s.elapsed().as_secs_f64() / 1e6;
+        println!("ROW {op} {size} {lat:.3} {mbps:.3}");
+        p.free();
+    }
+}
+
+/// Thread creation, switch cost and memory per thread, in this process.
+fn threads() {
+    use mttl_via::thread;
+    use std::cell::Cell;
+    use std::rc::Rc;
+    let n = 100_000;
+    let done = Rc::new(Cell::new(0usize));
+    let s = Instant::now();
+    for _ in 0..n {
+        let d = done.clone();
+        thread::spawn(move || d.set(d.get() + 1));
+    }
+    while done.get() < n {
+        thread::yield_now();
+    }
+    let create_ns = s.elapsed().as_secs_f64() * 1e9 / n as f64;
+    let rounds = 500_000;
+    let s = Instant::now();
+    let d = done.clone();
+    thread::spawn(move || {
+        for _ in 0..rounds {
+            thread::yield_now();
+        }
+        d.set(0);
+    });
+    for _ in 0..rounds {
+        thread::yield_now();
+    }
+    while done.get() != 0 {
+        thread::yield_now();
+    }
+    let switch_ns = s.elapsed().as_secs_f64() * 1e9 / (2 * rounds) as f64;
+    let rss = || std::fs::read_to_string("/proc/self/status").ok().and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())).unwrap_or(0.0);
+    let blocked = 10_000;
+    let ids = Rc::new(std::cell::RefCell::new(Vec::new()));
+    let before = rss();
+    let stats0 = thread::stats();
+    for _ in 0..blocked {
+        let ids = ids.clone();
+        thread::spawn(move || {
+            ids.borrow_mut().push(thread::current().unwrap());
+            thread::block();
+        });
+    }
+    while ids.borrow().len() < blocked {
+        thread::yield_now();
+    }
+    let kib = (rss() - before) / blocked as f64;
+    let st = thread::stats();
+    for id in ids.borrow_mut().drain(..) {
+        thread::wake(id);
+    }
+    thread::yield_now();
+    println!(
+        "ROW threads create+run+finish {create_ns:.0} ns, switch {switch_ns:.0} ns, resident memory per blocked thread {kib:.1} KiB (stack {} KiB reserved), stacks allocated for {blocked} blocked threads: {}",
+        st.stack_bytes >> 10,
+        st.stacks_allocated - stats0.stacks_allocated
+    );
+}
+
+struct Opts {
+    ops: Vec<String>,
+    rounds: usize,
+    quick: bool,
+    plot: Option<String>,
+}
+
+fn parse(args: &[String]) -> Opts {
+    let mut o = Opts { ops: Vec::new(), rounds: 3, quick: false, plot: None };
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--rounds" => {
+                o.rounds = args.get(i + 1).and_then(|v| v.parse().ok()).expect("--rounds N");
+                i += 1;
+            }
+            "--plot" => {
+                o.plot = Some(args.get(i + 1).expect("--plot DIR").clone());
+                i += 1;
+            }
+            "--quick" => o.quick = true,
+            op @ ("nread" | "invoke" | "threads") => o.ops.push(op.into()),
+            other => {
+                eprintln!("mttl-bench: unknown argument {other:?}\nusage: mttl-bench [nread] [invoke] [threads] [--rounds R] [--quick] [--plot DIR]");
+                std::process::exit(2)
+            }
+        }
+        i += 1;
+    }
+    if o.ops.is_empty() {
+        o.ops = vec!["nread".into(), "invoke".into(), "threads".into()];
+    }
+    o
+}
+
+/// Runs this program as a 2-rank worker over `transport`; returns its ROW lines.
+fn worker(transport: &str, ops: &str, quick: bool) -> Vec<String> {
+    let me = std::env::current_exe().expect("own path");
+    let run = me.with_file_name("mttl-run");
+    let mut args = vec!["--worker".to_string(), ops.to_string()];
+    if quick {
+        args.push("--quick".into());
+    }
+    let out = Command::new(&run).args(["-n", "2", "--transport", transport, "--timeout", "600", "--"]).arg(&me).args(&args).output().unwrap_or_else(|e| panic!("running {}: {e}", run.display()));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
+        panic!("the {transport} run failed");
+    }
+    text.lines().filter_map(|l| l.strip_prefix("[0] ROW ")).map(String::from).collect()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--worker") {
+        let ops: Vec<String> = args[1].split(',').map(String::from).collect();
+        let quick = args.iter().any(|a| a == "--quick");
+        mttl_via::run(move || {
+            for op in &ops {
+                match op.as_str() {
+                    "threads" => threads(),
+                    op => measure(op, quick),
+                }
+            }
+        });
+    }
+    let o = parse(&args);
+    if o.ops.iter().any(|op| op == "threads") {
+        let me = std::env::current_exe().expect("own path");
+        let out = Command::new(me).args(["--worker", "threads"]).env("MTTL_TRANSPORT", "tcp").env_remove("MTTL_RANK").output().expect("thread benchmark");
+        let text = String::from_utf8_lossy(&out.stdout);
+        for l in text.lines().filter_map(|l| l.strip_prefix("ROW threads ")) {
+            println!("threads: {l}");
+        }
+        if !out.status.success() {
+            eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+            std::process::exit(1);
+        }
+    }
+    let comm_ops: Vec<&str> = o.ops.iter().map(String::as_str).filter(|op| *op != "threads").collect();
+    if comm_ops.is_empty() {
+        return;
+    }
+    // (op, transport, size) -> samples of (lat, mbps)
+    let mut samples: BTreeMap<(String, String, usize), Vec<(f64, f64)>> = BTreeMap::new();
+    for round in 0..o.rounds {
+        let order = if round % 2 == 0 { ["via", "tcp"] } else { ["tcp", "via"] };
+        for t in order {
+            for row in worker(t, &comm_ops.join(","), o.quick) {
+                let f: Vec<&str> = row.split_whitespace().collect();
+                if let [op, size, lat, mbps] = f[..] {
+                    samples.entry((op.into(), t.into(), size.parse().unwrap())).or_default().push((lat.parse().unwrap(), mbps.parse().unwrap()));
+                }
+            }
+        }
+        eprintln!("mttl-bench: round {} of {} done", round + 1, o.rounds);
+    }
+    let med = |op: &str, t: &str, size: usize, k: usize| -> f64 {
+        let mut v: Vec<f64> = samples.get(&(op.to_string(), t.to_string(), size)).map(|s| s.iter().map(|x| if k == 0 { x.0 } else { x.1 }).collect()).unwrap_or_default();
+        if v.is_empty() { f64::NAN } else { median(&mut v) }
+    };
+    for op in &comm_ops {
+        println!("\n=== {op}: VIA layer against TCP layer (2 ranks, medians of {} alternating rounds) ===", o.rounds);
+        println!("{:>9} {:>12} {:>12} {:>8} {:>12} {:>12} {:>8}", "bytes", "via lat us", "tcp lat us", "tcp/via", "via MB/s", "tcp MB/s", "via/tcp");
+        for size in sizes() {
+            let (vl, tl, vb, tb) = (med(op, "via", size, 0), med(op, "tcp", size, 0), med(op, "via", size, 1), med(op, "tcp", size, 1));
+            println!("{size:>9} {vl:>12.2} {tl:>12.2} {:>8.2} {vb:>12.2} {tb:>12.2} {:>8.2}", tl / vl, vb / tb);
+        }
+        let r = med(op, "via", 32, 1) / med(op, "tcp", 32, 1);
+        println!("{op} 32 B throughput VIA/TCP = {r:.2} (target >= 3) {}", if r >= 3.0 { "PASS" } else { "MISS" });
+    }
+    if let Some(dir) = &o.plot {
+        std::fs::create_dir_all(dir).expect("plot directory");
+        for op in &comm_ops {
+            let series = ["via", "tcp"];
+            let pts = |k: usize| -> Vec<Point> { sizes().into_iter().flat_map(|s| series.iter().map(move |&t| (t, s))).map(|(t, s)| Point { series: t, bytes: s, value: med(op, t, s, k) }).filter(|p| p.value.is_finite()).collect() };
+            std::fs::write(format!("{dir}/mttl-{op}-latency.svg"), chart(&pts(0), &series, &format!("{op} latency, t_typical [usec]"), true)).expect("writing plot");
+            std::fs::write(format!("{dir}/mttl-{op}-throughput.svg"), chart(&pts(1), &series, &format!("{op} throughput, 16 threads [MB/s]"), false)).expect("writing plot");
+        }
+        println!("plots in {dir}");
+    }
+}

@@ -224,6 +224,7 @@ fn check_crash() {
 }
 
 /// What a rank of the `comm` check has received.
+#[derive(Debug)]
 struct Inbox {
     me: usize,
     got: Vec<usize>,
@@ -253,6 +254,21 @@ impl Inbox {
             assert_eq!(buf, b"bye", "the last message from {j}");
             self.bye[j] = true;
         }
+    }
+}
+
+/// Polls with `prob` until something is there (yielding the CPU between
+/// polls); after 30 s of nothing, fails with what the layer holds.
+fn wait_probe(t: &mut dyn Transport, inbox: &Inbox) -> usize {
+    let since = std::time::Instant::now();
+    loop {
+        if let Some(j) = t.prob().unwrap() {
+            return j;
+        }
+        if since.elapsed() > std::time::Duration::from_secs(30) {
+            panic!("rank {}: nothing arrived for 30 s; {inbox:?}; {}", inbox.me, t.describe());
+        }
+        std::thread::yield_now();
     }
 }
 
@@ -299,11 +315,10 @@ fn check_comm() {
         }
     }
     while inbox.got.iter().any(|&g| g < PER) || (bulk && inbox.notice.is_none()) {
-        let probed = loop {
-            if let Some(j) = t.prob().unwrap() {
-                break j;
-            }
-        };
+        // prob never blocks; when it finds nothing, brecany waits (sleeping
+        // once its spin is over, so eight ranks on two CPUs do not starve
+        // each other).
+        let probed = wait_probe(&mut *t, &inbox);
         let j = t.brecany(&mut buf).unwrap();
         assert_eq!(j, probed, "prob and brecany agree");
         inbox.file(j, &buf);
@@ -316,8 +331,15 @@ fn check_comm() {
         assert!(landed.iter().enumerate().all(|(i, &b)| b == (i * 3 + prev) as u8), "bulk data from {prev}");
     }
     for h in handles.into_iter().chain(put) {
+        let since = std::time::Instant::now();
         while !t.senddone(h).unwrap() {
+            // Progress without taking anything: the peers' messages stay
+            // for the last-word phase.
             let _ = t.prob().unwrap();
+            std::thread::yield_now();
+            if since.elapsed() > std::time::Duration::from_secs(25) {
+                panic!("rank {me}: send {h:?} not done after 25 s; {}", t.describe());
+            }
         }
     }
     // The last word: after it, peers may close.
@@ -325,11 +347,10 @@ fn check_comm() {
         t.asend(j, b"bye").unwrap();
     }
     t.closing();
-    for j in 0..n {
-        if !inbox.bye[j] {
-            t.brecnode(j, &mut buf).unwrap();
-            inbox.file(j, &buf);
-        }
+    while inbox.bye.iter().any(|b| !b) {
+        wait_probe(&mut *t, &inbox);
+        let j = t.brecany(&mut buf).unwrap();
+        inbox.file(j, &buf);
     }
     t.comfinish().unwrap();
     println!("mttl-check: comm ok ({} transport, {n} ranks)", t.name());

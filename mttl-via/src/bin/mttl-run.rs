@@ -10,6 +10,7 @@
 //! instead: ranks read their number from that launcher's environment.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
@@ -173,8 +174,25 @@ fn main() -> ExitCode {
     let root = "10.77.0.1:47000";
     let mut children: Vec<Option<Child>> = Vec::new();
     let mut pumps = Vec::new();
+    // With no more ranks than CPUs, rank i runs on CPU i (MTTL_PIN=0 turns
+    // this off): no migrations, and each rank's caches stay warm.
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let pin = o.n <= cpus && std::env::var("MTTL_PIN").map_or(true, |v| v != "0");
     for i in 0..o.n {
-        let spawned = Command::new("ip")
+        let mut cmd = Command::new("ip");
+        if pin {
+            // SAFETY: between fork and exec only async-signal-safe calls:
+            // sched_setaffinity on a stack-local set.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(i, &mut set);
+                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                    Ok(())
+                });
+            }
+        }
+        let spawned = cmd
             .args(["netns", "exec", &net.rank(i)])
             .args(&o.cmd)
             .env("MTTL_RANK", i.to_string())

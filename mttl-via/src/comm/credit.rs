@@ -65,16 +65,19 @@ impl Credits {
         self.sent = self.sent.wrapping_add(1);
     }
 
-    /// A frame of the peer's was consumed (its receive posted again); it
-    /// carried the peer's `report` (None: an RDMA write, no report).
-    pub fn on_consume(&mut self, report: Option<u32>) {
-        self.consumed = self.consumed.wrapping_add(1);
+    /// A frame of the peer's arrived carrying `report` (read at arrival,
+    /// not when the frame is consumed: a program that waits for its own
+    /// sends without taking messages must still learn of credits).
+    pub fn on_report(&mut self, report: u32) {
         // Reports only grow (wrapping); an old one (reordered) is ignored.
-        if let Some(report) = report {
-            if report.wrapping_sub(self.peer_consumed) as i32 > 0 {
-                self.peer_consumed = report;
-            }
+        if report.wrapping_sub(self.peer_consumed) as i32 > 0 {
+            self.peer_consumed = report;
         }
+    }
+
+    /// A frame of the peer's was consumed (its receive posted again).
+    pub fn on_consume(&mut self) {
+        self.consumed = self.consumed.wrapping_add(1);
     }
 }
 
@@ -94,12 +97,13 @@ mod tests {
         assert!(a.can_send_credit());
         // b consumes them all; it owes a report after half.
         for r in wire.drain(..) {
-            b.on_consume(Some(r));
+            b.on_report(r);
+            b.on_consume();
         }
         assert!(b.owe_report() && b.can_send_credit());
         let report = b.on_send();
         assert!(!b.owe_report());
-        a.on_consume(Some(report));
+        a.on_report(report);
         assert!(a.can_send_data());
         // Wrapping counters keep working.
         let mut c = Credits { sent: u32::MAX - 1, peer_consumed: u32::MAX - 1, consumed: 0, reported: 0, posted: 8 };
@@ -107,9 +111,9 @@ mod tests {
             c.on_send();
         }
         assert!(c.can_send_data());
-        c.on_consume(Some(1));
+        c.on_report(1);
         assert_eq!(c.outstanding(), 1);
-        c.on_consume(Some(u32::MAX - 3)); // stale
+        c.on_report(u32::MAX - 3); // stale
         assert_eq!(c.outstanding(), 1);
     }
 }

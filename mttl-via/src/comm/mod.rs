@@ -61,7 +61,9 @@ pub trait Transport {
     /// without blocking.
     fn prob(&mut self) -> Result<Option<usize>>;
     /// `_pmttl_asend`: sends `msg` to `node`; returns at once (the bytes
-    /// are copied), delivery completes in the background.
+    /// are copied). Delivery goes on at every call that makes progress
+    /// (`prob`, `brec*`, `senddone`, `comfinish`), so that sends made in a
+    /// row leave in one batch.
     fn asend(&mut self, node: usize, msg: &[u8]) -> Result<()>;
     /// `_pmttl_nsend`: like `asend`, with a handle to test completion.
     fn nsend(&mut self, node: usize, msg: &[u8]) -> Result<SendHandle>;
@@ -81,6 +83,10 @@ pub trait Transport {
     /// The run is ending: from now on a peer closing its connection is
     /// expected. Before this call a close is an error (the peer stopped).
     fn closing(&mut self);
+    /// The state of the layer in words, for diagnosing a stuck run.
+    fn describe(&self) -> String {
+        String::new()
+    }
     /// The memory that `GlobalPtr`s point into (registered for RDMA on
     /// VIA): base and length.
     fn heap(&mut self) -> (*mut u8, usize);

@@ -1,7 +1,9 @@
 //! The eight primitives over TCP: the baseline the VIA layer is measured
 //! against. One socket per pair of processes (TCP_NODELAY, non-blocking),
 //! messages framed by a 4-byte length; a send is done once the kernel took
-//! all its bytes. Received messages wait in one queue in arrival order,
+//! all its bytes. Sends queue until the next call that makes progress, so
+//! that messages queued in a row leave in one write (as the VIA layer
+//! packs them into one frame). Received messages wait in one queue in arrival order,
 //! which is the pending list of this transport.
 
 use super::{CommError, PlainHeap, Result, SendHandle, Transport};
@@ -37,6 +39,14 @@ pub struct TcpTransport {
     ready: VecDeque<(usize, Vec<u8>)>,
     spare: Vec<Vec<u8>>,
     heap: PlainHeap,
+}
+
+/// How long a blocking wait polls before it sleeps: `MTTL_TCP_SPIN_US`, by
+/// default `VIA_SPIN_US`, the VIA layer's budget (200 µs), so that the
+/// baseline is measured on equal terms (0: sleep at once).
+fn spin() -> Duration {
+    let us = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+    Duration::from_micros(us("MTTL_TCP_SPIN_US").or_else(|| us("VIA_SPIN_US")).unwrap_or(200))
 }
 
 fn err(what: impl std::fmt::Display) -> CommError {
@@ -112,6 +122,12 @@ impl TcpTransport {
     /// Reads and writes what the sockets allow; waits (without limit) for
     /// one of them when `block` and nothing happened.
     fn progress(&mut self, block: bool) -> Result<()> {
+        // Queued sends first: messages queued in a row leave in one write.
+        for j in 0..self.peers.len() {
+            if self.peers[j].as_ref().is_some_and(|p| p.out_at < p.out.len()) {
+                self.write_to(j)?;
+            }
+        }
         let mut pfds: Vec<libc::pollfd> = Vec::with_capacity(self.peers.len());
         let mut who = Vec::with_capacity(self.peers.len());
         for (j, p) in self.peers.iter().enumerate() {
@@ -130,8 +146,17 @@ impl TcpTransport {
         if pfds.is_empty() {
             return if block { Err(err(format!("rank {}: waiting for a message, but every peer has closed", self.rank))) } else { Ok(()) };
         }
-        // SAFETY: `pfds` is a valid array of its length.
-        let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, if block { -1 } else { 0 }) };
+        // Blocking waits spin (polling without sleeping) for up to
+        // VIA_SPIN_US, as the VIA layer's waits do, then sleep in poll.
+        let spin_until = block.then(|| Instant::now() + spin());
+        let n = loop {
+            let sleep = spin_until.is_some_and(|t| Instant::now() >= t);
+            // SAFETY: `pfds` is a valid array of its length.
+            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, if sleep { -1 } else { 0 }) };
+            if n != 0 || spin_until.is_none() || sleep {
+                break n;
+            }
+        };
         if n < 0 {
             let e = std::io::Error::last_os_error();
             return if e.kind() == ErrorKind::Interrupted { Ok(()) } else { Err(err(e)) };
@@ -271,7 +296,6 @@ impl Transport for TcpTransport {
         p.ends.push_back(p.out.len());
         p.queued += 1;
         let seq = p.queued;
-        self.write_to(node)?;
         Ok(SendHandle { node, seq })
     }
 

@@ -7,10 +7,11 @@
 //! waits on the CQ; `brecnode` and `prob` append the completions of other
 //! VIs they meet to the list's tail.
 //!
-//! Frames: a message goes in one or more slot-sized frames, each with an
-//! 8-byte header `[credit report u32 LE][kind u8][0; 3]`; the kinds are
-//! MORE (a fragment follows), LAST and CREDIT (a report and nothing
-//! else). The kind byte of a slot is zeroed before it is posted, so a
+//! Frames: each slot-sized frame has an 8-byte header `[credit report u32
+//! LE][kind u8][0; 3]`. Small messages queued in a row to one peer travel
+//! together in one PACKED frame (`[len u32 LE][bytes]` each), which the
+//! receiver hands out one by one; a larger message goes in MORE fragments
+//! and a LAST one; CREDIT frames carry a report and nothing else. The kind byte of a slot is zeroed before it is posted, so a
 //! completion whose slot still says 0 is an RDMA write with immediate
 //! data (a [`Bulk::put`] into our heap), which reaches the program as
 //! `[BULK_NOTICE, imm]`.
@@ -39,6 +40,8 @@ mod frame {
     pub const MORE: u8 = 1;
     pub const LAST: u8 = 2;
     pub const CREDIT: u8 = 3;
+    /// Whole small messages, each `[len u32 LE][bytes]`.
+    pub const PACKED: u8 = 4;
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -67,6 +70,12 @@ struct Peer {
     /// Slot of each posted receive, in posting (= completion) order.
     recv_slots: VecDeque<usize>,
     partial: Vec<u8>,
+    /// Messages of a PACKED frame not handed out yet (each has its entry
+    /// on the pending list).
+    unpacked: VecDeque<Vec<u8>>,
+    /// Receives completed (seen on the CQ) and not consumed yet: the next
+    /// completion is of slot `recv_slots[arrived]`.
+    arrived: usize,
     backlog: VecDeque<Out>,
     posted: VecDeque<Posted>,
     /// Messages and puts queued in all; those whose last transfer completed.
@@ -104,7 +113,17 @@ impl ViaTransport {
     /// addresses, and connects one VI to every peer (peer-to-peer model).
     pub fn cominit(boot: &mut Boot, heap_bytes: usize) -> Result<ViaTransport> {
         let dev = std::env::var("MTTL_VIA_DEVICE").unwrap_or_else(|_| "/dev/via_eth0".into());
-        let nic = Nic::open(&dev).map_err(|e| err(format!("opening {dev}: {e} (MTTL_VIA_DEVICE names the VIA device)")))?;
+        // MTTL polls the layer whenever its threads block or yield, so the
+        // engine's own progress thread only competes for the CPU (about 2 µs
+        // of a 32-byte remote read's 10): off unless VIA_PROGRESS_THREAD=1.
+        let mut config = via_user::Config::from_env();
+        if std::env::var_os("VIA_PROGRESS_THREAD").is_none() {
+            config.progress_thread = false;
+        }
+        let opened = via_user::open_device(&dev).map_err(|e| via_user::ViaError::new(via_user::VipReturn::InvalidParameter, e.to_string()));
+        let nic = opened
+            .and_then(|d| Nic::with_device(&dev, d, config))
+            .map_err(|e| err(format!("opening {dev}: {e} (MTTL_VIA_DEVICE names the VIA device)")))?;
         let ptag = nic.create_ptag().map_err(err)?;
         let (rank, size) = (boot.rank, boot.size);
         let slot = env_usize("MTTL_VIA_SLOT", SLOT_DEFAULT).max(256);
@@ -172,6 +191,8 @@ impl ViaTransport {
                 credits: Credits::new(recvs),
                 recv_slots,
                 partial: Vec::new(),
+                unpacked: VecDeque::new(),
+                arrived: 0,
                 backlog: VecDeque::new(),
                 posted: VecDeque::new(),
                 queued: 0,
@@ -214,19 +235,49 @@ impl ViaTransport {
         self.peers.get_mut(node).and_then(|p| p.as_mut()).ok_or_else(|| err(format!("rank {rank}: no VI to node {node}")))
     }
 
-    /// Posts what the backlog of `node` may post now: data needs a credit
-    /// and a send slot.
+    /// Posts what the backlog of `node` may post now (data needs a credit
+    /// and a send slot), in one batch: one doorbell for all its frames.
     fn flush(&mut self, node: usize) -> Result<()> {
         let payload = self.slot - HDR;
+        let mut batch: Vec<Descriptor> = Vec::new();
+        let mut recs: Vec<Posted> = Vec::new();
         loop {
             let p = self.peers[node].as_mut().expect("peer");
-            let Some(front) = p.backlog.front_mut() else { return Ok(()) };
+            let Some(front) = p.backlog.front_mut() else { break };
             match front {
+                Out::Msg { bytes, at, .. } if *at == 0 && bytes.len() + 4 <= payload => {
+                    if !p.credits.can_send_data() {
+                        break;
+                    }
+                    let Some(s) = self.free_slots.pop() else { break };
+                    // Every whole small message queued behind it that fits.
+                    let base = s * self.slot;
+                    let mut fill = HDR;
+                    let mut last_seq = 0;
+                    while let Some(Out::Msg { bytes, at: 0, seq }) = p.backlog.front() {
+                        if fill + 4 + bytes.len() > self.slot {
+                            break;
+                        }
+                        self.send_mem.write(base + fill, &(bytes.len() as u32).to_le_bytes()).map_err(err)?;
+                        self.send_mem.write(base + fill + 4, bytes).map_err(err)?;
+                        fill += 4 + bytes.len();
+                        last_seq = *seq;
+                        p.backlog.pop_front();
+                    }
+                    let mut hdr = [0u8; HDR];
+                    hdr[..4].copy_from_slice(&p.credits.on_send().to_le_bytes());
+                    hdr[4] = frame::PACKED;
+                    self.send_mem.write(base, &hdr).map_err(err)?;
+                    let mut d = self.desc()?;
+                    d.set(&[(&self.send_mem, base..base + fill)], None).map_err(err)?;
+                    batch.push(d);
+                    recs.push(Posted { slot: Some(s), seq: Some(last_seq) });
+                }
                 Out::Msg { bytes, at, seq } => {
                     if !p.credits.can_send_data() {
-                        return Ok(());
+                        break;
                     }
-                    let Some(s) = self.free_slots.pop() else { return Ok(()) };
+                    let Some(s) = self.free_slots.pop() else { break };
                     let n = (bytes.len() - *at).min(payload);
                     let last = *at + n == bytes.len();
                     let report = p.credits.on_send();
@@ -243,14 +294,15 @@ impl ViaTransport {
                     }
                     let mut d = self.desc()?;
                     d.set(&[(&self.send_mem, base..base + HDR + n)], None).map_err(err)?;
-                    self.post(node, d, Posted { slot: Some(s), seq })?;
+                    batch.push(d);
+                    recs.push(Posted { slot: Some(s), seq });
                 }
                 Out::Put { src, dst, len, imm, seq } => {
                     let n = (*len).min(self.max_xfer);
                     let last = n == *len;
                     if last {
                         if !p.credits.can_send_data() {
-                            return Ok(());
+                            break;
                         }
                         p.credits.on_send_without_report();
                     }
@@ -264,10 +316,30 @@ impl ViaTransport {
                     }
                     let mut d = self.desc()?;
                     d.set_op(Op::RdmaWrite(target), &[(&self.heap, s..s + n)], last.then_some(imm), false).map_err(err)?;
-                    self.post(node, d, Posted { slot: None, seq: last.then_some(seq) })?;
+                    batch.push(d);
+                    recs.push(Posted { slot: None, seq: last.then_some(seq) });
                 }
             }
         }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let rank = self.rank;
+        let p = self.peers[node].as_mut().expect("peer");
+        p.vi.post_sends(batch).map_err(|e| err(format!("rank {rank}: posting sends to rank {node}: {e}")))?;
+        p.posted.extend(recs);
+        Ok(())
+    }
+
+    /// Posts every peer's backlog (sends are queued by `asend` and go out
+    /// at the next call that makes progress, in batches).
+    fn flush_all(&mut self) -> Result<()> {
+        for j in 0..self.peers.len() {
+            if self.peers[j].as_ref().is_some_and(|p| !p.backlog.is_empty() && !p.closed) {
+                self.flush(j)?;
+            }
+        }
+        Ok(())
     }
 
     fn post(&mut self, node: usize, d: Descriptor, rec: Posted) -> Result<()> {
@@ -301,6 +373,17 @@ impl ViaTransport {
     fn on_completion(&mut self, c: Completion) -> Result<()> {
         let node = *self.vi_node.get(c.vi as usize).filter(|&&n| n != usize::MAX).ok_or_else(|| err(format!("a completion for VI {}, which is not ours", c.vi)))?;
         if c.recv_queue {
+            // The credit report is read now, while the frame waits to be
+            // consumed: credits must flow even while nobody takes messages.
+            let p = self.peers[node].as_mut().expect("peer");
+            if let Some(&s) = p.recv_slots.get(p.arrived) {
+                let mut hdr = [0u8; HDR];
+                self.recv_mem.read(s * self.slot, &mut hdr).map_err(err)?;
+                if matches!(hdr[4], frame::MORE | frame::LAST | frame::CREDIT | frame::PACKED) {
+                    p.credits.on_report(u32::from_le_bytes(hdr[..4].try_into().unwrap()));
+                }
+            }
+            p.arrived += 1;
             self.pending.push_back(node);
             return Ok(());
         }
@@ -322,18 +405,20 @@ impl ViaTransport {
             self.free_slots.push(s);
         }
         self.descs.push(d);
-        // A freed slot may let any peer's backlog go on.
-        for j in 0..self.peers.len() {
-            if self.peers[j].as_ref().is_some_and(|p| !p.backlog.is_empty() && !p.closed) {
-                self.flush(j)?;
-            }
-        }
         Ok(())
     }
 
+    /// Posts the backlogs and files every completion there is.
     fn poll(&mut self) -> Result<()> {
+        self.flush_all()?;
+        let mut any = false;
         while let Some(c) = self.cq.done().map_err(err)? {
             self.on_completion(c)?;
+            any = true;
+        }
+        if any {
+            // Freed slots may let backlogs go on.
+            self.flush_all()?;
         }
         Ok(())
     }
@@ -355,10 +440,15 @@ impl ViaTransport {
     fn consume(&mut self, node: usize, out: &mut Vec<u8>) -> Result<bool> {
         let rank = self.rank;
         let p = self.peers[node].as_mut().expect("peer");
+        if let Some(m) = p.unpacked.pop_front() {
+            *out = m;
+            return Ok(true);
+        }
         let Some(d) = p.vi.recv_done().map_err(err)? else {
             return Err(err(format!("rank {rank}: the CQ named a receive of rank {node} that is not done")));
         };
         let s = p.recv_slots.pop_front().ok_or_else(|| err("a receive completion with nothing posted"))?;
+        p.arrived = p.arrived.saturating_sub(1);
         if let Err(e) = d.check_ok() {
             // Flushed: the connection is gone (the peer closed or died).
             p.closed = true;
@@ -366,10 +456,11 @@ impl ViaTransport {
             if self.closing {
                 return Ok(false);
             }
-            return Err(err(format!("rank {rank}: the connection to rank {node} was lost ({e}); did rank {node} stop?")));
+            let why = self.nic.take_async_errors();
+            return Err(err(format!("rank {rank}: the connection to rank {node} was lost ({e}); did rank {node} stop? (asynchronous errors: {why:?}; {:?})", self.nic.counters())));
         }
+        p.credits.on_consume();
         let got = if let Some(imm) = d.immediate() {
-            p.credits.on_consume(None);
             out.clear();
             out.push(BULK_NOTICE);
             out.extend_from_slice(&imm.to_le_bytes());
@@ -382,7 +473,6 @@ impl ViaTransport {
             }
             let mut hdr = [0u8; HDR];
             self.recv_mem.read(base, &mut hdr).map_err(err)?;
-            p.credits.on_consume(Some(u32::from_le_bytes(hdr[..4].try_into().unwrap())));
             let body = base + HDR..base + len;
             match hdr[4] {
                 frame::CREDIT => false,
@@ -391,6 +481,32 @@ impl ViaTransport {
                     p.partial.resize(at + body.len(), 0);
                     self.recv_mem.read(body.start, &mut p.partial[at..]).map_err(err)?;
                     false
+                }
+                frame::PACKED => {
+                    let mut body = self.recv_mem.to_vec(body).map_err(err)?;
+                    let mut msgs = Vec::new();
+                    let mut at = 0;
+                    while at < body.len() {
+                        let n = body.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize);
+                        match n {
+                            Some(n) if at + 4 + n <= body.len() => {
+                                msgs.push(at + 4..at + 4 + n);
+                                at += 4 + n;
+                            }
+                            _ => return Err(err(format!("rank {rank}: a packed frame from rank {node} with an inconsistent length at byte {at}"))),
+                        }
+                    }
+                    let Some(first) = msgs.first().cloned() else {
+                        return Err(err(format!("rank {rank}: an empty packed frame from rank {node}")));
+                    };
+                    for r in &msgs[1..] {
+                        p.unpacked.push_back(body[r.clone()].to_vec());
+                        self.pending.push_back(node);
+                    }
+                    body.truncate(first.end);
+                    body.drain(..first.start);
+                    *out = body;
+                    true
                 }
                 frame::LAST => {
                     out.clear();
@@ -408,7 +524,6 @@ impl ViaTransport {
         let p = self.peers[node].as_mut().expect("peer");
         p.vi.post_recv(d).map_err(err)?;
         p.recv_slots.push_back(s);
-        self.flush(node)?;
         self.maybe_report(node)?;
         Ok(got)
     }
@@ -426,7 +541,6 @@ impl ViaTransport {
             Out::Put { src, dst, len, imm, .. } => Out::Put { src, dst, len, imm, seq },
         };
         p.backlog.push_back(o);
-        self.flush(node)?;
         Ok(SendHandle { node, seq })
     }
 }
@@ -441,6 +555,7 @@ impl Transport for ViaTransport {
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut scratch = Vec::new();
         while self.peers.iter().flatten().any(|p| !p.closed && p.completed < p.queued) {
+            self.flush_all()?;
             if Instant::now() > deadline {
                 return Err(err(format!("rank {}: sends not delivered within 60 s of the end", self.rank)));
             }
@@ -464,18 +579,46 @@ impl Transport for ViaTransport {
         self.closing = true;
     }
 
-    fn prob(&mut self) -> Result<Option<usize>> {
-        if let Some((n, _)) = self.stash {
-            return Ok(Some(n));
+    fn describe(&self) -> String {
+        let mut s = format!("via rank {}: pending {}, stash {:?}, free send slots {}; ", self.rank, self.pending.len(), self.stash.as_ref().map(|x| x.0), self.free_slots.len());
+        for (j, p) in self.peers.iter().enumerate() {
+            if let Some(p) = p {
+                s += &format!(
+                    "[{j}: recvs {}, partial {}, unpacked {}, backlog {}, posted {}, queued {}, completed {}, closed {}, vi posted {:?}, {:?}] ",
+                    p.recv_slots.len(),
+                    p.partial.len(),
+                    p.unpacked.len(),
+                    p.backlog.len(),
+                    p.posted.len(),
+                    p.queued,
+                    p.completed,
+                    p.closed,
+                    p.vi.posted(),
+                    p.credits
+                );
+            }
         }
-        self.poll()?;
-        // Fragments and credit-only frames at the head are absorbed; the
-        // first whole message is kept for the next brecany or brecnode.
-        let mut m = Vec::new();
-        while let Some(n) = self.pending.pop_front() {
-            if self.consume(n, &mut m)? {
-                self.stash = Some((n, m));
+        s + &format!("counters {:?}", self.nic.counters())
+    }
+
+    fn prob(&mut self) -> Result<Option<usize>> {
+        // Messages already in hand go first; queued sends are posted (in
+        // one batch) only when we have to look at the CQ.
+        for polled in [false, true] {
+            if let Some((n, _)) = self.stash {
                 return Ok(Some(n));
+            }
+            if polled {
+                self.poll()?;
+            }
+            // Fragments and credit-only frames at the head are absorbed;
+            // the first whole message is kept for the next brec*.
+            let mut m = Vec::new();
+            while let Some(n) = self.pending.pop_front() {
+                if self.consume(n, &mut m)? {
+                    self.stash = Some((n, m));
+                    return Ok(Some(n));
+                }
             }
         }
         Ok(None)

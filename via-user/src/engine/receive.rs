@@ -445,6 +445,9 @@ impl Core {
         let reliable = vi.reliable();
         let Some(mut m) = m else {
             // A middle fragment with no message: its start was lost.
+            if reliable {
+                self.counters.rx_bad_offset += 1;
+            }
             return true;
         };
         let payload = f.payload();
