@@ -1,4 +1,4 @@
-//! `mttl-run -n N [--transport via|tcp] [--timeout SECONDS] -- PROGRAM ARGS`
+//! `mttl-run -n N [--transport via|tcp] [--mtu BYTES] [--timeout SECONDS] -- PROGRAM ARGS`
 //!
 //! Runs an MTTL program as N processes on this machine, each in a network
 //! namespace of its own (`eth0`, 10.77.0.(rank+1)/16) joined by a bridge in
@@ -25,21 +25,23 @@ struct Opts {
     n: usize,
     transport: String,
     timeout: Option<Duration>,
+    mtu: u32,
     cmd: Vec<String>,
 }
 
 fn usage() -> ! {
-    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--timeout SECONDS] -- PROGRAM [ARGS...]");
+    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--mtu BYTES] [--timeout SECONDS] -- PROGRAM [ARGS...]");
     std::process::exit(2)
 }
 
 fn parse() -> Opts {
     let mut a = std::env::args().skip(1);
-    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, cmd: Vec::new() };
+    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: 1500, cmd: Vec::new() };
     while let Some(x) = a.next() {
         match x.as_str() {
             "-n" | "--np" => o.n = a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
             "--transport" => o.transport = a.next().unwrap_or_else(|| usage()),
+            "--mtu" => o.mtu = a.next().and_then(|v| v.parse().ok()).filter(|m| (576..=65000).contains(m)).unwrap_or_else(|| usage()),
             "--timeout" => o.timeout = Some(Duration::from_secs(a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()))),
             "--" => {
                 o.cmd = a.by_ref().collect();
@@ -85,7 +87,8 @@ impl Net {
         format!("{}r{i}", self.prefix)
     }
 
-    fn build(n: usize) -> Result<Net, String> {
+    fn build(n: usize, mtu: u32) -> Result<Net, String> {
+        let mtu = mtu.to_string();
         let mut net = Net { prefix: format!("mttl{}-", std::process::id()), names: Vec::new() };
         let hub = net.hub();
         ip(&["netns", "add", &hub])?;
@@ -98,7 +101,8 @@ impl Net {
             net.names.push(ns.clone());
             let port = format!("p{i}");
             ip(&["-n", &hub, "link", "add", &port, "type", "veth", "peer", "name", "eth0", "netns", &ns])?;
-            ip(&["-n", &hub, "link", "set", &port, "master", "br0", "up"])?;
+            ip(&["-n", &hub, "link", "set", &port, "mtu", &mtu, "master", "br0", "up"])?;
+            ip(&["-n", &ns, "link", "set", "eth0", "mtu", &mtu])?;
             ip(&["-n", &ns, "addr", "add", &format!("10.77.{}.{}/16", (i + 1) / 256, (i + 1) % 256), "dev", "eth0"])?;
             ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
             ip(&["-n", &ns, "link", "set", "lo", "up"])?;
@@ -164,7 +168,7 @@ fn main() -> ExitCode {
         unsafe { libc::signal(s, on_signal as *const () as libc::sighandler_t) };
     }
     sweep_stale();
-    let net = match Net::build(o.n) {
+    let net = match Net::build(o.n, o.mtu) {
         Ok(n) => n,
         Err(e) => {
             eprintln!("mttl-run: setting up the network: {e}");
