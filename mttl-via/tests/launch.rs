@@ -80,3 +80,42 @@ fn mttl_over_via_at_1_2_4_8_ranks() {
 fn mttl_over_tcp_at_1_2_4_8_ranks() {
     everything_at("tcp");
 }
+
+/// Ranks started without mttl-run, as Slurm or mpirun would (rank and
+/// size from the launcher's variables, the rendezvous at rank 0), over
+/// TCP on this host: the same program runs; two different programs are
+/// refused at start-up, with both ranks saying why.
+#[test]
+fn ranks_from_a_cluster_launcher_and_different_programs_refused() {
+    let bench = env!("CARGO_BIN_EXE_mttl-bench");
+    let start = |rank: usize, prog: &str, port: u16, args: &[&str]| {
+        Command::new(prog)
+            .args(args)
+            .env("SLURM_PROCID", rank.to_string())
+            .env("SLURM_NTASKS", "2")
+            .env("MTTL_ROOT", format!("127.0.0.1:{port}"))
+            .env("MTTL_TRANSPORT", "tcp")
+            .env("RUST_BACKTRACE", "0")
+            .env_remove("MTTL_RANK")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting a rank")
+    };
+    // A free port for the rendezvous.
+    let port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let p = port();
+    let ranks = [start(0, CHECK, p, &["invoke"]), start(1, CHECK, p, &["invoke"])];
+    let outs: Vec<_> = ranks.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    let text = |o: &std::process::Output| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(outs.iter().all(|o| o.status.success()), "{}\n{}", text(&outs[0]), text(&outs[1]));
+    assert!(text(&outs[0]).contains("passed (2 ranks)"), "{}", text(&outs[0]));
+
+    let p = port();
+    let ranks = [start(0, CHECK, p, &["invoke"]), start(1, bench, p, &["--worker", "nread"])];
+    let outs: Vec<_> = ranks.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    for o in &outs {
+        assert!(!o.status.success(), "a mixed run must fail:\n{}", text(o));
+        assert!(text(o).contains("runs a different program than rank 0"), "{}", text(o));
+    }
+}
