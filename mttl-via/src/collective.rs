@@ -107,7 +107,49 @@ impl Reduction {
 
     /// Allreduce of `v` with the element operation `op(acc, other)`.
     pub fn with<T: Pod>(v: &mut [T], op: impl Fn(&mut T, &T)) {
-        let (me, n) = (my_pe(), pe_num());
+        Group::world().allreduce_with(v, op)
+    }
+}
+
+/// Some of the processes, in a fixed order, running collectives among
+/// themselves (an MPI communicator): the rows of a process grid, say.
+/// Every member calls the group's collectives in the same order, and in
+/// the same order relative to every other collective it calls.
+#[derive(Clone, Debug)]
+pub struct Group {
+    members: Vec<usize>,
+    me: usize,
+}
+
+impl Group {
+    /// Every process, in rank order.
+    pub fn world() -> Group {
+        Group { members: (0..pe_num()).collect(), me: my_pe() }
+    }
+
+    /// The group of `members` (distinct ranks, this process among them).
+    pub fn new(members: Vec<usize>) -> Group {
+        let me = members.iter().position(|&r| r == my_pe()).unwrap_or_else(|| panic!("rank {} is not in the group {members:?}", my_pe()));
+        Group { members, me }
+    }
+
+    pub fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    /// This process's place in the group.
+    pub fn index(&self) -> usize {
+        self.me
+    }
+
+    /// Sum of `v` over the group, in place on every member.
+    pub fn sum<T: Pod + std::ops::AddAssign>(&self, v: &mut [T]) {
+        self.allreduce_with(v, |a, b| *a += *b)
+    }
+
+    /// Allreduce of `v` over the group with `op(acc, other)`.
+    pub fn allreduce_with<T: Pod>(&self, v: &mut [T], op: impl Fn(&mut T, &T)) {
+        let (me, n, rank) = (self.me, self.members.len(), &self.members);
         if n == 1 || v.is_empty() {
             return;
         }
@@ -115,24 +157,24 @@ impl Reduction {
         let combine = |acc: &mut [T], other: &[T]| acc.iter_mut().zip(other).for_each(|(a, b)| op(a, b));
         let p2 = 1usize << (usize::BITS - 1 - n.leading_zeros());
         let extra = n - p2;
-        // Fold: ranks p2.. hand their vectors to rank - p2 and wait for the answer.
+        // Fold: members p2.. hand their vectors to member - p2 and wait for the answer.
         if me >= p2 {
-            coll_send(me - p2, tag(seq, 0), pod_bytes(v));
-            recv_into(me - p2, tag(seq, 1), v);
+            coll_send(rank[me - p2], tag(seq, 0), pod_bytes(v));
+            recv_into(rank[me - p2], tag(seq, 1), v);
             return;
         }
         if me < extra {
-            let o = recv_vec::<T>(me + p2, tag(seq, 0), v.len());
+            let o = recv_vec::<T>(rank[me + p2], tag(seq, 0), v.len());
             combine(v, &o);
         }
         let long = std::mem::size_of_val(v) >= long_bytes() && v.len() >= p2;
         if p2 > 1 {
             if long {
-                rabenseifner(v, me, p2, seq, &combine);
+                rabenseifner(v, me, rank, p2, seq, &combine);
             } else {
                 let (mut mask, mut step) = (1, 2);
                 while mask < p2 {
-                    let partner = me ^ mask;
+                    let partner = rank[me ^ mask];
                     coll_send(partner, tag(seq, step), pod_bytes(v));
                     let o = recv_vec::<T>(partner, tag(seq, step), v.len());
                     combine(v, &o);
@@ -142,20 +184,35 @@ impl Reduction {
             }
         }
         if me < extra {
-            coll_send(me + p2, tag(seq, 1), pod_bytes(v));
+            coll_send(rank[me + p2], tag(seq, 1), pod_bytes(v));
         }
     }
 }
 
+/// Sends `send` to process `to` and receives `recv` (the same length
+/// there) from process `from`, as one collective step: both sides call
+/// it in the same place of their collective sequence. `to == from ==
+/// my_pe()` copies.
+pub fn sendrecv<T: Pod>(to: usize, send: &[T], from: usize, recv: &mut [T]) {
+    let seq = next_seq();
+    let me = my_pe();
+    if to == me && from == me {
+        recv.copy_from_slice(send);
+        return;
+    }
+    coll_send(to, tag(seq, 0), pod_bytes(send));
+    recv_into(from, tag(seq, 0), recv);
+}
+
 /// Reduce-scatter by recursive halving, then allgather by recursive
 /// doubling, among ranks 0..p2 (a power of two).
-fn rabenseifner<T: Pod>(v: &mut [T], me: usize, p2: usize, seq: u64, combine: &dyn Fn(&mut [T], &[T])) {
+fn rabenseifner<T: Pod>(v: &mut [T], me: usize, rank: &[usize], p2: usize, seq: u64, combine: &dyn Fn(&mut [T], &[T])) {
     let mut step = 100;
     let (mut lo, mut hi) = (0, v.len());
     let mut splits = Vec::new();
     let mut mask = p2 >> 1;
     while mask > 0 {
-        let partner = me ^ mask;
+        let partner = rank[me ^ mask];
         let mid = lo + (hi - lo) / 2;
         let (keep, give) = if me & mask == 0 { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
         coll_send(partner, tag(seq, step), pod_bytes(&v[give.0..give.1]));
@@ -169,7 +226,7 @@ fn rabenseifner<T: Pod>(v: &mut [T], me: usize, p2: usize, seq: u64, combine: &d
     // Allgather: undo the halvings in reverse order.
     let mut mask = 1;
     while let Some(((plo, phi), give)) = splits.pop() {
-        let partner = me ^ mask;
+        let partner = rank[me ^ mask];
         coll_send(partner, tag(seq, step), pod_bytes(&v[lo..hi]));
         recv_into(partner, tag(seq, step), &mut v[give.0..give.1]);
         (lo, hi) = (plo, phi);

@@ -31,7 +31,7 @@ pub mod sync;
 pub mod thread;
 pub mod wire;
 
-pub use collective::{broadcast, Barrier, Reduction};
+pub use collective::{broadcast, sendrecv, Barrier, Group, Reduction};
 pub use global::GlobalPtr;
 pub use invoke::{ainvoke, ainvoke_detached, invoke, on_all, Pending};
 pub use registry::RemoteFunction;

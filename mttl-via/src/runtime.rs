@@ -273,7 +273,13 @@ pub(crate) fn coll_send(node: usize, tag: u64, payload: &[u8]) {
     m.push(kind::COLL);
     m.extend_from_slice(&tag.to_le_bytes());
     m.extend_from_slice(payload);
-    with(|rt| rt.send(node, &m));
+    with(|rt| {
+        if node == rt.rank {
+            rt.mail(node, tag, payload.to_vec());
+        } else {
+            rt.send(node, &m)
+        }
+    });
 }
 
 /// Waits for the collective step from `node` under `tag`.

@@ -11,3 +11,4 @@
 
 pub mod npb;
 pub mod serial;
+pub mod dist;
