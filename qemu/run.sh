@@ -4,7 +4,7 @@
 #   qemu/run.sh [--nics N]... [--only NAME] [--env VAR=VALUE]... [--timeout SECONDS]
 #
 # builds the guest binaries statically (via-agent, via-pingpong,
-# via-testpeer, via-conform, via-guest-suite), builds an initramfs from
+# via-testpeer, via-conform, via-guest-suite, cg), builds an initramfs from
 # busybox and the VFIO modules of the Debian kernel package, boots a q35
 # guest under TCG with the emulated intel-iommu and N tulip NICs on one
 # QEMU hub, lets qemu/init bind every tulip with via-agent and run
@@ -46,7 +46,8 @@ echo "qemu/run.sh: building static guest binaries"
 CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" \
     cargo build --manifest-path "$ROOT/Cargo.toml" --profile guest --target $TARGET \
     -p via-kernel-agent --bin via-agent -p via-user --bin via-pingpong \
-    -p via-tests --bin via-testpeer --bin via-conform --bin via-guest-suite
+    -p via-tests --bin via-testpeer --bin via-conform --bin via-guest-suite \
+    -p nas-cg --bin cg
 BINDIR=$ROOT/target/$TARGET/guest
 
 # 2. The initramfs.
@@ -55,7 +56,7 @@ trap 'rm -rf "$WORK"' EXIT
 IRD=$WORK/root
 mkdir -p "$IRD"/{bin,dev,proc,sys,tmp,lib/modules}
 cp "$BUSYBOX" "$IRD/bin/busybox"
-for b in via-agent via-pingpong via-testpeer via-conform via-guest-suite; do
+for b in via-agent via-pingpong via-testpeer via-conform via-guest-suite cg; do
     cp "$BINDIR/$b" "$IRD/bin/"
 done
 cp "$ROOT/qemu/init" "$IRD/init"

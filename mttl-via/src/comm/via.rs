@@ -120,6 +120,17 @@ impl ViaTransport {
         if std::env::var_os("VIA_PROGRESS_THREAD").is_none() {
             config.progress_thread = false;
         }
+        // Without that thread a process computing for seconds (NPB CG's
+        // matrix generation, say) does not acknowledge meanwhile; its
+        // peers must keep retrying rather than declare it dead after the
+        // engine's default few seconds. A crashed rank is caught by
+        // mttl-run (or the cluster launcher) anyway. VIA_RETRY_LIMIT
+        // overrides.
+        if std::env::var_os("VIA_RETRY_LIMIT").is_none() {
+            while config.connection_timeout() < Duration::from_secs(120) && config.retry_limit < 10_000 {
+                config.retry_limit += 1;
+            }
+        }
         let opened = via_user::open_device(&dev).map_err(|e| via_user::ViaError::new(via_user::VipReturn::InvalidParameter, e.to_string()));
         let nic = opened
             .and_then(|d| Nic::with_device(&dev, d, config))

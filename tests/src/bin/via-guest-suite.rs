@@ -527,6 +527,37 @@ fn rank(r: usize, dev: &str, forever: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// NAS CG class S on MTTL across `n` processes, each owning one tulip
+/// (ranks started as a cluster launcher would: rank and size in the
+/// environment, the start-up rendezvous on the guest's loopback).
+fn cg_class_s(devs: &[String], n: usize) -> Result<(), String> {
+    let cg = bin("cg");
+    let mut ranks = Vec::new();
+    for (i, d) in devs.iter().take(n).enumerate() {
+        let mut c = Command::new(&cg);
+        c.args(["--class", "S"])
+            .env("MTTL_RANK", i.to_string())
+            .env("MTTL_SIZE", n.to_string())
+            .env("MTTL_ROOT", "127.0.0.1:47001")
+            .env("MTTL_TRANSPORT", "via")
+            .env("MTTL_VIA_DEVICE", d)
+            .env("MTTL_HEAP_MB", "4");
+        ranks.push(Child2::spawn(c)?);
+    }
+    let mut outs = Vec::new();
+    for (i, r) in ranks.into_iter().enumerate() {
+        outs.push(r.finish().map_err(|e| format!("rank {i}: {e}"))?);
+    }
+    let out0 = &outs[0];
+    if !out0.contains("VERIFICATION SUCCESSFUL") {
+        return Err(format!("rank 0 did not verify:\n{out0}"));
+    }
+    for l in out0.lines().filter(|l| l.contains("Zeta is") || l.contains("Time in seconds") || l.contains("Mop/s total")) {
+        println!("  {}", l.trim());
+    }
+    Ok(())
+}
+
 // ------------------------------------------------------------ the suite
 
 fn main() {
@@ -597,6 +628,10 @@ fn main() {
         }
         run(&format!("all_to_all_{}_nics", d.len()), &|| all_to_all(d));
         run("killed_processes_leave_clean_nics", &|| killed_processes_leave_clean_nics(d));
+        run("cg_class_s_2_ranks", &|| cg_class_s(d, 2));
+        if d.len() >= 4 {
+            run("cg_class_s_4_ranks", &|| cg_class_s(d, 4));
+        }
         run("bench_via_against_raw_frames", &|| bench_via_against_raw(d));
     }
     println!("guest: {passed} passed, {failed} failed");
