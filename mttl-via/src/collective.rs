@@ -3,8 +3,9 @@
 //! allgather for long ones) and [`broadcast`] (a binomial tree for short
 //! data, van de Geijn's scatter + ring allgather for long).
 //!
-//! Every process must call the same collectives in the same order, one
-//! thread per process at a time (the SPMD phases that [`crate::on_all`]
+//! Every process must call the same collectives in the same order (a
+//! process outside a [`Group`] calls [`skip`] in place of the group's
+//! collective), one thread per process at a time (the SPMD phases that [`crate::on_all`]
 //! starts). Steps travel as COLL messages tagged with the collective's
 //! sequence number and the step, so they never mix. Non-power-of-two
 //! process counts fold the extra ranks into the lower ones first.
@@ -16,6 +17,13 @@ use crate::wire::{pod_bytes, pod_bytes_mut, Pod};
 /// (`MTTL_COLL_LONG`, default 8 KiB).
 fn long_bytes() -> usize {
     std::env::var("MTTL_COLL_LONG").ok().and_then(|v| v.parse().ok()).unwrap_or(8192)
+}
+
+/// Counts a collective this process takes no part in (a group it is not
+/// a member of), so that its sequence stays in step with the members'.
+/// Every process calls every collective, or `skip` in its place.
+pub fn skip() {
+    next_seq();
 }
 
 fn next_seq() -> u64 {
@@ -51,11 +59,11 @@ pub struct Barrier;
 impl Barrier {
     /// The dissemination barrier: ceil(log2 n) rounds of one message each.
     pub fn wait() {
+        let seq = next_seq();
         let (me, n) = (my_pe(), pe_num());
         if n == 1 {
             return;
         }
-        let seq = next_seq();
         let (mut k, mut step) = (1, 0);
         while k < n {
             coll_send((me + k) % n, tag(seq, step), &[]);
@@ -147,13 +155,43 @@ impl Group {
         self.allreduce_with(v, |a, b| *a += *b)
     }
 
+    /// Reduce-scatter by recursive halving: afterwards this member's
+    /// block, which the result names, holds the group's sum there (the
+    /// rest of `v` is scratch). The group size must be a power of two
+    /// dividing `v.len()`; member k gets the k-th of equal blocks.
+    pub fn reduce_scatter_sum<T: Pod + std::ops::AddAssign>(&self, v: &mut [T]) -> std::ops::Range<usize> {
+        let (me, n, rank) = (self.me, self.members.len(), &self.members);
+        assert!(n.is_power_of_two() && v.len() % n == 0, "reduce_scatter over {n} members of {} elements", v.len());
+        let seq = next_seq();
+        let (mut lo, mut hi) = (0, v.len());
+        if n == 1 {
+            return lo..hi;
+        }
+        let mut mask = n >> 1;
+        let mut step = 0;
+        while mask > 0 {
+            let partner = rank[me ^ mask];
+            let mid = lo + (hi - lo) / 2;
+            let (keep, give) = if me & mask == 0 { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
+            coll_send(partner, tag(seq, step), pod_bytes(&v[give.0..give.1]));
+            let o = recv_vec::<T>(partner, tag(seq, step), keep.1 - keep.0);
+            v[keep.0..keep.1].iter_mut().zip(&o).for_each(|(a, b)| *a += *b);
+            (lo, hi) = keep;
+            mask >>= 1;
+            step += 1;
+        }
+        lo..hi
+    }
+
     /// Allreduce of `v` over the group with `op(acc, other)`.
     pub fn allreduce_with<T: Pod>(&self, v: &mut [T], op: impl Fn(&mut T, &T)) {
+        // Every collective takes one sequence number, even when it has
+        // nothing to do, so that all processes stay in step.
+        let seq = next_seq();
         let (me, n, rank) = (self.me, self.members.len(), &self.members);
         if n == 1 || v.is_empty() {
             return;
         }
-        let seq = next_seq();
         let combine = |acc: &mut [T], other: &[T]| acc.iter_mut().zip(other).for_each(|(a, b)| op(a, b));
         let p2 = 1usize << (usize::BITS - 1 - n.leading_zeros());
         let extra = n - p2;
@@ -240,10 +278,10 @@ fn rabenseifner<T: Pod>(v: &mut [T], me: usize, rank: &[usize], p2: usize, seq: 
 pub fn broadcast<T: Pod>(root: usize, data: &mut [T]) {
     let (me, n) = (my_pe(), pe_num());
     assert!(root < n, "broadcast from rank {root} of {n}");
+    let seq = next_seq();
     if n == 1 || data.is_empty() {
         return;
     }
-    let seq = next_seq();
     let vr = (me + n - root) % n;
     let real = |v: usize| (v + root) % n;
     if std::mem::size_of_val(data) < long_bytes() || data.len() < n {

@@ -179,6 +179,28 @@ fn check_collectives(round: u64) {
             assert!(b.iter().enumerate().all(|(i, &x)| x == i as u64 + 1000 * root as u64), "broadcast of {len} from {root}");
         }
     }
+    if n.is_power_of_two() {
+        // Reduce-scatter: rank k ends with the k-th block of the sum.
+        let g = mttl_via::Group::world();
+        let len = 8 * n as usize;
+        let mut v: Vec<u64> = (0..len as u64).map(|i| i * (me + 1) + round).collect();
+        let mine = g.reduce_scatter_sum(&mut v);
+        assert_eq!(mine, me as usize * 8..me as usize * 8 + 8);
+        for i in mine {
+            assert_eq!(v[i], i as u64 * n * (n + 1) / 2 + round * n, "reduce-scatter element {i}");
+        }
+    }
+    // A group of some ranks: the even ones sum among themselves.
+    let evens: Vec<usize> = (0..n as usize).step_by(2).collect();
+    if me % 2 == 0 {
+        let mut x = [me + 1];
+        mttl_via::Group::new(evens.clone()).sum(&mut x);
+        assert_eq!(x[0], evens.iter().map(|&r| r as u64 + 1).sum::<u64>());
+    } else {
+        // Odd ranks skip that collective; they must skip its sequence
+        // number too, so the next global collective still matches.
+        mttl_via::collective::skip();
+    }
     assert_eq!(Reduction::sum_of(me + 1), n * (n + 1) / 2);
     assert_eq!(Reduction::max_of(me), n - 1);
     assert_eq!(Reduction::min_of(me as f64 + 0.5), 0.5);
