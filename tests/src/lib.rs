@@ -8,6 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use via_kernel_agent::netns::ip;
 
 pub mod conform;
 
@@ -21,13 +22,6 @@ pub struct TestNet {
     pub vb: String,
 }
 
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("running ip {args:?}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()));
-    }
-    Ok(())
-}
 
 impl TestNet {
     /// Creates the two hosts with the given MTU on the link.

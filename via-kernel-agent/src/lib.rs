@@ -9,7 +9,8 @@
 //! - [`conn`]: the connection manager of the client/server model (sans-IO);
 //! - [`peer`]: peer-to-peer connections (sans-IO);
 //! - [`names`]: the name service (hosts file);
-//! - [`resolver`]: name discovery on the segment (sans-IO).
+//! - [`resolver`]: name discovery on the segment (sans-IO);
+//! - [`netns`]: running `ip` for tools that build hosts from namespaces.
 
 pub mod backoff;
 pub mod conn;
@@ -17,6 +18,7 @@ pub mod device;
 pub mod mac;
 pub mod memory;
 pub mod names;
+pub mod netns;
 pub mod pci;
 pub mod peer;
 pub mod resolver;

@@ -14,6 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
+use via_kernel_agent::netns::ip;
 
 static STOP: AtomicI32 = AtomicI32::new(0);
 
@@ -65,13 +66,6 @@ fn parse() -> Opts {
     o
 }
 
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("running ip: {e} (is iproute2 installed?)"))?;
-    if !out.status.success() {
-        return Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()));
-    }
-    Ok(())
-}
 
 /// The namespaces of one run; deleted on drop.
 struct Net {

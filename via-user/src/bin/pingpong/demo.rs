@@ -10,6 +10,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
+use via_kernel_agent::netns::ip;
 
 /// What must be undone if a signal arrives: child pids and namespaces.
 static CREATED: Mutex<(Vec<u32>, Vec<String>)> = Mutex::new((Vec::new(), Vec::new()));
@@ -18,14 +19,6 @@ fn created() -> std::sync::MutexGuard<'static, (Vec<u32>, Vec<String>)> {
     CREATED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
-    }
-}
 
 fn cleanup() {
     let mut c = created();
