@@ -163,24 +163,11 @@ impl Group {
         let (me, n, rank) = (self.me, self.members.len(), &self.members);
         assert!(n.is_power_of_two() && v.len() % n == 0, "reduce_scatter over {n} members of {} elements", v.len());
         let seq = next_seq();
-        let (mut lo, mut hi) = (0, v.len());
         if n == 1 {
-            return lo..hi;
+            return 0..v.len();
         }
-        let mut mask = n >> 1;
-        let mut step = 0;
-        while mask > 0 {
-            let partner = rank[me ^ mask];
-            let mid = lo + (hi - lo) / 2;
-            let (keep, give) = if me & mask == 0 { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
-            coll_send(partner, tag(seq, step), pod_bytes(&v[give.0..give.1]));
-            let o = recv_vec::<T>(partner, tag(seq, step), keep.1 - keep.0);
-            v[keep.0..keep.1].iter_mut().zip(&o).for_each(|(a, b)| *a += *b);
-            (lo, hi) = keep;
-            mask >>= 1;
-            step += 1;
-        }
-        lo..hi
+        let (mine, _) = halve(v, me, rank, n, seq, 0, &|acc: &mut [T], other: &[T]| acc.iter_mut().zip(other).for_each(|(a, b)| *a += *b));
+        mine
     }
 
     /// Allreduce of `v` over the group with `op(acc, other)`.
@@ -242,13 +229,17 @@ pub fn sendrecv<T: Pod>(to: usize, send: &[T], from: usize, recv: &mut [T]) {
     recv_into(from, tag(seq, 0), recv);
 }
 
-/// Reduce-scatter by recursive halving, then allgather by recursive
-/// doubling, among ranks 0..p2 (a power of two).
-fn rabenseifner<T: Pod>(v: &mut [T], me: usize, rank: &[usize], p2: usize, seq: u64, combine: &dyn Fn(&mut [T], &[T])) {
-    let mut step = 100;
+/// Recursive halving among members 0..p2 (a power of two), steps tagged
+/// from `step0`: each round gives the partner half of the current range
+/// and combines the half kept. Returns this member's final range (block
+/// `me` of p2 equal ones) and the splits made, outermost first, for an
+/// allgather to undo.
+#[allow(clippy::type_complexity)]
+fn halve<T: Pod>(v: &mut [T], me: usize, rank: &[usize], p2: usize, seq: u64, step0: u64, combine: &dyn Fn(&mut [T], &[T])) -> (std::ops::Range<usize>, Vec<((usize, usize), (usize, usize))>) {
     let (mut lo, mut hi) = (0, v.len());
     let mut splits = Vec::new();
     let mut mask = p2 >> 1;
+    let mut step = step0;
     while mask > 0 {
         let partner = rank[me ^ mask];
         let mid = lo + (hi - lo) / 2;
@@ -261,6 +252,15 @@ fn rabenseifner<T: Pod>(v: &mut [T], me: usize, rank: &[usize], p2: usize, seq: 
         mask >>= 1;
         step += 1;
     }
+    (lo..hi, splits)
+}
+
+/// Reduce-scatter by recursive halving, then allgather by recursive
+/// doubling, among members 0..p2 (a power of two).
+fn rabenseifner<T: Pod>(v: &mut [T], me: usize, rank: &[usize], p2: usize, seq: u64, combine: &dyn Fn(&mut [T], &[T])) {
+    let (mine, mut splits) = halve(v, me, rank, p2, seq, 100, combine);
+    let (mut lo, mut hi) = (mine.start, mine.end);
+    let mut step = 100 + splits.len() as u64;
     // Allgather: undo the halvings in reverse order.
     let mut mask = 1;
     while let Some(((plo, phi), give)) = splits.pop() {
