@@ -119,10 +119,15 @@ impl<T: Pod> GlobalPtr<T> {
     /// thread blocks or yields).
     pub unsafe fn local_slice<'a>(self, n: usize) -> &'a mut [T] {
         assert!(self.is_local(), "{self:?} is not in this process's heap");
-        let bytes = n * std::mem::size_of::<T>();
-        let p = with(|rt| rt.heap.slice(self.off, bytes)).unwrap_or_else(|| panic!("{self:?}: {n} elements run past the heap"));
+        let p = self.local_bytes(n * std::mem::size_of::<T>(), "using");
         // SAFETY: a checked range of the heap; exclusivity is the caller's promise.
         unsafe { std::slice::from_raw_parts_mut(p.cast::<T>(), n) }
+    }
+
+    /// The address of `len` bytes here in this process's heap; panics,
+    /// saying what was being done (`what`), when they run past it.
+    fn local_bytes(self, len: usize, what: &str) -> *mut u8 {
+        with(|rt| rt.heap.slice(self.off, len)).unwrap_or_else(|| panic!("{self:?}: {what} {len} bytes runs past the heap"))
     }
 
     /// Reads `out.len()` elements starting here.
@@ -133,7 +138,7 @@ impl<T: Pod> GlobalPtr<T> {
             return;
         }
         if self.is_local() {
-            let src = with(|rt| rt.heap.slice(self.off, len)).unwrap_or_else(|| panic!("{self:?}: reading {len} bytes runs past the heap"));
+            let src = self.local_bytes(len, "reading");
             // SAFETY: a checked heap range; `bytes` is a distinct user buffer.
             unsafe { std::ptr::copy_nonoverlapping(src, bytes.as_mut_ptr(), len) };
             return;
@@ -183,13 +188,13 @@ impl<T: Pod> GlobalPtr<T> {
             return;
         }
         if self.is_local() {
-            let dst = with(|rt| rt.heap.slice(self.off, len)).unwrap_or_else(|| panic!("{self:?}: writing {len} bytes runs past the heap"));
+            let dst = self.local_bytes(len, "writing");
             // SAFETY: a checked heap range; `bytes` is a distinct user buffer.
             unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, len) };
             return;
         }
         let pe = self.pe as usize;
-        let (token, staged) = with(|rt| {
+        let token = with(|rt| {
             let t = rt.new_token();
             let bulk = rt.comm.bulk().map(|b| b.threshold()).is_some_and(|th| len >= th);
             let staged = if bulk { rt.heap.alloc(len) } else { None };
@@ -210,9 +215,8 @@ impl<T: Pod> GlobalPtr<T> {
                     rt.send(pe, &m);
                 }
             }
-            (t, staged)
+            t
         });
-        let _ = staged;
         let (st, why) = runtime::wait_reply(token);
         if st != status::OK {
             panic!("writing {len} bytes at {self:?}: {}", String::from_utf8_lossy(&why));

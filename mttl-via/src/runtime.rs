@@ -88,7 +88,6 @@ pub(crate) struct Runtime {
     acks: usize,
     ack_waiter: Option<ThreadId>,
     done: bool,
-    spare: Vec<Vec<u8>>,
 }
 
 thread_local! {
@@ -461,7 +460,7 @@ fn dispatch(rt: &mut Runtime, node: usize, msg: &[u8]) -> Result<(), String> {
 /// arrived; when nothing is ready, sleeps in `brecany` until a message
 /// comes. Returns when the shutdown handshake is over.
 fn serve() {
-    let mut buf = with(|rt| rt.spare.pop().unwrap_or_default());
+    let mut buf = Vec::new();
     loop {
         while thread::run_one() {}
         let finished = with(|rt| {
@@ -528,7 +527,6 @@ pub fn run(main: impl FnOnce() + 'static) -> ! {
         acks: 0,
         ack_waiter: None,
         done: false,
-        spare: Vec::new(),
     };
     RT.with(|r| *r.borrow_mut() = Some(rt));
     if boot.rank == 0 {
