@@ -29,15 +29,13 @@ pub struct Point<'a> {
 /// the same order to several charts and their colours agree).
 pub fn chart(points: &[Point], series: &[&str], ylabel: &str, ylog: bool) -> String {
     let pts: Vec<&Point> = points.iter().filter(|p| p.bytes > 0).collect();
-    let transports = series;
-    let y = |p: &Point| p.value;
     let xmax = pts.iter().map(|r| log2(r.bytes as f64)).fold(1.0, f64::max).ceil();
     let (ymin, ymax) = if ylog {
-        let lo = pts.iter().map(|r| y(r)).filter(|v| *v > 0.0).fold(f64::MAX, f64::min);
-        let hi = pts.iter().map(|r| y(r)).fold(1.0, f64::max);
+        let lo = pts.iter().map(|r| r.value).filter(|v| *v > 0.0).fold(f64::MAX, f64::min);
+        let hi = pts.iter().map(|r| r.value).fold(1.0, f64::max);
         (lo.max(0.01).log10().floor(), hi.log10().ceil().max(lo.log10().floor() + 1.0))
     } else {
-        let hi = pts.iter().map(|r| y(r)).fold(1.0, f64::max);
+        let hi = pts.iter().map(|r| r.value).fold(1.0, f64::max);
         let step = 10f64.powf(hi.log10().floor()) / 2.0;
         (0.0, (hi / step).ceil() * step)
     };
@@ -79,9 +77,9 @@ pub fn chart(points: &[Point], series: &[&str], ylabel: &str, ylog: bool) -> Str
         }
     }
     let _ = write!(s, r#"<text transform="translate(16,{}) rotate(-90)" text-anchor="middle">{ylabel}</text>"#, (T + H - B) / 2.0);
-    for (i, t) in transports.iter().enumerate() {
+    for (i, t) in series.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
-        let line: Vec<String> = pts.iter().filter(|r| r.series == *t).map(|r| format!("{:.1},{:.1}", px(r.bytes as f64), py(y(r)))).collect();
+        let line: Vec<String> = pts.iter().filter(|r| r.series == *t).map(|r| format!("{:.1},{:.1}", px(r.bytes as f64), py(r.value))).collect();
         if line.is_empty() {
             continue;
         }
