@@ -9,7 +9,8 @@
 //! holds those rows (`sendrecv`, the transpose exchange). Dot products are
 //! summed over the process row (its members hold every column block).
 
-use crate::npb::{makea, Class, Csr, CGITMAX};
+use crate::kernel::{benchmark, local_dot, spmv, Operator, Outcome};
+use crate::npb::{makea, Class, Csr};
 use mttl_via::{my_pe, pe_num, sendrecv, Group};
 use std::ops::Range;
 
@@ -25,6 +26,8 @@ pub struct Grid {
     /// The process whose rows hold our column block; we hold its column
     /// block in turn.
     pub partner: usize,
+    /// The partner's column block (inside our row block).
+    pub partner_cols: Range<usize>,
 }
 
 impl Grid {
@@ -43,7 +46,8 @@ impl Grid {
         let (rb, cb) = (na / nprows, na / npcols);
         let f = npcols / nprows;
         let partner = (pc / f) * npcols + f * pr + pc % f;
-        Ok(Grid { nprows, npcols, pr, pc, rows: pr * rb..(pr + 1) * rb, cols: pc * cb..(pc + 1) * cb, partner })
+        let ppc = partner % npcols;
+        Ok(Grid { nprows, npcols, pr, pc, rows: pr * rb..(pr + 1) * rb, cols: pc * cb..(pc + 1) * cb, partner, partner_cols: ppc * cb..(ppc + 1) * cb })
     }
 
     fn row_group(&self) -> Group {
@@ -75,10 +79,10 @@ struct Solver {
     w: Vec<f64>,
 }
 
-impl Solver {
+impl Operator for Solver {
     /// out (column block) = (A v) restricted to our column block.
     fn matvec(&mut self, v: &[f64], out: &mut [f64]) {
-        crate::serial::spmv(&self.m, v, &mut self.w);
+        spmv(&self.m, v, &mut self.w);
         if self.g.nprows == 1 {
             // One process row: each process is its own partner and needs
             // just its column block of the sum, so a reduce-scatter (half
@@ -91,87 +95,33 @@ impl Solver {
         self.row.sum(&mut self.w);
         // Our partner's column block lies in our row block: send it that
         // part; receive ours from it.
-        let their_cols = partner_cols(&self.g);
-        let at = their_cols.start - self.g.rows.start;
-        sendrecv(self.g.partner, &self.w[at..at + their_cols.len()], self.g.partner, out);
+        let at = self.g.partner_cols.start - self.g.rows.start;
+        sendrecv(self.g.partner, &self.w[at..at + self.g.partner_cols.len()], self.g.partner, out);
     }
 
     fn dot(&self, a: &[f64], b: &[f64]) -> f64 {
-        let mut s = [a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>()];
+        let mut s = [local_dot(a, b)];
         self.row.sum(&mut s);
         s[0]
     }
-}
 
-/// The column block of our partner (it lies inside our row block).
-fn partner_cols(g: &Grid) -> Range<usize> {
-    let cb = g.cols.len();
-    let pc = g.partner % g.npcols;
-    pc * cb..(pc + 1) * cb
-}
+    fn before_timing(&self) {
+        mttl_via::Barrier::wait();
+    }
 
-/// What rank 0 reports.
-#[derive(Debug, Clone, Copy)]
-pub struct Outcome {
-    pub zeta: f64,
-    pub rnorm: f64,
-    pub seconds: f64,
+    /// The slowest process's time.
+    fn run_time(&self, seconds: f64) -> f64 {
+        mttl_via::Reduction::max_of(seconds)
+    }
 }
 
 /// The benchmark on every process of the run (call it on all of them, in
 /// an SPMD phase). `report(it, rnorm, zeta)` sees each iteration.
-pub fn run(class: &Class, mut report: impl FnMut(usize, f64, f64)) -> Result<Outcome, String> {
+pub fn run(class: &Class, report: impl FnMut(usize, f64, f64)) -> Result<Outcome, String> {
     let g = Grid::new(my_pe(), pe_num(), class.na)?;
     let row = g.row_group();
     let m = block(class, &g);
     let n = g.cols.len();
     let mut s = Solver { w: vec![0.0; g.rows.len()], g, row, m };
-    let mut x = vec![1.0; n];
-    let (mut z, mut p, mut q, mut r) = (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
-    let mut step = |s: &mut Solver, x: &mut Vec<f64>, z: &mut Vec<f64>| -> (f64, f64) {
-        for j in 0..n {
-            q[j] = 0.0;
-            z[j] = 0.0;
-            r[j] = x[j];
-            p[j] = r[j];
-        }
-        let mut rho = s.dot(&r, &r);
-        for _ in 0..CGITMAX {
-            s.matvec(&p, &mut q);
-            let d = s.dot(&p, &q);
-            let alpha = rho / d;
-            let rho0 = rho;
-            for j in 0..n {
-                z[j] += alpha * p[j];
-                r[j] -= alpha * q[j];
-            }
-            rho = s.dot(&r, &r);
-            let beta = rho / rho0;
-            for j in 0..n {
-                p[j] = r[j] + beta * p[j];
-            }
-        }
-        s.matvec(z, &mut r);
-        let diff: Vec<f64> = x.iter().zip(r.iter()).map(|(a, b)| a - b).collect();
-        let rnorm = s.dot(&diff, &diff).sqrt();
-        let t1 = s.dot(x, z);
-        let t2 = 1.0 / s.dot(z, z).sqrt();
-        for j in 0..n {
-            x[j] = t2 * z[j];
-        }
-        (rnorm, t1)
-    };
-    step(&mut s, &mut x, &mut z);
-    x.iter_mut().for_each(|v| *v = 1.0);
-    mttl_via::Barrier::wait();
-    let start = std::time::Instant::now();
-    let mut out = Outcome { zeta: 0.0, rnorm: 0.0, seconds: 0.0 };
-    for it in 1..=class.niter {
-        let (rnorm, t1) = step(&mut s, &mut x, &mut z);
-        out.zeta = class.shift + 1.0 / t1;
-        out.rnorm = rnorm;
-        report(it, rnorm, out.zeta);
-    }
-    out.seconds = mttl_via::Reduction::max_of(start.elapsed().as_secs_f64());
-    Ok(out)
+    Ok(benchmark(class, &mut s, n, report))
 }

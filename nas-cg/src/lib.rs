@@ -5,10 +5,11 @@
 //! values.
 //!
 //! [`npb`] generates the matrix, for all rows or for a range of them (a
-//! process of a 2-D decomposition builds only its block); [`serial`] runs
-//! the benchmark in one process, the reference the distributed version is
-//! checked against.
+//! process of a 2-D decomposition builds only its block); [`kernel`] is
+//! the iteration, over any [`kernel::Operator`]; [`serial`] runs it in
+//! one process (the reference), [`dist`] across an MTTL process grid.
 
+pub mod kernel;
 pub mod npb;
 pub mod serial;
 pub mod dist;
