@@ -335,11 +335,7 @@ impl ViaTransport {
         if batch.is_empty() {
             return Ok(());
         }
-        let rank = self.rank;
-        let p = self.peers[node].as_mut().expect("peer");
-        p.vi.post_sends(batch).map_err(|e| err(format!("rank {rank}: posting sends to rank {node}: {e}")))?;
-        p.posted.extend(recs);
-        Ok(())
+        self.post(node, batch, recs)
     }
 
     /// Posts every peer's backlog (sends are queued by `asend` and go out
@@ -353,11 +349,13 @@ impl ViaTransport {
         Ok(())
     }
 
-    fn post(&mut self, node: usize, d: Descriptor, rec: Posted) -> Result<()> {
+    /// Posts `batch` to `node`'s VI with one doorbell; `recs` say what
+    /// each descriptor's completion frees.
+    fn post(&mut self, node: usize, batch: Vec<Descriptor>, recs: Vec<Posted>) -> Result<()> {
         let rank = self.rank;
         let p = self.peers[node].as_mut().expect("peer");
-        p.vi.post_send(d).map_err(|e| err(format!("rank {rank}: posting a send to rank {node}: {e}")))?;
-        p.posted.push_back(rec);
+        p.vi.post_sends(batch).map_err(|e| err(format!("rank {rank}: posting sends to rank {node}: {e}")))?;
+        p.posted.extend(recs);
         Ok(())
     }
 
@@ -376,7 +374,7 @@ impl ViaTransport {
         self.send_mem.write(base, &hdr).map_err(err)?;
         let mut d = self.desc()?;
         d.set(&[(&self.send_mem, base..base + HDR)], None).map_err(err)?;
-        self.post(node, d, Posted { slot: Some(s), seq: None })
+        self.post(node, vec![d], vec![Posted { slot: Some(s), seq: None }])
     }
 
     /// Files one CQ entry: receives go to the pending list's tail, sends
@@ -539,7 +537,8 @@ impl ViaTransport {
         Ok(got)
     }
 
-    fn enqueue(&mut self, node: usize, o: Out) -> Result<SendHandle> {
+    /// Queues what `make` builds from the send's sequence number.
+    fn enqueue(&mut self, node: usize, make: impl FnOnce(u64) -> Out) -> Result<SendHandle> {
         let rank = self.rank;
         let p = self.peer(node)?;
         if p.closed {
@@ -547,11 +546,7 @@ impl ViaTransport {
         }
         p.queued += 1;
         let seq = p.queued;
-        let o = match o {
-            Out::Msg { bytes, at, .. } => Out::Msg { bytes, at, seq },
-            Out::Put { src, dst, len, imm, .. } => Out::Put { src, dst, len, imm, seq },
-        };
-        p.backlog.push_back(o);
+        p.backlog.push_back(make(seq));
         Ok(SendHandle { node, seq })
     }
 }
@@ -640,7 +635,7 @@ impl Transport for ViaTransport {
     }
 
     fn nsend(&mut self, node: usize, msg: &[u8]) -> Result<SendHandle> {
-        self.enqueue(node, Out::Msg { bytes: msg.to_vec(), at: 0, seq: 0 })
+        self.enqueue(node, |seq| Out::Msg { bytes: msg.to_vec(), at: 0, seq })
     }
 
     fn senddone(&mut self, h: SendHandle) -> Result<bool> {
@@ -702,7 +697,7 @@ impl Bulk for ViaTransport {
         if src_off.checked_add(len).is_none_or(|e| e > self.heap.len()) {
             return Err(err(format!("a put of {len} bytes from heap offset {src_off:#x} runs past the heap")));
         }
-        self.enqueue(node, Out::Put { src: src_off, dst: dst_off, len, imm, seq: 0 })
+        self.enqueue(node, |seq| Out::Put { src: src_off, dst: dst_off, len, imm, seq })
     }
 
     fn threshold(&self) -> usize {
