@@ -188,7 +188,7 @@ impl TcpTransport {
                 Ok(n) => p.inbuf.extend_from_slice(&buf[..n]),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(err(format!("rank {rank}: reading from node {j}: {e}"))),
+                Err(e) => return Err(err(format!("rank {rank}: reading from rank {j}: the connection was lost ({e}); did rank {j} stop?"))),
             }
         }
         // Cut whole messages off the front.
@@ -219,7 +219,7 @@ impl TcpTransport {
                 Ok(n) => p.out_at += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(err(format!("rank {rank}: writing to node {j}: {e}"))),
+                Err(e) => return Err(err(format!("rank {rank}: writing to rank {j}: the connection was lost ({e}); did rank {j} stop?"))),
             }
         }
         while p.ends.front().is_some_and(|&e| e <= p.out_at) {

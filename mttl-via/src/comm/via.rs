@@ -404,7 +404,7 @@ impl ViaTransport {
             if self.closing {
                 p.closed = true;
             } else {
-                return Err(err(format!("rank {rank}: a send to rank {node} failed: {e} (did rank {node} stop?)")));
+                return Err(err(format!("rank {rank}: a send to rank {node} failed: {e}; did rank {node} stop?")));
             }
         }
         if let Some(seq) = rec.seq {
@@ -466,7 +466,7 @@ impl ViaTransport {
                 return Ok(false);
             }
             let why = self.nic.take_async_errors();
-            return Err(err(format!("rank {rank}: the connection to rank {node} was lost ({e}); did rank {node} stop? (asynchronous errors: {why:?}; {:?})", self.nic.counters())));
+            return Err(err(format!("rank {rank}: the connection to rank {node} was lost ({e}; asynchronous errors: {why:?}; {:?}); did rank {node} stop?", self.nic.counters())));
         }
         p.credits.on_consume();
         let got = if let Some(imm) = d.immediate() {
