@@ -10,7 +10,8 @@
 //! sequence number and the step, so they never mix. Non-power-of-two
 //! process counts fold the extra ranks into the lower ones first.
 
-use crate::runtime::{coll_recv, coll_send, my_pe, pe_num, with};
+use crate::runtime::{my_pe, pe_num, with};
+use crate::step::{self, Incoming};
 use crate::wire::{pod_bytes, pod_bytes_mut, Pod};
 
 /// Data of at least this many bytes takes the long algorithms
@@ -37,20 +38,45 @@ fn tag(seq: u64, step: u64) -> u64 {
     seq << 16 | step
 }
 
-fn recv_into<T: Pod>(node: usize, t: u64, out: &mut [T]) {
-    let m = coll_recv(node, t);
-    let b = pod_bytes_mut(out);
-    if m.len() != b.len() {
-        panic!("collective step from rank {node}: {} bytes where {} were expected (do all processes pass the same length?)", m.len(), b.len());
+/// Checks that `node` sent `n` elements and lends them to `f` (in place
+/// when aligned, as a landing block is; else copied).
+fn elems<T: Pod, R>(node: usize, bytes: &[u8], n: usize, f: impl FnOnce(&[T]) -> R) -> R {
+    if bytes.len() != n * std::mem::size_of::<T>() {
+        panic!("collective step from rank {node}: {} bytes where {} were expected (do all processes pass the same length?)", bytes.len(), n * std::mem::size_of::<T>());
     }
-    b.copy_from_slice(&m);
-}
-
-fn recv_vec<T: Pod>(node: usize, t: u64, n: usize) -> Vec<T> {
+    if (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
+        // SAFETY: T is Pod (any bytes are a valid T), the pointer is
+        // aligned and the length checked.
+        return f(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), n) });
+    }
     // SAFETY: zero is a valid Pod value.
     let mut v = vec![unsafe { std::mem::zeroed::<T>() }; n];
-    recv_into(node, t, &mut v);
-    v
+    pod_bytes_mut(&mut v).copy_from_slice(bytes);
+    f(&v)
+}
+
+/// Makes ready the receive of `n` elements of T from `node`.
+fn expect<T: Pod>(node: usize, t: u64, n: usize) -> (Incoming, usize) {
+    (step::expect(node, t, n * std::mem::size_of::<T>()), node)
+}
+
+/// Finishes a receive made ready by [`expect`], lending the elements to `f`.
+fn finish<T: Pod, R>((r, node): (Incoming, usize), n: usize, f: impl FnOnce(&[T]) -> R) -> R {
+    r.finish(|b| elems(node, b, n, f))
+}
+
+fn recv_into<T: Pod>(node: usize, t: u64, out: &mut [T]) {
+    let n = out.len();
+    finish(expect::<T>(node, t, n), n, |o: &[T]| out.copy_from_slice(o))
+}
+
+/// Sends `send` to `to` and lends the `n` elements from `from` to `f`;
+/// the receive is made ready first, so two processes swapping long steps
+/// over VIA each offer a landing block before waiting for the other's.
+fn swap<T: Pod, R>(to: usize, send: &[T], from: usize, t: u64, n: usize, f: impl FnOnce(&[T]) -> R) -> R {
+    let r = expect::<T>(from, t, n);
+    step::send(to, t, pod_bytes(send));
+    finish(r, n, f)
 }
 
 /// Waiting until every process arrived.
@@ -66,8 +92,7 @@ impl Barrier {
         }
         let (mut k, mut step) = (1, 0);
         while k < n {
-            coll_send((me + k) % n, tag(seq, step), &[]);
-            let _ = coll_recv((me + n - k) % n, tag(seq, step));
+            swap::<u8, ()>((me + k) % n, &[], (me + n - k) % n, tag(seq, step), 0, |_| ());
             k <<= 1;
             step += 1;
         }
@@ -184,13 +209,13 @@ impl Group {
         let extra = n - p2;
         // Fold: members p2.. hand their vectors to member - p2 and wait for the answer.
         if me >= p2 {
-            coll_send(rank[me - p2], tag(seq, 0), pod_bytes(v));
+            step::send(rank[me - p2], tag(seq, 0), pod_bytes(v));
             recv_into(rank[me - p2], tag(seq, 1), v);
             return;
         }
         if me < extra {
-            let o = recv_vec::<T>(rank[me + p2], tag(seq, 0), v.len());
-            combine(v, &o);
+            let n = v.len();
+            finish(expect::<T>(rank[me + p2], tag(seq, 0), n), n, |o: &[T]| combine(v, o));
         }
         let long = std::mem::size_of_val(v) >= long_bytes() && v.len() >= p2;
         if p2 > 1 {
@@ -200,8 +225,7 @@ impl Group {
                 let (mut mask, mut step) = (1, 2);
                 while mask < p2 {
                     let partner = rank[me ^ mask];
-                    coll_send(partner, tag(seq, step), pod_bytes(v));
-                    let o = recv_vec::<T>(partner, tag(seq, step), v.len());
+                    let o = swap(partner, v, partner, tag(seq, step), v.len(), |o: &[T]| o.to_vec());
                     combine(v, &o);
                     mask <<= 1;
                     step += 1;
@@ -209,7 +233,7 @@ impl Group {
             }
         }
         if me < extra {
-            coll_send(rank[me + p2], tag(seq, 1), pod_bytes(v));
+            step::send(rank[me + p2], tag(seq, 1), pod_bytes(v));
         }
     }
 }
@@ -225,8 +249,7 @@ pub fn sendrecv<T: Pod>(to: usize, send: &[T], from: usize, recv: &mut [T]) {
         recv.copy_from_slice(send);
         return;
     }
-    coll_send(to, tag(seq, 0), pod_bytes(send));
-    recv_into(from, tag(seq, 0), recv);
+    swap(to, send, from, tag(seq, 0), recv.len(), |o: &[T]| recv.copy_from_slice(o));
 }
 
 /// Recursive halving among members 0..p2 (a power of two), steps tagged
@@ -244,9 +267,9 @@ fn halve<T: Pod>(v: &mut [T], me: usize, rank: &[usize], p2: usize, seq: u64, st
         let partner = rank[me ^ mask];
         let mid = lo + (hi - lo) / 2;
         let (keep, give) = if me & mask == 0 { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
-        coll_send(partner, tag(seq, step), pod_bytes(&v[give.0..give.1]));
-        let o = recv_vec::<T>(partner, tag(seq, step), keep.1 - keep.0);
-        combine(&mut v[keep.0..keep.1], &o);
+        let r = expect::<T>(partner, tag(seq, step), keep.1 - keep.0);
+        step::send(partner, tag(seq, step), pod_bytes(&v[give.0..give.1]));
+        finish(r, keep.1 - keep.0, |o: &[T]| combine(&mut v[keep.0..keep.1], o));
         splits.push(((lo, hi), give));
         (lo, hi) = keep;
         mask >>= 1;
@@ -265,8 +288,9 @@ fn rabenseifner<T: Pod>(v: &mut [T], me: usize, rank: &[usize], p2: usize, seq: 
     let mut mask = 1;
     while let Some(((plo, phi), give)) = splits.pop() {
         let partner = rank[me ^ mask];
-        coll_send(partner, tag(seq, step), pod_bytes(&v[lo..hi]));
-        recv_into(partner, tag(seq, step), &mut v[give.0..give.1]);
+        let r = expect::<T>(partner, tag(seq, step), give.1 - give.0);
+        step::send(partner, tag(seq, step), pod_bytes(&v[lo..hi]));
+        finish(r, give.1 - give.0, |o: &[T]| v[give.0..give.1].copy_from_slice(o));
         (lo, hi) = (plo, phi);
         mask <<= 1;
         step += 1;
@@ -297,7 +321,7 @@ pub fn broadcast<T: Pod>(root: usize, data: &mut [T]) {
         mask >>= 1;
         while mask > 0 {
             if vr + mask < n {
-                coll_send(real(vr + mask), tag(seq, 0), pod_bytes(data));
+                step::send(real(vr + mask), tag(seq, 0), pod_bytes(data));
             }
             mask >>= 1;
         }
@@ -321,7 +345,7 @@ pub fn broadcast<T: Pod>(root: usize, data: &mut [T]) {
     while mask > 0 {
         if vr + mask < n {
             let r = blocks(vr + mask, vr + 2 * mask);
-            coll_send(real(vr + mask), tag(seq, 1), pod_bytes(&data[r]));
+            step::send(real(vr + mask), tag(seq, 1), pod_bytes(&data[r]));
         }
         mask >>= 1;
     }
@@ -329,7 +353,9 @@ pub fn broadcast<T: Pod>(root: usize, data: &mut [T]) {
     for step in 0..n - 1 {
         let send_b = (vr + n - step) % n;
         let recv_b = (vr + n - step - 1) % n;
-        coll_send(right, tag(seq, 2 + step as u64), pod_bytes(&data[block(send_b)]));
-        recv_into(left, tag(seq, 2 + step as u64), &mut data[block(recv_b)]);
+        let t = tag(seq, 2 + step as u64);
+        let r = expect::<T>(left, t, block(recv_b).len());
+        step::send(right, t, pod_bytes(&data[block(send_b)]));
+        finish(r, block(recv_b).len(), |o: &[T]| data[block(recv_b)].copy_from_slice(o));
     }
 }

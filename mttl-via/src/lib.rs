@@ -27,6 +27,7 @@ mod heap;
 pub mod invoke;
 pub mod registry;
 mod runtime;
+mod step;
 pub mod sync;
 pub mod thread;
 pub mod wire;

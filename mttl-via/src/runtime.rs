@@ -10,6 +10,7 @@
 
 use crate::comm::{self, SendHandle, Transport, BULK_NOTICE};
 use crate::heap::HeapAlloc;
+use crate::step::Mail;
 use crate::registry;
 use crate::sync::SyncTable;
 use crate::thread::{self, ThreadId};
@@ -47,6 +48,11 @@ pub(crate) mod kind {
     pub const FINISH: u8 = 12;
     /// [text]: rank 0 failed; stop with this message.
     pub const ABORT: u8 = 11;
+    /// [tag u64][landing offset u64 or u64::MAX]: write the long step
+    /// `tag` into our heap there (see `step`).
+    pub const COLL_CTS: u8 = 13;
+    /// [tag u64]: the long step `tag` is in the landing block.
+    pub const COLL_LANDED: u8 = 14;
 }
 
 /// Reply status.
@@ -80,7 +86,7 @@ pub(crate) struct Runtime {
     waiters: Vec<Waiter>,
     free_tokens: Vec<u32>,
     /// Collective steps that arrived before their receiver: (node, tag).
-    mailbox: HashMap<(usize, u64), VecDeque<Vec<u8>>>,
+    mailbox: HashMap<(usize, u64), VecDeque<Mail>>,
     mail_waiters: HashMap<(usize, u64), ThreadId>,
     pub coll_seq: u64,
     /// Heap blocks to free once their bulk send completed.
@@ -233,8 +239,23 @@ impl Runtime {
         }
     }
 
+    /// The oldest collective step from `node` under mailbox key `key`.
+    pub(crate) fn take_mail(&mut self, node: usize, key: u64) -> Option<Mail> {
+        let q = self.mailbox.get_mut(&(node, key))?;
+        let m = q.pop_front();
+        if q.is_empty() {
+            self.mailbox.remove(&(node, key));
+        }
+        m
+    }
+
+    /// Thread `t` waits for a step from `node` under `key`.
+    pub(crate) fn wait_mail(&mut self, node: usize, key: u64, t: ThreadId) {
+        self.mail_waiters.insert((node, key), t);
+    }
+
     /// Delivers a collective step to its receiver.
-    fn mail(&mut self, node: usize, tag: u64, payload: Vec<u8>) {
+    pub(crate) fn mail(&mut self, node: usize, tag: u64, payload: Mail) {
         self.mailbox.entry((node, tag)).or_default().push_back(payload);
         if let Some(t) = self.mail_waiters.remove(&(node, tag)) {
             thread::wake(t);
@@ -261,46 +282,6 @@ pub(crate) fn wait_reply(token: u32) -> (u8, Vec<u8>) {
         });
         match got {
             Some(r) => return r,
-            None => thread::block(),
-        }
-    }
-}
-
-/// Sends a collective step `payload` to `node` under `tag`.
-pub(crate) fn coll_send(node: usize, tag: u64, payload: &[u8]) {
-    let mut m = Vec::with_capacity(9 + payload.len());
-    m.push(kind::COLL);
-    m.extend_from_slice(&tag.to_le_bytes());
-    m.extend_from_slice(payload);
-    with(|rt| {
-        if node == rt.rank {
-            rt.mail(node, tag, payload.to_vec());
-        } else {
-            rt.send(node, &m)
-        }
-    });
-}
-
-/// Waits for the collective step from `node` under `tag`.
-pub(crate) fn coll_recv(node: usize, tag: u64) -> Vec<u8> {
-    loop {
-        let got = with(|rt| {
-            let q = rt.mailbox.get_mut(&(node, tag));
-            match q.and_then(|q| q.pop_front()) {
-                Some(m) => {
-                    if rt.mailbox.get(&(node, tag)).is_some_and(|q| q.is_empty()) {
-                        rt.mailbox.remove(&(node, tag));
-                    }
-                    Some(m)
-                }
-                None => {
-                    rt.mail_waiters.insert((node, tag), thread::current().expect("a collective outside a user-level thread"));
-                    None
-                }
-            }
-        });
-        match got {
-            Some(m) => return m,
             None => thread::block(),
         }
     }
@@ -346,7 +327,7 @@ pub(crate) fn spawn_call(node: usize, token: u32, what: String, body: impl FnOnc
 
 /// Handles one message from `node`. Runs on the scheduler's stack: it may
 /// start and wake threads but never blocks.
-fn dispatch(rt: &mut Runtime, node: usize, msg: &[u8]) -> Result<(), String> {
+fn dispatch(rt: &mut Runtime, node: usize, msg: &mut Vec<u8>) -> Result<(), String> {
     let bad = |e: WireError| format!("from rank {node}: {e}");
     let (&k, mut b) = msg.split_first().ok_or_else(|| format!("an empty message from rank {node}"))?;
     match k {
@@ -390,7 +371,7 @@ fn dispatch(rt: &mut Runtime, node: usize, msg: &[u8]) -> Result<(), String> {
             } else {
                 let dst = u64_at(&mut b).map_err(bad)?;
                 let bulk = rt.comm.bulk().ok_or_else(|| format!("rank {node} asked for a bulk read, but this transport has none"))?;
-                let _ = bulk.put(node, off as usize, dst as usize, len, token).map_err(|e| e.to_string())?;
+                let _ = bulk.put(node, off as usize, dst as usize, len, Some(token)).map_err(|e| e.to_string())?;
             }
         }
         kind::WRITE => {
@@ -433,7 +414,18 @@ fn dispatch(rt: &mut Runtime, node: usize, msg: &[u8]) -> Result<(), String> {
         }
         kind::COLL => {
             let tag = u64_at(&mut b).map_err(bad)?;
-            rt.mail(node, tag, b.to_vec());
+            // The message itself goes to the mailbox, its header skipped
+            // rather than cut off (no copy of a bulky payload).
+            let at = msg.len() - b.len();
+            rt.mail(node, tag, Mail::Bytes { bytes: std::mem::take(msg), at });
+        }
+        kind::COLL_CTS => {
+            let at = msg.len() - b.len();
+            crate::step::on_cts(rt, node, std::mem::take(msg), at)?;
+        }
+        kind::COLL_LANDED => {
+            let tag = u64_at(&mut b).map_err(bad)?;
+            rt.mail(node, tag, Mail::Landed);
         }
         kind::SHUTDOWN => {
             rt.comm.closing();
@@ -472,7 +464,7 @@ fn serve() {
                     Err(e) => fatal(e),
                 }
                 let node = rt.comm.brecany(&mut buf).unwrap_or_else(|e| fatal(e));
-                if let Err(e) = dispatch(rt, node, &buf) {
+                if let Err(e) = dispatch(rt, node, &mut buf) {
                     fatal(e)
                 }
                 got += 1;
@@ -485,7 +477,7 @@ fn serve() {
             }
             if got == 0 && !thread::any_ready() {
                 let node = rt.comm.brecany(&mut buf).unwrap_or_else(|e| fatal(e));
-                if let Err(e) = dispatch(rt, node, &buf) {
+                if let Err(e) = dispatch(rt, node, &mut buf) {
                     fatal(e)
                 }
             }
@@ -497,6 +489,20 @@ fn serve() {
     }
 }
 
+/// Messages come and go as heap buffers of up to tens of kilobytes; by
+/// default glibc hands such memory back to the kernel when freed and takes
+/// it again (zeroed, a page fault per page) for the next message. As MPI
+/// libraries do, keep freed memory in the process instead.
+fn keep_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only sets allocator parameters; called before any
+    // other thread of ours runs.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+    }
+}
+
 /// The entry point, like MPC++'s `mpc_main`: connects this process to the
 /// others (rank and size from `mttl-run`, Slurm, `mpirun` or PMI; one
 /// process alone otherwise); process 0 runs `main` in a user-level thread
@@ -504,6 +510,7 @@ fn serve() {
 /// processes stop and exit with status 0 (`run` does not return). A panic
 /// in `main` stops every process and this one exits with status 1.
 pub fn run(main: impl FnOnce() + 'static) -> ! {
+    keep_freed_memory();
     let mut boot = crate::boot::Boot::from_env().unwrap_or_else(|e| {
         eprintln!("mttl: {e}");
         exit_now(2)

@@ -13,6 +13,7 @@ use crate::kernel::{benchmark, local_dot, spmv, Operator, Outcome};
 use crate::npb::{makea, Class, Csr};
 use mttl_via::{my_pe, pe_num, sendrecv, Group};
 use std::ops::Range;
+use std::time::{Duration, Instant};
 
 /// This process's place in the grid.
 #[derive(Clone, Debug)]
@@ -77,12 +78,51 @@ struct Solver {
     m: Csr,
     /// The row block's partial and summed products.
     w: Vec<f64>,
+    timers: Timers,
+}
+
+/// Where the time goes (`CG_TIMERS=1` prints it per process, as NPB's
+/// `timeron` does): local products, the product's exchange, dot sums.
+#[derive(Default, Debug)]
+struct Timers {
+    spmv: Duration,
+    exchange: Duration,
+    dots: Duration,
 }
 
 impl Operator for Solver {
     /// out (column block) = (A v) restricted to our column block.
     fn matvec(&mut self, v: &[f64], out: &mut [f64]) {
+        let t0 = Instant::now();
         spmv(&self.m, v, &mut self.w);
+        let t1 = Instant::now();
+        self.timers.spmv += t1 - t0;
+        self.exchange(out);
+        self.timers.exchange += t1.elapsed();
+    }
+
+    fn dot(&mut self, a: &[f64], b: &[f64]) -> f64 {
+        let mut s = [local_dot(a, b)];
+        let t0 = Instant::now();
+        self.row.sum(&mut s);
+        self.timers.dots += t0.elapsed();
+        s[0]
+    }
+
+    fn before_timing(&mut self) {
+        mttl_via::Barrier::wait();
+        self.timers = Timers::default();
+    }
+
+    /// The slowest process's time.
+    fn run_time(&self, seconds: f64) -> f64 {
+        mttl_via::Reduction::max_of(seconds)
+    }
+}
+
+impl Solver {
+    /// `out` = our column block of the row's summed product `w`.
+    fn exchange(&mut self, out: &mut [f64]) {
         if self.g.nprows == 1 {
             // One process row: each process is its own partner and needs
             // just its column block of the sum, so a reduce-scatter (half
@@ -98,21 +138,6 @@ impl Operator for Solver {
         let at = self.g.partner_cols.start - self.g.rows.start;
         sendrecv(self.g.partner, &self.w[at..at + self.g.partner_cols.len()], self.g.partner, out);
     }
-
-    fn dot(&self, a: &[f64], b: &[f64]) -> f64 {
-        let mut s = [local_dot(a, b)];
-        self.row.sum(&mut s);
-        s[0]
-    }
-
-    fn before_timing(&self) {
-        mttl_via::Barrier::wait();
-    }
-
-    /// The slowest process's time.
-    fn run_time(&self, seconds: f64) -> f64 {
-        mttl_via::Reduction::max_of(seconds)
-    }
 }
 
 /// The benchmark on every process of the run (call it on all of them, in
@@ -122,6 +147,11 @@ pub fn run(class: &Class, report: impl FnMut(usize, f64, f64)) -> Result<Outcome
     let row = g.row_group();
     let m = block(class, &g);
     let n = g.cols.len();
-    let mut s = Solver { w: vec![0.0; g.rows.len()], g, row, m };
-    Ok(benchmark(class, &mut s, n, report))
+    let mut s = Solver { w: vec![0.0; g.rows.len()], g, row, m, timers: Timers::default() };
+    let out = benchmark(class, &mut s, n, report);
+    if std::env::var_os("CG_TIMERS").is_some_and(|v| v != "0") {
+        let t = &s.timers;
+        eprintln!("cg timers, rank {}: local products {:.3} s, product exchange {:.3} s, dot sums {:.3} s", my_pe(), t.spmv.as_secs_f64(), t.exchange.as_secs_f64(), t.dots.as_secs_f64());
+    }
+    Ok(out)
 }

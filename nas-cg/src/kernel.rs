@@ -9,9 +9,9 @@ pub trait Operator {
     /// out = A v (this process's parts of both).
     fn matvec(&mut self, v: &[f64], out: &mut [f64]);
     /// The dot product of two whole vectors, from this process's parts.
-    fn dot(&self, a: &[f64], b: &[f64]) -> f64;
+    fn dot(&mut self, a: &[f64], b: &[f64]) -> f64;
     /// Just before the clock starts (so every process starts together).
-    fn before_timing(&self) {}
+    fn before_timing(&mut self) {}
     /// The run's time, from this process's measurement.
     fn run_time(&self, seconds: f64) -> f64 {
         seconds

@@ -10,7 +10,7 @@ impl Operator for Whole {
     fn matvec(&mut self, v: &[f64], out: &mut [f64]) {
         spmv(&self.0, v, out);
     }
-    fn dot(&self, a: &[f64], b: &[f64]) -> f64 {
+    fn dot(&mut self, a: &[f64], b: &[f64]) -> f64 {
         local_dot(a, b)
     }
 }

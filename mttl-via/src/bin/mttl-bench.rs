@@ -1,4 +1,4 @@
-//! `mttl-bench [nread] [invoke] [threads] [--rounds R] [--quick] [--plot DIR]`
+//! `mttl-bench [nread] [invoke] [exchange] [threads] [--rounds R] [--quick] [--plot DIR]`
 //!
 //! MTTL's figures 4 and 5: latency and throughput of remote reads
 //! (`GlobalPtr::nread`) and of remote invocations, per size, over the VIA
@@ -12,7 +12,7 @@
 //! throughput is bytes per second with 16 threads each keeping one
 //! operation in flight.
 
-use mttl_via::{ainvoke, invoke, my_pe, pe_num, remote, GlobalPtr};
+use mttl_via::{ainvoke, invoke, my_pe, pe_num, remote, sendrecv, GlobalPtr};
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Instant;
@@ -45,6 +45,10 @@ remote! {
         let mut buf = vec![0u8; size as usize];
         for _ in 0..count { p.nread(&mut buf); }
     }
+    fn exchanger(size: u64, count: u64) {
+        let (out, mut back) = (vec![1u8; size as usize], vec![0u8; size as usize]);
+        for _ in 0..count { sendrecv(0, &out, 0, &mut back); }
+    }
     fn invoker(pe: u64, size: u64, count: u64) {
         let v = vec![7u8; size as usize];
         for _ in 0..count { assert_eq!(invoke(pe as usize, sink, (v.clone(),)), size); }
@@ -54,6 +58,33 @@ remote! {
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
+}
+
+/// `exchange`: ranks 0 and 1 swap `size` bytes at once (`sendrecv`, the
+/// step of a reduce-scatter or a transpose); prints `ROW exchange size
+/// lat_us mb_per_s` with the median time of one exchange and the bytes
+/// each way per second at that time.
+fn measure_exchange(quick: bool) {
+    assert_eq!(pe_num(), 2, "exchange runs on 2 ranks");
+    for size in sizes() {
+        let n = iters(size, quick);
+        let warm = n / 10 + 1;
+        let partner = ainvoke(1, exchanger, (size as u64, warm + n));
+        let (out, mut back) = (vec![1u8; size], vec![0u8; size]);
+        for _ in 0..warm {
+            sendrecv(1, &out, 1, &mut back);
+        }
+        let mut t: Vec<f64> = (0..n)
+            .map(|_| {
+                let s = Instant::now();
+                sendrecv(1, &out, 1, &mut back);
+                s.elapsed().as_secs_f64() * 1e6
+            })
+            .collect();
+        partner.wait();
+        let lat = median(&mut t);
+        println!("ROW exchange {size} {lat:.3} {:.3}", size as f64 / lat);
+    }
 }
 
 /// Prints `ROW op size lat_us mb_per_s` lines for `op` (rank 0 of a 2-rank run).
@@ -179,9 +210,9 @@ fn parse(args: &[String]) -> Opts {
                 i += 1;
             }
             "--quick" => o.quick = true,
-            op @ ("nread" | "invoke" | "threads") => o.ops.push(op.into()),
+            op @ ("nread" | "invoke" | "exchange" | "threads") => o.ops.push(op.into()),
             other => {
-                eprintln!("mttl-bench: unknown argument {other:?}\nusage: mttl-bench [nread] [invoke] [threads] [--rounds R] [--quick] [--plot DIR]");
+                eprintln!("mttl-bench: unknown argument {other:?}\nusage: mttl-bench [nread] [invoke] [exchange] [threads] [--rounds R] [--quick] [--plot DIR]");
                 std::process::exit(2)
             }
         }
@@ -220,6 +251,7 @@ fn main() {
             for op in &ops {
                 match op.as_str() {
                     "threads" => threads(),
+                    "exchange" => measure_exchange(quick),
                     op => measure(op, quick),
                 }
             }
@@ -266,6 +298,9 @@ fn main() {
         for size in sizes() {
             let (vl, tl, vb, tb) = (med(op, "via", size, 0), med(op, "tcp", size, 0), med(op, "via", size, 1), med(op, "tcp", size, 1));
             println!("{size:>9} {vl:>12.2} {tl:>12.2} {:>8.2} {vb:>12.2} {tb:>12.2} {:>8.2}", tl / vl, vb / tb);
+        }
+        if *op == "exchange" {
+            continue;
         }
         let r = med(op, "via", 32, 1) / med(op, "tcp", 32, 1);
         println!("{op} 32 B throughput VIA/TCP = {r:.2} (target >= 3) {}", if r >= 3.0 { "PASS" } else { "MISS" });

@@ -64,9 +64,17 @@ pub trait Transport {
     /// are copied). Delivery goes on at every call that makes progress
     /// (`prob`, `brec*`, `senddone`, `comfinish`), so that sends made in a
     /// row leave in one batch.
-    fn asend(&mut self, node: usize, msg: &[u8]) -> Result<()>;
+    fn asend(&mut self, node: usize, msg: &[u8]) -> Result<()> {
+        self.nsendv(node, &[msg]).map(|_| ())
+    }
     /// `_pmttl_nsend`: like `asend`, with a handle to test completion.
-    fn nsend(&mut self, node: usize, msg: &[u8]) -> Result<SendHandle>;
+    fn nsend(&mut self, node: usize, msg: &[u8]) -> Result<SendHandle> {
+        self.nsendv(node, &[msg])
+    }
+    /// `nsend` of the message made of `parts` in order, gathered straight
+    /// into the transport's buffers (a header and a payload need not be
+    /// joined first).
+    fn nsendv(&mut self, node: usize, parts: &[&[u8]]) -> Result<SendHandle>;
     /// `_pmttl_senddone`: has the send `h` been delivered?
     fn senddone(&mut self, h: SendHandle) -> Result<bool>;
     /// `_pmttl_brecnode`: blocks until a message from `node` arrives; puts
@@ -95,10 +103,12 @@ pub trait Transport {
 /// Direct placement into a peer's heap (RDMA write with immediate data).
 pub trait Bulk {
     /// Writes `len` bytes at `src_off` of our heap to `dst_off` of `node`'s
-    /// heap; when they are placed, `node`'s `brecany` returns the message
-    /// `[BULK_NOTICE, imm (4 bytes LE)]`. The source must stay unchanged
-    /// until `senddone` of the returned handle.
-    fn put(&mut self, node: usize, src_off: usize, dst_off: usize, len: usize, imm: u32) -> Result<SendHandle>;
+    /// heap; with `imm`, when they are placed, `node`'s `brecany` returns
+    /// the message `[BULK_NOTICE, imm (4 bytes LE)]` (without, nothing
+    /// tells `node`, but a message sent after the put arrives after it).
+    /// The source must stay unchanged until `senddone` of the returned
+    /// handle.
+    fn put(&mut self, node: usize, src_off: usize, dst_off: usize, len: usize, imm: Option<u32>) -> Result<SendHandle>;
     /// Smallest transfer worth sending this way.
     fn threshold(&self) -> usize;
 }

@@ -285,14 +285,11 @@ impl Transport for TcpTransport {
         Ok(self.ready.front().map(|(j, _)| *j))
     }
 
-    fn asend(&mut self, node: usize, msg: &[u8]) -> Result<()> {
-        self.nsend(node, msg).map(|_| ())
-    }
-
-    fn nsend(&mut self, node: usize, msg: &[u8]) -> Result<SendHandle> {
+    fn nsendv(&mut self, node: usize, parts: &[&[u8]]) -> Result<SendHandle> {
         let p = self.peer(node)?;
-        p.out.extend_from_slice(&(msg.len() as u32).to_le_bytes());
-        p.out.extend_from_slice(msg);
+        let len: usize = parts.iter().map(|m| m.len()).sum();
+        p.out.extend_from_slice(&(len as u32).to_le_bytes());
+        parts.iter().for_each(|m| p.out.extend_from_slice(m));
         p.ends.push_back(p.out.len());
         p.queued += 1;
         let seq = p.queued;

@@ -28,10 +28,18 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use via_user::{Completion, Cq, Descriptor, MacAddr, MemAttributes, MemoryRegion, Nic, Op, Ptag, Reliability, RemoteBuffer, Vi, ViAttributes};
 
-/// Bytes of one receive or send slot (`MTTL_VIA_SLOT`).
-const SLOT_DEFAULT: usize = 8192;
-/// Receives kept posted per peer (`MTTL_VIA_RECVS`).
-const RECVS_DEFAULT: u32 = 32;
+/// Bytes of one receive or send slot (`MTTL_VIA_SLOT`): a message up to
+/// this size is one VIA send, larger ones go in slot-sized fragments.
+/// Fewer, larger fragments cost fewer descriptors, completions and
+/// credits per byte (a 56 KB collective step is two sends).
+const SLOT_DEFAULT: usize = 32 << 10;
+/// Receives kept posted per peer (`MTTL_VIA_RECVS`): at most this many,
+/// fewer when many peers would make the receive slots exceed
+/// [`RECV_BUDGET`], never fewer than [`RECVS_MIN`].
+const RECVS_MAX: usize = 32;
+const RECVS_MIN: usize = 8;
+/// Bytes of receive slots per process the default aims at.
+const RECV_BUDGET: usize = 16 << 20;
 /// Send slots shared by all peers.
 const SEND_SLOTS: usize = 256;
 const HDR: usize = 8;
@@ -54,7 +62,7 @@ fn err(what: impl std::fmt::Display) -> CommError {
 
 enum Out {
     Msg { bytes: Vec<u8>, at: usize, seq: u64 },
-    Put { src: usize, dst: usize, len: usize, imm: u32, seq: u64 },
+    Put { src: usize, dst: usize, len: usize, imm: Option<u32>, seq: u64 },
 }
 
 /// A send posted and not yet completed.
@@ -138,7 +146,8 @@ impl ViaTransport {
         let ptag = nic.create_ptag().map_err(err)?;
         let (rank, size) = (boot.rank, boot.size);
         let slot = env_usize("MTTL_VIA_SLOT", SLOT_DEFAULT).max(256);
-        let recvs = env_usize("MTTL_VIA_RECVS", RECVS_DEFAULT as usize).max(4) as u32;
+        let recvs_default = (RECV_BUDGET / slot / size.saturating_sub(1).max(1)).clamp(RECVS_MIN, RECVS_MAX);
+        let recvs = env_usize("MTTL_VIA_RECVS", recvs_default).max(4) as u32;
         let max_xfer = nic.attributes().max_transfer_size as usize;
         let plain = MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false };
         let heap = MemoryRegion::new(&nic, heap_bytes.max(4096), 4096, MemAttributes { ptag, enable_rdma_write: true, enable_rdma_read: false })
@@ -311,7 +320,8 @@ impl ViaTransport {
                 Out::Put { src, dst, len, imm, seq } => {
                     let n = (*len).min(self.max_xfer);
                     let last = n == *len;
-                    if last {
+                    // Only a write with immediate data takes a receive.
+                    if last && imm.is_some() {
                         if !p.credits.can_send_data() {
                             break;
                         }
@@ -326,7 +336,7 @@ impl ViaTransport {
                         p.backlog.pop_front();
                     }
                     let mut d = self.desc()?;
-                    d.set_op(Op::RdmaWrite(target), &[(&self.heap, s..s + n)], last.then_some(imm), false).map_err(err)?;
+                    d.set_op(Op::RdmaWrite(target), &[(&self.heap, s..s + n)], imm.filter(|_| last), false).map_err(err)?;
                     batch.push(d);
                     recs.push(Posted { slot: None, seq: last.then_some(seq) });
                 }
@@ -518,8 +528,10 @@ impl ViaTransport {
                     true
                 }
                 frame::LAST => {
+                    // The fragments gathered so far become the message (a
+                    // swap, not a copy); the last one is appended.
                     out.clear();
-                    out.append(&mut p.partial);
+                    std::mem::swap(out, &mut p.partial);
                     let at = out.len();
                     out.resize(at + body.len(), 0);
                     self.recv_mem.read(body.start, &mut out[at..]).map_err(err)?;
@@ -630,12 +642,8 @@ impl Transport for ViaTransport {
         Ok(None)
     }
 
-    fn asend(&mut self, node: usize, msg: &[u8]) -> Result<()> {
-        self.nsend(node, msg).map(|_| ())
-    }
-
-    fn nsend(&mut self, node: usize, msg: &[u8]) -> Result<SendHandle> {
-        self.enqueue(node, |seq| Out::Msg { bytes: msg.to_vec(), at: 0, seq })
+    fn nsendv(&mut self, node: usize, parts: &[&[u8]]) -> Result<SendHandle> {
+        self.enqueue(node, |seq| Out::Msg { bytes: parts.concat(), at: 0, seq })
     }
 
     fn senddone(&mut self, h: SendHandle) -> Result<bool> {
@@ -693,7 +701,7 @@ impl Transport for ViaTransport {
 }
 
 impl Bulk for ViaTransport {
-    fn put(&mut self, node: usize, src_off: usize, dst_off: usize, len: usize, imm: u32) -> Result<SendHandle> {
+    fn put(&mut self, node: usize, src_off: usize, dst_off: usize, len: usize, imm: Option<u32>) -> Result<SendHandle> {
         if src_off.checked_add(len).is_none_or(|e| e > self.heap.len()) {
             return Err(err(format!("a put of {len} bytes from heap offset {src_off:#x} runs past the heap")));
         }
