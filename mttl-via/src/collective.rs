@@ -11,7 +11,7 @@
 //! process counts fold the extra ranks into the lower ones first.
 
 use crate::runtime::{my_pe, pe_num, with};
-use crate::step::{self, Incoming};
+use crate::step;
 use crate::wire::{pod_bytes, pod_bytes_mut, Pod};
 
 /// Data of at least this many bytes takes the long algorithms
@@ -38,12 +38,16 @@ fn tag(seq: u64, step: u64) -> u64 {
     seq << 16 | step
 }
 
-/// Checks that `node` sent `n` elements and lends them to `f` (in place
-/// when aligned, as a landing block is; else copied).
-fn elems<T: Pod, R>(node: usize, bytes: &[u8], n: usize, f: impl FnOnce(&[T]) -> R) -> R {
-    if bytes.len() != n * std::mem::size_of::<T>() {
-        panic!("collective step from rank {node}: {} bytes where {} were expected (do all processes pass the same length?)", bytes.len(), n * std::mem::size_of::<T>());
+fn check_len(node: usize, got: usize, want: usize) {
+    if got != want {
+        panic!("collective step from rank {node}: {got} bytes where {want} were expected (do all processes pass the same length?)");
     }
+}
+
+/// Checks that `node` sent `n` elements and lends them to `f` (in place
+/// when aligned, as COLL payloads are; else copied).
+fn elems<T: Pod, R>(node: usize, bytes: &[u8], n: usize, f: impl FnOnce(&[T]) -> R) -> R {
+    check_len(node, bytes.len(), n * std::mem::size_of::<T>());
     if (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
         // SAFETY: T is Pod (any bytes are a valid T), the pointer is
         // aligned and the length checked.
@@ -55,28 +59,23 @@ fn elems<T: Pod, R>(node: usize, bytes: &[u8], n: usize, f: impl FnOnce(&[T]) ->
     f(&v)
 }
 
-/// Makes ready the receive of `n` elements of T from `node`.
-fn expect<T: Pod>(node: usize, t: u64, n: usize) -> (Incoming, usize) {
-    (step::expect(node, t, n * std::mem::size_of::<T>()), node)
-}
-
-/// Finishes a receive made ready by [`expect`], lending the elements to `f`.
-fn finish<T: Pod, R>((r, node): (Incoming, usize), n: usize, f: impl FnOnce(&[T]) -> R) -> R {
-    r.finish(|b| elems(node, b, n, f))
+/// Waits for `n` elements of T from `node` and lends them to `f`.
+fn recv_with<T: Pod, R>(node: usize, t: u64, n: usize, f: impl FnOnce(&[T]) -> R) -> R {
+    step::recv(node, t, |b| elems(node, b, n, f))
 }
 
 fn recv_into<T: Pod>(node: usize, t: u64, out: &mut [T]) {
-    let n = out.len();
-    finish(expect::<T>(node, t, n), n, |o: &[T]| out.copy_from_slice(o))
+    let out = pod_bytes_mut(out);
+    step::recv(node, t, |b| {
+        check_len(node, b.len(), out.len());
+        out.copy_from_slice(b)
+    })
 }
 
-/// Sends `send` to `to` and lends the `n` elements from `from` to `f`;
-/// the receive is made ready first, so two processes swapping long steps
-/// over VIA each offer a landing block before waiting for the other's.
+/// Sends `send` to `to`, then lends the `n` elements from `from` to `f`.
 fn swap<T: Pod, R>(to: usize, send: &[T], from: usize, t: u64, n: usize, f: impl FnOnce(&[T]) -> R) -> R {
-    let r = expect::<T>(from, t, n);
     step::send(to, t, pod_bytes(send));
-    finish(r, n, f)
+    recv_with(from, t, n, f)
 }
 
 /// Waiting until every process arrived.
@@ -215,7 +214,7 @@ impl Group {
         }
         if me < extra {
             let n = v.len();
-            finish(expect::<T>(rank[me + p2], tag(seq, 0), n), n, |o: &[T]| combine(v, o));
+            recv_with(rank[me + p2], tag(seq, 0), n, |o: &[T]| combine(v, o));
         }
         let long = std::mem::size_of_val(v) >= long_bytes() && v.len() >= p2;
         if p2 > 1 {
@@ -225,8 +224,9 @@ impl Group {
                 let (mut mask, mut step) = (1, 2);
                 while mask < p2 {
                     let partner = rank[me ^ mask];
-                    let o = swap(partner, v, partner, tag(seq, step), v.len(), |o: &[T]| o.to_vec());
-                    combine(v, &o);
+                    step::send(partner, tag(seq, step), pod_bytes(v));
+                    let n = v.len();
+                    recv_with(partner, tag(seq, step), n, |o: &[T]| combine(v, o));
                     mask <<= 1;
                     step += 1;
                 }
@@ -267,9 +267,8 @@ fn halve<T: Pod>(v: &mut [T], me: usize, rank: &[usize], p2: usize, seq: u64, st
         let partner = rank[me ^ mask];
         let mid = lo + (hi - lo) / 2;
         let (keep, give) = if me & mask == 0 { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
-        let r = expect::<T>(partner, tag(seq, step), keep.1 - keep.0);
         step::send(partner, tag(seq, step), pod_bytes(&v[give.0..give.1]));
-        finish(r, keep.1 - keep.0, |o: &[T]| combine(&mut v[keep.0..keep.1], o));
+        recv_with(partner, tag(seq, step), keep.1 - keep.0, |o: &[T]| combine(&mut v[keep.0..keep.1], o));
         splits.push(((lo, hi), give));
         (lo, hi) = keep;
         mask >>= 1;
@@ -288,9 +287,8 @@ fn rabenseifner<T: Pod>(v: &mut [T], me: usize, rank: &[usize], p2: usize, seq: 
     let mut mask = 1;
     while let Some(((plo, phi), give)) = splits.pop() {
         let partner = rank[me ^ mask];
-        let r = expect::<T>(partner, tag(seq, step), give.1 - give.0);
         step::send(partner, tag(seq, step), pod_bytes(&v[lo..hi]));
-        finish(r, give.1 - give.0, |o: &[T]| v[give.0..give.1].copy_from_slice(o));
+        recv_into(partner, tag(seq, step), &mut v[give.0..give.1]);
         (lo, hi) = (plo, phi);
         mask <<= 1;
         step += 1;
@@ -354,8 +352,7 @@ pub fn broadcast<T: Pod>(root: usize, data: &mut [T]) {
         let send_b = (vr + n - step) % n;
         let recv_b = (vr + n - step - 1) % n;
         let t = tag(seq, 2 + step as u64);
-        let r = expect::<T>(left, t, block(recv_b).len());
         step::send(right, t, pod_bytes(&data[block(send_b)]));
-        finish(r, block(recv_b).len(), |o: &[T]| data[block(recv_b)].copy_from_slice(o));
+        recv_into(left, t, &mut data[block(recv_b)]);
     }
 }

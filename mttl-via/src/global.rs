@@ -203,7 +203,7 @@ impl<T: Pod> GlobalPtr<T> {
                     let dst = rt.heap.slice(s, len).expect("staging block");
                     // SAFETY: our staging block, just allocated.
                     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, len) };
-                    let h = rt.comm.bulk().expect("bulk").put(pe, s as usize, self.off as usize, len, Some(t | WRITE_FLAG)).unwrap_or_else(|e| runtime::fatal(e));
+                    let h = rt.comm.bulk().expect("bulk").put(pe, s as usize, self.off as usize, len, t | WRITE_FLAG).unwrap_or_else(|e| runtime::fatal(e));
                     rt.free_after(h, s);
                 }
                 None => {

@@ -39,7 +39,8 @@ pub(crate) mod kind {
     pub const SYNC_WRITE: u8 = 6;
     /// [token u32][id u64][op u8]: read, peek or length of a Sync.
     pub const SYNC_OP: u8 = 7;
-    /// [tag u64][payload]: a collective's step.
+    /// [0; 7][tag u64][payload]: a collective's step (the payload 16
+    /// bytes in, so that it stays aligned for reading in place).
     pub const COLL: u8 = 8;
     /// Rank 0's program finished: acknowledge; peers may close from now on.
     pub const SHUTDOWN: u8 = 9;
@@ -48,11 +49,7 @@ pub(crate) mod kind {
     pub const FINISH: u8 = 12;
     /// [text]: rank 0 failed; stop with this message.
     pub const ABORT: u8 = 11;
-    /// [tag u64][landing offset u64 or u64::MAX]: write the long step
-    /// `tag` into our heap there (see `step`).
-    pub const COLL_CTS: u8 = 13;
-    /// [tag u64]: the long step `tag` is in the landing block.
-    pub const COLL_LANDED: u8 = 14;
+
 }
 
 /// Reply status.
@@ -371,7 +368,7 @@ fn dispatch(rt: &mut Runtime, node: usize, msg: &mut Vec<u8>) -> Result<(), Stri
             } else {
                 let dst = u64_at(&mut b).map_err(bad)?;
                 let bulk = rt.comm.bulk().ok_or_else(|| format!("rank {node} asked for a bulk read, but this transport has none"))?;
-                let _ = bulk.put(node, off as usize, dst as usize, len, Some(token)).map_err(|e| e.to_string())?;
+                let _ = bulk.put(node, off as usize, dst as usize, len, token).map_err(|e| e.to_string())?;
             }
         }
         kind::WRITE => {
@@ -413,19 +410,12 @@ fn dispatch(rt: &mut Runtime, node: usize, msg: &mut Vec<u8>) -> Result<(), Stri
             spawn_call(node, token, "a Sync operation".into(), move || crate::sync::local_op(id, op));
         }
         kind::COLL => {
+            take(&mut b, 7).map_err(bad)?;
             let tag = u64_at(&mut b).map_err(bad)?;
             // The message itself goes to the mailbox, its header skipped
             // rather than cut off (no copy of a bulky payload).
             let at = msg.len() - b.len();
-            rt.mail(node, tag, Mail::Bytes { bytes: std::mem::take(msg), at });
-        }
-        kind::COLL_CTS => {
-            let at = msg.len() - b.len();
-            crate::step::on_cts(rt, node, std::mem::take(msg), at)?;
-        }
-        kind::COLL_LANDED => {
-            let tag = u64_at(&mut b).map_err(bad)?;
-            rt.mail(node, tag, Mail::Landed);
+            rt.mail(node, tag, Mail { bytes: std::mem::take(msg), at });
         }
         kind::SHUTDOWN => {
             rt.comm.closing();

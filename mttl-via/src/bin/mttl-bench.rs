@@ -232,8 +232,9 @@ fn worker(transport: &str, ops: &str, quick: bool) -> Vec<String> {
     if quick {
         args.push("--quick".into());
     }
-    let mtu = std::env::var("MTTL_BENCH_MTU").unwrap_or_else(|_| "1500".into());
-    let out = Command::new(&run).args(["-n", "2", "--transport", transport, "--mtu", &mtu, "--timeout", "600", "--"]).arg(&me).args(&args).output().unwrap_or_else(|e| panic!("running {}: {e}", run.display()));
+    // The links' MTU: mttl-run's default unless MTTL_BENCH_MTU gives one.
+    let mtu: Vec<String> = std::env::var("MTTL_BENCH_MTU").map(|m| vec!["--mtu".into(), m]).unwrap_or_default();
+    let out = Command::new(&run).args(["-n", "2", "--transport", transport]).args(&mtu).args(["--timeout", "600", "--"]).arg(&me).args(&args).output().unwrap_or_else(|e| panic!("running {}: {e}", run.display()));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() {
         eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));

@@ -324,7 +324,7 @@ fn check_comm() {
         for (i, b) in heap.iter_mut().enumerate() {
             *b = (i * 3 + me) as u8;
         }
-        put = Some(t.bulk().unwrap().put(next, 0, 400_000, 300_000, Some(77 + me as u32)).unwrap());
+        put = Some(t.bulk().unwrap().put(next, 0, 400_000, 300_000, 77 + me as u32).unwrap());
     }
     let mut inbox = Inbox { me, got: vec![0; n], notice: None, bye: vec![false; n] };
     inbox.got[me] = PER;

@@ -8,6 +8,12 @@
 //! included) it kills what it started and deletes the namespaces it made.
 //! Needs root. On a cluster, start the program with `srun` or `mpirun`
 //! instead: ranks read their number from that launcher's environment.
+//!
+//! The links carry jumbo frames (MTU 9000) unless `--mtu` says otherwise,
+//! as cluster Ethernet for message passing usually does: the VIA layer
+//! cuts messages into frames of the MTU, each a trip through the kernel on
+//! a software NIC, while TCP hands the kernel 64 KB segments whatever the
+//! MTU (docs/BENCHMARKS.md compares both MTUs).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
@@ -21,6 +27,9 @@ static STOP: AtomicI32 = AtomicI32::new(0);
 extern "C" fn on_signal(sig: libc::c_int) {
     STOP.store(sig, Ordering::SeqCst);
 }
+
+/// The links' MTU unless `--mtu` gives one: jumbo frames.
+const DEFAULT_MTU: u32 = 9000;
 
 struct Opts {
     n: usize,
@@ -37,7 +46,7 @@ fn usage() -> ! {
 
 fn parse() -> Opts {
     let mut a = std::env::args().skip(1);
-    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: 1500, cmd: Vec::new() };
+    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: DEFAULT_MTU, cmd: Vec::new() };
     while let Some(x) = a.next() {
         match x.as_str() {
             "-n" | "--np" => o.n = a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),

@@ -103,12 +103,10 @@ pub trait Transport {
 /// Direct placement into a peer's heap (RDMA write with immediate data).
 pub trait Bulk {
     /// Writes `len` bytes at `src_off` of our heap to `dst_off` of `node`'s
-    /// heap; with `imm`, when they are placed, `node`'s `brecany` returns
-    /// the message `[BULK_NOTICE, imm (4 bytes LE)]` (without, nothing
-    /// tells `node`, but a message sent after the put arrives after it).
-    /// The source must stay unchanged until `senddone` of the returned
-    /// handle.
-    fn put(&mut self, node: usize, src_off: usize, dst_off: usize, len: usize, imm: Option<u32>) -> Result<SendHandle>;
+    /// heap; when they are placed, `node`'s `brecany` returns the message
+    /// `[BULK_NOTICE, imm (4 bytes LE)]`. The source must stay unchanged
+    /// until `senddone` of the returned handle.
+    fn put(&mut self, node: usize, src_off: usize, dst_off: usize, len: usize, imm: u32) -> Result<SendHandle>;
     /// Smallest transfer worth sending this way.
     fn threshold(&self) -> usize;
 }

@@ -62,7 +62,7 @@ fn err(what: impl std::fmt::Display) -> CommError {
 
 enum Out {
     Msg { bytes: Vec<u8>, at: usize, seq: u64 },
-    Put { src: usize, dst: usize, len: usize, imm: Option<u32>, seq: u64 },
+    Put { src: usize, dst: usize, len: usize, imm: u32, seq: u64 },
 }
 
 /// A send posted and not yet completed.
@@ -320,8 +320,7 @@ impl ViaTransport {
                 Out::Put { src, dst, len, imm, seq } => {
                     let n = (*len).min(self.max_xfer);
                     let last = n == *len;
-                    // Only a write with immediate data takes a receive.
-                    if last && imm.is_some() {
+                    if last {
                         if !p.credits.can_send_data() {
                             break;
                         }
@@ -336,7 +335,7 @@ impl ViaTransport {
                         p.backlog.pop_front();
                     }
                     let mut d = self.desc()?;
-                    d.set_op(Op::RdmaWrite(target), &[(&self.heap, s..s + n)], imm.filter(|_| last), false).map_err(err)?;
+                    d.set_op(Op::RdmaWrite(target), &[(&self.heap, s..s + n)], last.then_some(imm), false).map_err(err)?;
                     batch.push(d);
                     recs.push(Posted { slot: None, seq: last.then_some(seq) });
                 }
@@ -701,7 +700,7 @@ impl Transport for ViaTransport {
 }
 
 impl Bulk for ViaTransport {
-    fn put(&mut self, node: usize, src_off: usize, dst_off: usize, len: usize, imm: Option<u32>) -> Result<SendHandle> {
+    fn put(&mut self, node: usize, src_off: usize, dst_off: usize, len: usize, imm: u32) -> Result<SendHandle> {
         if src_off.checked_add(len).is_none_or(|e| e > self.heap.len()) {
             return Err(err(format!("a put of {len} bytes from heap offset {src_off:#x} runs past the heap")));
         }
