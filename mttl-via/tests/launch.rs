@@ -12,9 +12,18 @@ const CHECK: &str = env!("CARGO_BIN_EXE_mttl-check");
 
 /// Runs `mttl-check ARGS` on `n` ranks; returns (success, output, the
 /// pid of mttl-run).
-fn mttl_run_pid(n: usize, transport: &str, args: &[&str]) -> (bool, String, u32) {
+/// Runs `mttl-check args` on `n` ranks over `path`: `via` (mttl-run's
+/// default: the composite device, shared memory between the ranks),
+/// `via-nic` (the software NIC alone) or `tcp`.
+fn mttl_run_pid(n: usize, path: &str, args: &[&str]) -> (bool, String, u32) {
+    let (transport, nic_only): (&str, &[&str]) = match path {
+        "via-nic" => ("via", &["--nic-only"]),
+        t => (t, &[]),
+    };
     let child = Command::new(RUN)
-        .args(["-n", &n.to_string(), "--transport", transport, "--timeout", "240", "--", CHECK])
+        .args(["-n", &n.to_string(), "--transport", transport])
+        .args(nic_only)
+        .args(["--timeout", "240", "--", CHECK])
         .args(args)
         .env("RUST_BACKTRACE", "0")
         .stdout(Stdio::piped())
@@ -79,6 +88,11 @@ fn everything_at(transport: &str) {
 #[test]
 fn mttl_over_via_at_1_2_4_8_ranks() {
     everything_at("via");
+}
+
+#[test]
+fn mttl_over_via_on_the_software_nic_alone_at_1_2_4_8_ranks() {
+    everything_at("via-nic");
 }
 
 #[test]

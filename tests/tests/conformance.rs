@@ -1,7 +1,9 @@
 //! The VIA 1.0 conformance suite: one test per rule, each run across two
 //! real hosts (network namespaces joined by a veth pair), one process per
-//! side. The rules, their areas and texts are in `via_tests::conform` and
-//! listed in docs/CONFORMANCE.md. Needs root.
+//! side; and again (`through_composite::`) through composite devices, with
+//! peers on the same host and on the other host at once. The rules, their
+//! areas and texts are in `via_tests::conform` and listed in
+//! docs/CONFORMANCE.md. Needs root.
 
 const BIN: &str = env!("CARGO_BIN_EXE_via-conform");
 
@@ -13,6 +15,16 @@ macro_rules! rules {
                 via_tests::conform::run(BIN, stringify!($name));
             }
         )*
+
+        mod through_composite {
+            use super::BIN;
+            $(
+                #[test]
+                fn $name() {
+                    via_tests::conform::run_composite(BIN, stringify!($name));
+                }
+            )*
+        }
 
         /// Every rule of the suite has a test here (none is left out).
         #[test]

@@ -59,6 +59,34 @@ impl<'a> TxFrame<'a> {
         &self.payload[..self.pieces]
     }
 
+    /// Copies the frame's first bytes (as many as `out` holds, or the
+    /// whole frame if shorter) into `out`; returns how many.
+    pub fn prefix(&self, out: &mut [u8]) -> usize {
+        let mut n = 0;
+        for piece in std::iter::once(self.header).chain(self.pieces().iter().copied()) {
+            let k = piece.len().min(out.len() - n);
+            out[n..n + k].copy_from_slice(&piece[..k]);
+            n += k;
+        }
+        n
+    }
+
+    /// Copies the whole frame to `dst`, which must hold [`TxFrame::len`]
+    /// bytes.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `self.len()` bytes and not
+    /// overlap the frame's pieces.
+    pub unsafe fn copy_to(&self, dst: *mut u8) {
+        let mut at = 0;
+        for piece in std::iter::once(self.header).chain(self.pieces().iter().copied()) {
+            // SAFETY: the caller vouches for `dst`; `at + piece.len()`
+            // stays within `self.len()`.
+            unsafe { std::ptr::copy_nonoverlapping(piece.as_ptr(), dst.add(at), piece.len()) };
+            at += piece.len();
+        }
+    }
+
     /// Total length on the wire (without FCS).
     pub fn len(&self) -> usize {
         self.header.len() + self.pieces().iter().map(|p| p.len()).sum::<usize>()

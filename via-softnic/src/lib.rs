@@ -12,6 +12,11 @@
 //! - [`LoopbackDevice`] (driver `loopback`) is an in-process wire for tests:
 //!   devices opened on the same wire name in one process exchange frames by
 //!   MAC address, with no privileges and no kernel involvement.
+//! - [`ShmDevice`] (driver `shm`) connects processes of one host through
+//!   a shared-memory segment: rings of frames, a FIFO to wake a sleeper.
+//! - [`CompositeDevice`] joins a NIC and a shared-memory wire under the
+//!   NIC's MAC: frames for processes attached to the wire go through it,
+//!   the rest through the NIC.
 //!
 //! # Device names
 //!
@@ -23,6 +28,10 @@
 //! | `/dev/via_lo`      | loopback device on the wire `lo`             |
 //! | `loop:<wire>`      | loopback device on the wire `<wire>`         |
 //! | `/dev/via_<ifname>`| [`PacketDevice`] on the interface `<ifname>` |
+//! | `shm:<wire>`       | [`ShmDevice`] on the wire `<wire>`           |
+//! | `<nic>+shm:<wire>` | [`CompositeDevice`] of the NIC `<nic>` (any  |
+//! |                    | name, opened by the caller's drivers) and    |
+//! |                    | the shared-memory wire `<wire>`              |
 //!
 //! `/dev/via_lo` is the in-process loopback, not the kernel's `lo`
 //! interface. An interface is looked up in the network namespace of the
@@ -30,11 +39,15 @@
 //! the interface's queueing discipline (for `tc` shaping or netem); by
 //! default they bypass it.
 
+pub mod composite;
 pub mod loopback;
 pub mod packet;
+pub mod shm;
 
+pub use composite::CompositeDevice;
 pub use loopback::LoopbackDevice;
 pub use packet::{PacketDevice, PacketOptions};
+pub use shm::ShmDevice;
 
 use std::io;
 use via_kernel_agent::device::{interface_of, open_device, DeviceOpener};
@@ -84,14 +97,42 @@ impl DeviceOpener for PacketOpener {
     }
 }
 
+/// Opens `shm:<wire>` as a [`ShmDevice`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShmOpener;
+
+impl DeviceOpener for ShmOpener {
+    fn driver(&self) -> &'static str {
+        "shm"
+    }
+
+    fn open(&self, name: &str) -> Option<io::Result<Box<dyn FrameDevice>>> {
+        let wire = name.strip_prefix("shm:")?;
+        Some(ShmDevice::open(wire, None).map(|d| Box::new(d) as Box<dyn FrameDevice>))
+    }
+}
+
 /// The drivers of this crate, in the order names are tried.
 pub fn drivers() -> Vec<&'static dyn DeviceOpener> {
-    vec![&LoopbackOpener, &PacketOpener]
+    vec![&LoopbackOpener, &ShmOpener, &PacketOpener]
+}
+
+/// Opens `name` with `drivers`, or, for `<nic>+shm:<wire>`, the NIC with
+/// them and a [`CompositeDevice`] of it and the wire.
+pub fn open_with(name: &str, drivers: &[&dyn DeviceOpener]) -> io::Result<Box<dyn FrameDevice>> {
+    match name.rsplit_once("+shm:") {
+        Some((nic, wire)) => {
+            let nic = open_device(nic, drivers)?;
+            let c = CompositeDevice::new(nic, wire).map_err(|e| io::Error::new(e.kind(), format!("joining {name:?}: {e}")))?;
+            Ok(Box::new(c))
+        }
+        None => open_device(name, drivers),
+    }
 }
 
 /// Opens a software device by its VIA name (see the crate documentation).
 pub fn open(name: &str) -> io::Result<Box<dyn FrameDevice>> {
-    open_device(name, &drivers())
+    open_with(name, &drivers())
 }
 
 #[cfg(test)]
@@ -107,7 +148,7 @@ mod tests {
         assert!(PacketOpener.open("loop:x").is_none());
         assert!(PacketOpener.open("eth0").is_none());
         let names: Vec<_> = drivers().iter().map(|d| d.driver()).collect();
-        assert_eq!(names, ["loopback", "softnic"]);
+        assert_eq!(names, ["loopback", "shm", "softnic"]);
     }
 
     #[test]

@@ -53,9 +53,12 @@ pub use via_kernel_agent::MacAddr;
 /// Opens a frame device by its VIA name, trying every driver:
 /// `tulip:<pci>` and `/dev/via_tulip<N>` (DEC 2114x over VFIO),
 /// `/dev/via_lo` and `loop:<wire>` (in-process loopback),
-/// `/dev/via_<ifname>` (software NIC over AF_PACKET).
+/// `/dev/via_<ifname>` (software NIC over AF_PACKET), `shm:<wire>`
+/// (shared memory between processes of this host) and `<nic>+shm:<wire>`
+/// (a composite: the wire for processes attached to it, the NIC for the
+/// rest).
 pub fn open_device(name: &str) -> std::io::Result<Box<dyn via_kernel_agent::FrameDevice>> {
     let mut drivers: Vec<&dyn via_kernel_agent::DeviceOpener> = vec![&via_nic_tulip::TulipOpener];
     drivers.extend(via_softnic::drivers());
-    via_kernel_agent::device::open_device(name, &drivers)
+    via_softnic::open_with(name, &drivers)
 }

@@ -1,11 +1,14 @@
-//! `mttl-bench [nread] [invoke] [exchange] [threads] [--rounds R] [--quick] [--plot DIR]`
+//! `mttl-bench [nread] [invoke] [exchange] [threads] [--paths A,B] [--rounds R] [--quick] [--plot DIR]`
 //!
 //! MTTL's figures 4 and 5: latency and throughput of remote reads
-//! (`GlobalPtr::nread`) and of remote invocations, per size, over the VIA
-//! layer and the TCP layer in the same run (two ranks under `mttl-run`,
-//! the transports alternating round by round; each figure is the median
-//! of the rounds), as a table with VIA/TCP ratios and, with `--plot`, as
-//! SVG charts. `threads` measures user-level thread creation, switches
+//! (`GlobalPtr::nread`) and of remote invocations, per size, over two
+//! paths in the same run (two ranks under `mttl-run`, the paths
+//! alternating round by round; each figure is the median of the rounds),
+//! as a table with A/B ratios and, with `--plot`, as SVG charts. Paths:
+//! `via` (the VIA layer on the software NIC, `mttl-run --nic-only`),
+//! `via-shm` (the VIA layer through the composite device, whose shared
+//! memory carries the frames between ranks of one host: mttl-run's
+//! default), `tcp` (the TCP layer). Default `--paths via,tcp`. `threads` measures user-level thread creation, switches
 //! and memory per thread. Needs root (mttl-run makes namespaces).
 //!
 //! Latency is t_typical (the median) of one blocking operation at a time;
@@ -191,13 +194,15 @@ fn threads() {
 
 struct Opts {
     ops: Vec<String>,
+    /// The two paths compared, A then B.
+    paths: [String; 2],
     rounds: usize,
     quick: bool,
     plot: Option<String>,
 }
 
 fn parse(args: &[String]) -> Opts {
-    let mut o = Opts { ops: Vec::new(), rounds: 3, quick: false, plot: None };
+    let mut o = Opts { ops: Vec::new(), paths: ["via".into(), "tcp".into()], rounds: 3, quick: false, plot: None };
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
@@ -210,9 +215,20 @@ fn parse(args: &[String]) -> Opts {
                 i += 1;
             }
             "--quick" => o.quick = true,
+            "--paths" => {
+                let v: Vec<String> = args.get(i + 1).map(|p| p.split(',').map(String::from).collect()).unwrap_or_default();
+                match &v[..] {
+                    [a, b] if [a, b].iter().all(|p| ["via", "via-shm", "tcp"].contains(&p.as_str())) => o.paths = [a.clone(), b.clone()],
+                    _ => {
+                        eprintln!("mttl-bench: --paths takes two of via, via-shm, tcp (comma-separated)");
+                        std::process::exit(2)
+                    }
+                }
+                i += 1;
+            }
             op @ ("nread" | "invoke" | "exchange" | "threads") => o.ops.push(op.into()),
             other => {
-                eprintln!("mttl-bench: unknown argument {other:?}\nusage: mttl-bench [nread] [invoke] [exchange] [threads] [--rounds R] [--quick] [--plot DIR]");
+                eprintln!("mttl-bench: unknown argument {other:?}\nusage: mttl-bench [nread] [invoke] [exchange] [threads] [--paths A,B] [--rounds R] [--quick] [--plot DIR]");
                 std::process::exit(2)
             }
         }
@@ -224,8 +240,8 @@ fn parse(args: &[String]) -> Opts {
     o
 }
 
-/// Runs this program as a 2-rank worker over `transport`; returns its ROW lines.
-fn worker(transport: &str, ops: &str, quick: bool) -> Vec<String> {
+/// Runs this program as a 2-rank worker over `path`; returns its ROW lines.
+fn worker(path: &str, ops: &str, quick: bool) -> Vec<String> {
     let me = std::env::current_exe().expect("own path");
     let run = me.with_file_name("mttl-run");
     let mut args = vec!["--worker".to_string(), ops.to_string()];
@@ -234,11 +250,16 @@ fn worker(transport: &str, ops: &str, quick: bool) -> Vec<String> {
     }
     // The links' MTU: mttl-run's default unless MTTL_BENCH_MTU gives one.
     let mtu: Vec<String> = std::env::var("MTTL_BENCH_MTU").map(|m| vec!["--mtu".into(), m]).unwrap_or_default();
-    let out = Command::new(&run).args(["-n", "2", "--transport", transport]).args(&mtu).args(["--timeout", "600", "--"]).arg(&me).args(&args).output().unwrap_or_else(|e| panic!("running {}: {e}", run.display()));
+    let (transport, device): (&str, &[&str]) = match path {
+        "via" => ("via", &["--nic-only"]),
+        "via-shm" => ("via", &[]),
+        _ => ("tcp", &[]),
+    };
+    let out = Command::new(&run).args(["-n", "2", "--transport", transport]).args(device).args(&mtu).args(["--timeout", "600", "--"]).arg(&me).args(&args).output().unwrap_or_else(|e| panic!("running {}: {e}", run.display()));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() {
         eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
-        panic!("the {transport} run failed");
+        panic!("the {path} run failed");
     }
     text.lines().filter_map(|l| l.strip_prefix("[0] ROW ")).map(String::from).collect()
 }
@@ -275,10 +296,11 @@ fn main() {
     if comm_ops.is_empty() {
         return;
     }
-    // (op, transport, size) -> samples of (lat, mbps)
+    // (op, path, size) -> samples of (lat, mbps)
     let mut samples: BTreeMap<(String, String, usize), Vec<(f64, f64)>> = BTreeMap::new();
+    let [pa, pb] = [o.paths[0].as_str(), o.paths[1].as_str()];
     for round in 0..o.rounds {
-        let order = if round % 2 == 0 { ["via", "tcp"] } else { ["tcp", "via"] };
+        let order = if round % 2 == 0 { [pa, pb] } else { [pb, pa] };
         for t in order {
             for row in worker(t, &comm_ops.join(","), o.quick) {
                 let f: Vec<&str> = row.split_whitespace().collect();
@@ -294,25 +316,27 @@ fn main() {
         if v.is_empty() { f64::NAN } else { median(&mut v) }
     };
     for op in &comm_ops {
-        println!("\n=== {op}: VIA layer against TCP layer (2 ranks, medians of {} alternating rounds) ===", o.rounds);
-        println!("{:>9} {:>12} {:>12} {:>8} {:>12} {:>12} {:>8}", "bytes", "via lat us", "tcp lat us", "tcp/via", "via MB/s", "tcp MB/s", "via/tcp");
+        println!("\n=== {op}: {pa} against {pb} (2 ranks, medians of {} alternating rounds) ===", o.rounds);
+        let col = |p: &str, what: &str| format!("{p} {what}");
+        println!("{:>9} {:>12} {:>12} {:>8} {:>12} {:>12} {:>8}", "bytes", col(pa, "lat us"), col(pb, "lat us"), format!("{pb}/{pa}"), col(pa, "MB/s"), col(pb, "MB/s"), format!("{pa}/{pb}"));
         for size in sizes() {
-            let (vl, tl, vb, tb) = (med(op, "via", size, 0), med(op, "tcp", size, 0), med(op, "via", size, 1), med(op, "tcp", size, 1));
-            println!("{size:>9} {vl:>12.2} {tl:>12.2} {:>8.2} {vb:>12.2} {tb:>12.2} {:>8.2}", tl / vl, vb / tb);
+            let (al, bl, ab, bb) = (med(op, pa, size, 0), med(op, pb, size, 0), med(op, pa, size, 1), med(op, pb, size, 1));
+            println!("{size:>9} {al:>12.2} {bl:>12.2} {:>8.2} {ab:>12.2} {bb:>12.2} {:>8.2}", bl / al, ab / bb);
         }
         if *op == "exchange" {
             continue;
         }
-        let r = med(op, "via", 32, 1) / med(op, "tcp", 32, 1);
-        println!("{op} 32 B throughput VIA/TCP = {r:.2} (target >= 3) {}", if r >= 3.0 { "PASS" } else { "MISS" });
+        let r = med(op, pa, 32, 1) / med(op, pb, 32, 1);
+        println!("{op} 32 B throughput {pa}/{pb} = {r:.2}{}", if o.paths == ["via", "tcp"] { format!(" (target >= 3) {}", if r >= 3.0 { "PASS" } else { "MISS" }) } else { String::new() });
     }
     if let Some(dir) = &o.plot {
         std::fs::create_dir_all(dir).expect("plot directory");
         for op in &comm_ops {
-            let series = ["via", "tcp"];
+            let series = [pa, pb];
             let pts = |k: usize| -> Vec<Point> { sizes().into_iter().flat_map(|s| series.iter().map(move |&t| (t, s))).map(|(t, s)| Point { series: t, bytes: s, value: med(op, t, s, k) }).filter(|p| p.value.is_finite()).collect() };
-            std::fs::write(format!("{dir}/mttl-{op}-latency.svg"), chart(&pts(0), &series, &format!("{op} latency, t_typical [usec]"), true)).expect("writing plot");
-            std::fs::write(format!("{dir}/mttl-{op}-throughput.svg"), chart(&pts(1), &series, &format!("{op} throughput, 16 threads [MB/s]"), false)).expect("writing plot");
+            let name = if o.paths == ["via", "tcp"] { op.to_string() } else { format!("{op}-{pa}-{pb}") };
+            std::fs::write(format!("{dir}/mttl-{name}-latency.svg"), chart(&pts(0), &series, &format!("{op} latency, t_typical [usec]"), true)).expect("writing plot");
+            std::fs::write(format!("{dir}/mttl-{name}-throughput.svg"), chart(&pts(1), &series, &format!("{op} throughput, 16 threads [MB/s]"), false)).expect("writing plot");
         }
         println!("plots in {dir}");
     }

@@ -1,4 +1,4 @@
-//! `mttl-run -n N [--transport via|tcp] [--mtu BYTES] [--timeout SECONDS] -- PROGRAM ARGS`
+//! `mttl-run -n N [--transport via|tcp] [--nic-only] [--mtu BYTES] [--timeout SECONDS] -- PROGRAM ARGS`
 //!
 //! Runs an MTTL program as N processes on this machine, each in a network
 //! namespace of its own (`eth0`, 10.77.0.(rank+1)/16) joined by a bridge in
@@ -14,6 +14,11 @@
 //! cuts messages into frames of the MTU, each a trip through the kernel on
 //! a software NIC, while TCP hands the kernel 64 KB segments whatever the
 //! MTU (docs/BENCHMARKS.md compares both MTUs).
+//!
+//! The ranks share this host, so over VIA each opens a composite device:
+//! its `eth0` for the network and a shared-memory wire of the run for the
+//! other ranks (`/dev/via_eth0+shm:mttl<pid>`), which is the path their
+//! frames take. `--nic-only` gives them the software NIC alone.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
@@ -36,22 +41,24 @@ struct Opts {
     transport: String,
     timeout: Option<Duration>,
     mtu: u32,
+    nic_only: bool,
     cmd: Vec<String>,
 }
 
 fn usage() -> ! {
-    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--mtu BYTES] [--timeout SECONDS] -- PROGRAM [ARGS...]");
+    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--nic-only] [--mtu BYTES] [--timeout SECONDS] -- PROGRAM [ARGS...]");
     std::process::exit(2)
 }
 
 fn parse() -> Opts {
     let mut a = std::env::args().skip(1);
-    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: DEFAULT_MTU, cmd: Vec::new() };
+    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: DEFAULT_MTU, nic_only: false, cmd: Vec::new() };
     while let Some(x) = a.next() {
         match x.as_str() {
             "-n" | "--np" => o.n = a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
             "--transport" => o.transport = a.next().unwrap_or_else(|| usage()),
             "--mtu" => o.mtu = a.next().and_then(|v| v.parse().ok()).filter(|m| (576..=65000).contains(m)).unwrap_or_else(|| usage()),
+            "--nic-only" => o.nic_only = true,
             "--timeout" => o.timeout = Some(Duration::from_secs(a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()))),
             "--" => {
                 o.cmd = a.by_ref().collect();
@@ -86,6 +93,11 @@ impl Net {
     fn hub(&self) -> String {
         format!("{}hub", self.prefix)
     }
+    /// The shared-memory wire of the run's composite devices.
+    fn shm_wire(&self) -> String {
+        self.prefix.trim_end_matches('-').to_string()
+    }
+
     fn rank(&self, i: usize) -> String {
         format!("{}r{i}", self.prefix)
     }
@@ -123,23 +135,31 @@ impl Net {
 
 impl Drop for Net {
     fn drop(&mut self) {
+        via_softnic::shm::remove_wire(&self.shm_wire());
         for ns in self.names.iter().rev() {
             let _ = ip(&["netns", "del", ns]);
         }
     }
 }
 
-/// Deletes namespaces left by mttl-run processes that no longer exist
-/// (killed with SIGKILL, which no handler sees).
+/// Deletes namespaces and shared-memory wires left by mttl-run processes
+/// that no longer exist (killed with SIGKILL, which no handler sees).
 fn sweep_stale() {
-    let Ok(rd) = std::fs::read_dir("/var/run/netns") else { return };
-    for e in rd.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix("mttl") else { continue };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else { continue };
+    let stale = |rest: &str| {
+        let pid = rest.split(['-', '.']).next().and_then(|p| p.parse::<i32>().ok());
         // SAFETY: kill with signal 0 only checks that the process exists.
-        if pid != std::process::id() as i32 && unsafe { libc::kill(pid, 0) } != 0 {
+        pid.is_some_and(|pid| pid != std::process::id() as i32 && unsafe { libc::kill(pid, 0) } != 0)
+    };
+    for e in std::fs::read_dir("/var/run/netns").into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.strip_prefix("mttl").is_some_and(stale) {
             let _ = ip(&["netns", "del", &name]);
+        }
+    }
+    for e in std::fs::read_dir("/dev/shm").into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.strip_prefix("via-shm-mttl").is_some_and(stale) {
+            let _ = std::fs::remove_file(e.path());
         }
     }
 }
@@ -186,6 +206,7 @@ fn main() -> ExitCode {
         }
     };
     let root = "10.77.0.1:47000";
+    let device = if o.nic_only || o.n == 1 { "/dev/via_eth0".to_string() } else { format!("/dev/via_eth0+shm:{}", net.shm_wire()) };
     let mut children: Vec<Option<Child>> = Vec::new();
     let mut pumps = Vec::new();
     // With no more ranks than CPUs, rank i runs on CPU i (MTTL_PIN=0 turns
@@ -213,7 +234,7 @@ fn main() -> ExitCode {
             .env("MTTL_SIZE", o.n.to_string())
             .env("MTTL_ROOT", root)
             .env("MTTL_TRANSPORT", &o.transport)
-            .env("MTTL_VIA_DEVICE", "/dev/via_eth0")
+            .env("MTTL_VIA_DEVICE", &device)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

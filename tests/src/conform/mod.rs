@@ -286,6 +286,30 @@ pub fn run(bin: &str, name: &str) {
     }
 }
 
+/// Runs rule `name` through composite devices (`<nic>+shm:<wire>`, one
+/// wire per host), twice: both halves on host a (their frames go through
+/// shared memory), then the target on host b (through the NIC). In turn,
+/// not at once: the rules use fixed discriminators and names, and two
+/// servers of one rule on one host would answer each other's clients.
+pub fn run_composite(bin: &str, name: &str) {
+    let net = TestNet::new(1500);
+    let wire = |host: &str| format!("{}-{host}", net.a);
+    let (dev_a, dev_b) = (format!("{}+shm:{}", net.dev_a(), wire("a")), format!("{}+shm:{}", net.dev_b(), wire("b")));
+    let pair = |target_host: &str, dev_t: &str| {
+        let target = net.command(target_host, bin, &["target", name, "--dev", dev_t]);
+        let initiator = |mac: &str| net.command(&net.a, bin, &["initiator", name, "--dev", &dev_a, "--peer", mac]);
+        run_pair(name, target, initiator)
+    };
+    let (same, other) = (pair(&net.a, &dev_a), pair(&net.b, &dev_b));
+    for w in ["a", "b"] {
+        via_softnic::shm::remove_wire(&wire(w));
+    }
+    let failed: Vec<String> = [("peers on one host", same), ("peers on two hosts", other)].into_iter().filter_map(|(what, r)| r.err().map(|e| format!("{what}: {e}"))).collect();
+    if !failed.is_empty() {
+        panic!("{}", failed.join("\n\n"));
+    }
+}
+
 /// Runs rule `name` with the target started by `target` and the
 /// initiator by `initiator(target's MAC)`, relaying TELL lines between
 /// them; Err carries both halves' output. Works for any pair of hosts:

@@ -49,9 +49,12 @@ fn query_nic_initiator(c: &mut Ctx) {
         check!(c, a.native_mtu == 1500, "NativeMTU {} on a tulip", a.native_mtu);
         check!(c, a.mac.0[0] & 1 == 0 && a.mac != via_user::MacAddr::ZERO, "station address {} is not a unicast address", a.mac);
     } else {
-        // A software NIC: its interface's MTU and address.
-        let ifname = c.dev.trim_start_matches("/dev/via_");
+        // A software NIC: its interface's MTU and address (a composite's
+        // MTU is the smaller of the NIC's and the shared-memory wire's).
+        let (nic, composite) = c.dev.split_once("+shm:").map_or((c.dev.as_str(), false), |(n, _)| (n, true));
+        let ifname = nic.trim_start_matches("/dev/via_");
         let mtu: usize = std::fs::read_to_string(format!("/sys/class/net/{ifname}/mtu")).map(|s| s.trim().parse().unwrap_or(0)).unwrap_or(0);
+        let mtu = if composite { mtu.min(via_softnic::shm::MTU) } else { mtu };
         check!(c, a.native_mtu == mtu, "NativeMTU {} but the interface's MTU is {mtu}", a.native_mtu);
         let mac = std::fs::read_to_string(format!("/sys/class/net/{ifname}/address")).unwrap_or_default();
         check!(c, a.mac.to_string() == mac.trim(), "address {} but the interface's is {}", a.mac, mac.trim());

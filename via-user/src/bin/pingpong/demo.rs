@@ -20,7 +20,13 @@ fn created() -> std::sync::MutexGuard<'static, (Vec<u32>, Vec<String>)> {
 }
 
 
+/// The shared-memory wire of the via-shm transport.
+fn shm_wire() -> String {
+    format!("pingpong{}", std::process::id())
+}
+
 fn cleanup() {
+    via_softnic::shm::remove_wire(&shm_wire());
     let mut c = created();
     for pid in c.0.drain(..) {
         // SAFETY: kill(2) on a pid we spawned.
@@ -115,8 +121,12 @@ fn run_pair(o: &Options, h: &Hosts, transport: &str) -> Result<(Vec<Row>, u64, u
 fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<Row>, u64, u64), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let exe = exe.to_string_lossy().to_string();
+    // via-shm: both ends on composite devices joined by one shared-memory
+    // wire (the two test hosts are processes of one machine).
+    let shm = if transport == "via-shm" { format!("+shm:{}", shm_wire()) } else { String::new() };
     let (t, rel, rdma) = match transport {
         "via-unrel" => ("via", "unreliable", None),
+        "via-shm" => ("via", "reliable", None),
         "via-write" => ("via", "reliable", Some("write")),
         "via-read" => ("via", "reliable", Some("read")),
         t => (t, "reliable", None),
@@ -126,7 +136,7 @@ fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<
         extra.extend(["--rdma".to_string(), m.to_string()]);
     }
     let mut sargs: Vec<String> = vec!["netns".into(), "exec".into(), h.a.clone(), exe.clone(), "server".into()];
-    sargs.extend(["--transport", t, "--reliability", rel, "--device", &format!("/dev/via_{}", h.va), "--bind-ip", &h.ip_a].map(String::from));
+    sargs.extend(["--transport", t, "--reliability", rel, "--device", &format!("/dev/via_{}{shm}", h.va), "--bind-ip", &h.ip_a].map(String::from));
     sargs.extend(extra.iter().cloned());
     let pinned = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
     if pinned {
@@ -145,7 +155,7 @@ fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<
     };
     let peer = if t == "udp" || t == "tcp" { h.ip_a.clone() } else { addr.to_string() };
     let mut cargs: Vec<String> = vec!["netns".into(), "exec".into(), h.b.clone(), exe, "client".into()];
-    cargs.extend(["--transport", t, "--reliability", rel, "--device", &format!("/dev/via_{}", h.vb), "--peer", &peer, "--json"].map(String::from));
+    cargs.extend(["--transport", t, "--reliability", rel, "--device", &format!("/dev/via_{}{shm}", h.vb), "--peer", &peer, "--json"].map(String::from));
     cargs.extend(extra);
     if pinned {
         cargs.extend(["--cpu".to_string(), "1".to_string()]);
@@ -222,7 +232,7 @@ fn alternating_rounds(o: &Options, h: &Hosts) -> (Vec<Row>, Rounds) {
     for round in 0..o.rounds {
         for t in &wanted {
             let mut args: Vec<String> = vec!["--sizes".into(), "64".into(), "--bw-sizes".into()];
-            args.push(if ["raw", "via", "via-write", "via-read"].contains(&t.as_str()) { (1 << 20).to_string() } else { String::new() });
+            args.push(if ["raw", "via", "via-shm", "via-write", "via-read"].contains(&t.as_str()) { (1 << 20).to_string() } else { String::new() });
             match run_pair_with(h, t, args) {
                 Ok((rows, _, _)) => {
                     for r in rows {
@@ -281,6 +291,12 @@ fn print_ratios(rows: &[Row], rounds: Option<&Rounds>) {
     }
     if let Some((w, v, r)) = ratio("via-write", "via", "lat") {
         println!("latency 64 B    RDMA write/send = {r:.3}  (medians {w:.2} / {v:.2} us; target <= 1) {}", verdict(r <= 1.0));
+    }
+    if let Some((s, v, r)) = ratio("via-shm", "via", "lat") {
+        println!("latency 64 B    shared memory/software NIC = {r:.3}  (medians {s:.2} / {v:.2} us; via-shm against via)");
+    }
+    if let Some((s, v, r)) = ratio("via-shm", "via", "bw") {
+        println!("bandwidth 1 MiB shared memory/software NIC = {r:.3}  (medians {s:.1} / {v:.1} MB/s)");
     }
     if let Some(x) = val("via-read", "lat") {
         println!("latency 64 B    RDMA read (whole read, a round trip) = {x:.2} us");

@@ -31,7 +31,8 @@ USAGE:
                       Without root: VIA over the in-process loopback (/dev/via_lo) only.
     --transport T     via (default), raw (AF_PACKET frames, the floor), udp, tcp
     --transports L    the demo's transports, comma-separated (default
-                      raw,via,via-unrel,via-write,via-read,udp,tcp)
+                      raw,via,via-shm,via-unrel,via-write,via-read,udp,tcp; via-shm
+                      is VIA through composite devices joined by shared memory)
     --rdma MODE       with --transport via: write (RDMA write latency, perftest
                       ib_write_lat style: one-way, memory polled) or read (RDMA
                       read; latency is the whole read, a round trip) and their

@@ -1,0 +1,666 @@
+//! [`ShmDevice`] (driver `shm`): a frame device between processes of one
+//! host, through a shared-memory segment instead of a NIC.
+//!
+//! The segment `/dev/shm/via-shm-<wire>` holds a header and [`PORTS`]
+//! ports. A process attaches by claiming a free port (or one whose owner
+//! died) and publishing its identity there: the MAC address it answers to
+//! (the NIC's, when the device is part of a composite) and its receive
+//! filter. Each port has one receive ring of [`SLOTS`] fixed-size slots:
+//! any process may append under the port's lock (a word holding the
+//! holder's pid, so that a holder that died can be overruled), only the
+//! owner takes frames out, in place, without a lock. A frame goes to every
+//! port whose identity is the frame's destination (all others, for
+//! broadcast) and whose filter accepts it. A full ring refuses the frame,
+//! and the engine sends it again later: nothing is dropped for lack of room.
+//!
+//! Waking: each port has a FIFO `/dev/shm/via-shm-<wire>.<port>` that the
+//! owner keeps open for reading (its `wait_fd`). A sender publishes its
+//! frame (tail), then, after a full fence, writes a byte if the owner had
+//! taken every frame before it (head). The owner empties the FIFO only
+//! after it found the ring empty, then, after a full fence, looks once
+//! more. Of the sender's look at head and the owner's second look at tail
+//! one sees the other's store, so a frame either is seen or leaves its
+//! byte behind.
+//!
+//! Memory errors are not a concern between processes of one host, so the
+//! device reports itself checksummed.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use via_kernel_agent::wire::ETH_HEADER_LEN;
+use via_kernel_agent::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+
+/// Ports of a segment: processes attached at once.
+pub const PORTS: usize = 64;
+/// Slots of a port's receive ring.
+pub const SLOTS: u64 = 256;
+/// The device's MTU (jumbo frames: a copy costs little here).
+pub const MTU: usize = 9000;
+/// Bytes of a slot: an 8-byte length word and the largest frame, rounded.
+const SLOT_BYTES: usize = (8 + ETH_HEADER_LEN + MTU).next_multiple_of(64);
+/// Bytes of a port's control block (its fields on separate cache lines).
+const CONTROL_BYTES: usize = 256;
+const PORT_BYTES: usize = CONTROL_BYTES + SLOTS as usize * SLOT_BYTES;
+const HEADER_BYTES: usize = 4096;
+const SEGMENT_BYTES: usize = HEADER_BYTES + PORTS * PORT_BYTES;
+const MAGIC: u64 = u64::from_le_bytes(*b"VIASHM01");
+
+/// Port states.
+const FREE: u32 = 0;
+const CLAIMED: u32 = 1;
+const LIVE: u32 = 2;
+
+/// The segment header.
+#[repr(C)]
+struct Header {
+    magic: AtomicU64,
+    /// Bumped whenever a port's identity or filter changes, so senders
+    /// know to look at the port table again.
+    epoch: AtomicU64,
+}
+
+/// A port's control block, in shared memory.
+#[repr(C)]
+struct Control {
+    state: AtomicU32,
+    pid: AtomicU32,
+    /// The lock: 0, or the pid of the process holding it.
+    lock: AtomicU32,
+    generation: AtomicU32,
+    /// The identity MAC in the low 48 bits.
+    mac: AtomicU64,
+    /// The receive filter: ethertype << 32 | offset, and the two accepted
+    /// words; ethertype 0 means none (accept everything).
+    filter: [AtomicU64; 2],
+    _pad0: [u8; 24],
+    /// Frames appended (written by senders under the lock).
+    tail: AtomicU64,
+    _pad1: [u8; 56],
+    /// Frames taken out (written by the owner alone).
+    head: AtomicU64,
+}
+
+fn alive(pid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    pid != 0 && (unsafe { libc::kill(pid as i32, 0) } == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
+fn mac_word(m: MacAddr) -> u64 {
+    let mut b = [0u8; 8];
+    b[..6].copy_from_slice(&m.0);
+    u64::from_le_bytes(b)
+}
+
+/// The mapped segment.
+struct Segment {
+    base: *mut u8,
+}
+
+// SAFETY: the mapping is shared memory accessed through atomics and
+// through slots owned by one side at a time (see the module comment).
+unsafe impl Send for Segment {}
+
+impl Segment {
+    fn open(path: &str) -> io::Result<Segment> {
+        let c = CString::new(path).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the wire name"))?;
+        // SAFETY: plain open of a NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o600) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened and is ours.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // Growing is harmless when another process did it already; the
+        // pages stay unallocated until touched.
+        // SAFETY: fstat into a zeroed struct, ftruncate on our fd.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::fstat(fd.as_raw_fd(), &mut st) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if (st.st_size as usize) < SEGMENT_BYTES && libc::ftruncate(fd.as_raw_fd(), SEGMENT_BYTES as libc::off_t) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        // SAFETY: maps the whole file, shared; checked for failure.
+        let base = unsafe { libc::mmap(std::ptr::null_mut(), SEGMENT_BYTES, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let seg = Segment { base: base.cast() };
+        match seg.header().magic.compare_exchange(0, MAGIC, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {}
+            Err(MAGIC) => {}
+            Err(other) => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{path} is not a via shm segment of this version (magic {other:#x})"))),
+        }
+        Ok(seg)
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the header sits at the start of the mapping, which is
+        // page-aligned and outlives `self`; its fields are atomics.
+        unsafe { &*self.base.cast::<Header>() }
+    }
+
+    fn control(&self, p: usize) -> &Control {
+        debug_assert!(p < PORTS);
+        // SAFETY: port `p`'s control block lies inside the mapping at a
+        // 64-byte aligned offset; its fields are atomics.
+        unsafe { &*self.base.add(HEADER_BYTES + p * PORT_BYTES).cast::<Control>() }
+    }
+
+    /// Slot `i` of port `p`'s ring.
+    fn slot(&self, p: usize, i: u64) -> *mut u8 {
+        // SAFETY: the offset stays inside port `p`'s ring.
+        unsafe { self.base.add(HEADER_BYTES + p * PORT_BYTES + CONTROL_BYTES + (i % SLOTS) as usize * SLOT_BYTES) }
+    }
+
+    /// Takes port `p`'s lock, overruling a holder that died.
+    fn lock(&self, p: usize, me: u32) {
+        let c = self.control(p);
+        let mut spins = 0u32;
+        loop {
+            match c.lock.compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(holder) => {
+                    spins += 1;
+                    if spins % 256 == 0 {
+                        if holder != 0 && !alive(holder) && c.lock.compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                            return;
+                        }
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        }
+    }
+
+    fn unlock(&self, p: usize) {
+        self.control(p).lock.store(0, Ordering::Release);
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `open` mapped.
+        unsafe { libc::munmap(self.base.cast(), SEGMENT_BYTES) };
+    }
+}
+
+/// A live port as a sender sees it.
+#[derive(Clone, Copy)]
+struct Route {
+    port: usize,
+    generation: u32,
+    filter: Option<RxFilter>,
+}
+
+/// A process's port on a shared-memory wire.
+pub struct ShmDevice {
+    seg: Segment,
+    wire: String,
+    port: usize,
+    pid: u32,
+    identity: MacAddr,
+    /// Our FIFO, open for reading: the wait descriptor.
+    fifo: OwnedFd,
+    fifo_path: String,
+    /// Live ports by identity, as of `epoch`.
+    routes: HashMap<MacAddr, Vec<Route>>,
+    epoch: u64,
+    /// Other ports' FIFOs opened for writing, with their generation.
+    doorbells: HashMap<usize, (u32, OwnedFd)>,
+    /// The ports of the frame being sent (kept for reuse).
+    targets: Vec<Route>,
+    rx_frames: u64,
+    tx_frames: u64,
+    tx_ring_full: u64,
+    tx_no_port: u64,
+    rx_bad_length: u64,
+}
+
+impl std::fmt::Debug for ShmDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmDevice").field("wire", &self.wire).field("port", &self.port).field("identity", &self.identity).finish_non_exhaustive()
+    }
+}
+
+/// The segment's path for `wire`.
+pub fn segment_path(wire: &str) -> String {
+    format!("/dev/shm/via-shm-{wire}")
+}
+
+/// Removes the wire's segment and the FIFOs of its ports (those of
+/// processes that died without closing): for whoever made the wire, once
+/// every process is done with it. Processes still attached keep their
+/// mappings; new ones get a fresh segment.
+pub fn remove_wire(wire: &str) {
+    let path = segment_path(wire);
+    for p in 0..PORTS {
+        let _ = std::fs::remove_file(format!("{path}.{p}"));
+    }
+    let _ = std::fs::remove_file(path);
+}
+
+impl ShmDevice {
+    /// Attaches to the wire `wire` (made on first use) as `identity`, or as
+    /// a fresh locally administered MAC.
+    pub fn open(wire: &str, identity: Option<MacAddr>) -> io::Result<ShmDevice> {
+        if wire.is_empty() || wire.contains('/') {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("shm wire name {wire:?}: want a non-empty name without '/'")));
+        }
+        let path = segment_path(wire);
+        let seg = Segment::open(&path).map_err(|e| io::Error::new(e.kind(), format!("opening the shared-memory segment {path}: {e}")))?;
+        let pid = std::process::id();
+        let identity = identity.unwrap_or_else(|| {
+            let r = (pid as u64) << 16 ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos() as u64);
+            let b = r.to_le_bytes();
+            MacAddr([0x06, b[0], b[1], b[2], b[3], b[4]])
+        });
+        let port = (0..PORTS)
+            .find(|&p| {
+                let c = seg.control(p);
+                let st = c.state.load(Ordering::Acquire);
+                // A port being claimed (CLAIMED) is left alone even if its
+                // claimer died: that leaks one port, never gives one twice.
+                let claimable = st == FREE || (st == LIVE && !alive(c.pid.load(Ordering::Acquire)));
+                claimable && c.state.compare_exchange(st, CLAIMED, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            })
+            .ok_or_else(|| io::Error::new(io::ErrorKind::AddrInUse, format!("all {PORTS} ports of {path} are taken by live processes")))?;
+        // Reset the ring under its lock: a sender that was writing to the
+        // port's previous owner finishes first.
+        seg.lock(port, pid);
+        let c = seg.control(port);
+        c.pid.store(pid, Ordering::Release);
+        c.mac.store(mac_word(identity), Ordering::Release);
+        c.filter[0].store(0, Ordering::Release);
+        c.tail.store(0, Ordering::Release);
+        c.head.store(0, Ordering::Release);
+        c.generation.fetch_add(1, Ordering::AcqRel);
+        seg.unlock(port);
+        let fifo_path = format!("{path}.{port}");
+        let fifo = sys::fifo(&fifo_path).map_err(|e| io::Error::new(e.kind(), format!("making the doorbell FIFO {fifo_path}: {e}")))?;
+        c.state.store(LIVE, Ordering::Release);
+        seg.header().epoch.fetch_add(1, Ordering::AcqRel);
+        Ok(ShmDevice {
+            seg,
+            wire: wire.to_string(),
+            port,
+            pid,
+            identity,
+            fifo,
+            fifo_path,
+            routes: HashMap::new(),
+            epoch: u64::MAX,
+            doorbells: HashMap::new(),
+            targets: Vec::new(),
+            rx_frames: 0,
+            tx_frames: 0,
+            tx_ring_full: 0,
+            tx_no_port: 0,
+            rx_bad_length: 0,
+        })
+    }
+
+    /// The wire's name.
+    pub fn wire_name(&self) -> &str {
+        &self.wire
+    }
+
+    /// Rebuilds the identity → ports table if any port changed.
+    fn refresh(&mut self) {
+        let epoch = self.seg.header().epoch.load(Ordering::Acquire);
+        if epoch == self.epoch {
+            return;
+        }
+        self.routes.clear();
+        for p in (0..PORTS).filter(|&p| p != self.port) {
+            let c = self.seg.control(p);
+            if c.state.load(Ordering::Acquire) != LIVE {
+                continue;
+            }
+            let m = c.mac.load(Ordering::Acquire).to_le_bytes();
+            let mac = MacAddr(m[..6].try_into().unwrap());
+            let (f0, f1) = (c.filter[0].load(Ordering::Acquire), c.filter[1].load(Ordering::Acquire));
+            let filter = ((f0 >> 32) != 0).then(|| RxFilter { ethertype: (f0 >> 32) as u16, offset: (f0 & 0xffff_ffff) as usize, accept: [f1 as u32, (f1 >> 32) as u32] });
+            self.routes.entry(mac).or_default().push(Route { port: p, generation: c.generation.load(Ordering::Acquire), filter });
+        }
+        self.epoch = epoch;
+    }
+
+    /// Puts the ports a frame goes to (a broadcast: every other live
+    /// port) in `self.targets`; `head` is the frame's start (its
+    /// destination, ethertype and the word the filters look at).
+    fn find_targets(&mut self, head: &[u8]) {
+        self.refresh();
+        self.targets.clear();
+        let dst = MacAddr(head[..6].try_into().unwrap());
+        let accepts = |r: &&Route| r.filter.is_none_or(|f| f.matches(head));
+        if dst.is_broadcast() {
+            self.targets.extend(self.routes.values().flatten().filter(accepts));
+        } else if let Some(v) = self.routes.get(&dst) {
+            self.targets.extend(v.iter().filter(accepts));
+        }
+    }
+
+    /// Does a process on this wire take the frame starting with `head`
+    /// (by its destination and filter)? A composite sends it here if so.
+    pub fn takes(&mut self, head: &[u8]) -> bool {
+        if head.len() < ETH_HEADER_LEN || MacAddr(head[..6].try_into().unwrap()).is_broadcast() {
+            return false;
+        }
+        self.find_targets(head);
+        !self.targets.is_empty()
+    }
+
+    /// Appends `frame` to port `r`'s ring; false if the ring is full.
+    fn append(&mut self, r: Route, frame: &TxFrame<'_>) -> bool {
+        let c = self.seg.control(r.port);
+        self.seg.lock(r.port, self.pid);
+        // The port may have changed hands since we looked.
+        if c.state.load(Ordering::Acquire) != LIVE || c.generation.load(Ordering::Acquire) != r.generation {
+            self.seg.unlock(r.port);
+            return true;
+        }
+        let (tail, head) = (c.tail.load(Ordering::Relaxed), c.head.load(Ordering::Acquire));
+        if tail - head >= SLOTS {
+            self.seg.unlock(r.port);
+            return false;
+        }
+        let s = self.seg.slot(r.port, tail);
+        // SAFETY: slot `tail` is outside head..tail, so its owner does not
+        // read it, and we hold the lock, so no other sender writes it;
+        // `frame` fits (checked against the MTU by `transmit`).
+        unsafe {
+            std::ptr::copy_nonoverlapping((frame.len() as u64).to_le_bytes().as_ptr(), s, 8);
+            frame.copy_to(s.add(8));
+        }
+        c.tail.store(tail + 1, Ordering::Release);
+        self.seg.unlock(r.port);
+        // Had the owner taken everything before our frame? Then it may be
+        // going to sleep: ring. The fence pairs with the owner's, so that
+        // either it sees our tail or we see its head (module comment).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if c.head.load(Ordering::Acquire) == tail {
+            self.ring_doorbell(r);
+        }
+        true
+    }
+
+    fn ring_doorbell(&mut self, r: Route) {
+        let fresh = self.doorbells.get(&r.port).is_none_or(|(g, _)| *g != r.generation);
+        if fresh {
+            match sys::open_writer(&format!("{}.{}", segment_path(&self.wire), r.port)) {
+                Ok(fd) => {
+                    self.doorbells.insert(r.port, (r.generation, fd));
+                }
+                Err(_) => return, // the owner is going away
+            }
+        }
+        if let Some((_, fd)) = self.doorbells.get(&r.port) {
+            sys::ring(fd.as_raw_fd());
+        }
+    }
+}
+
+impl FrameDevice for ShmDevice {
+    fn mac(&self) -> MacAddr {
+        self.identity
+    }
+
+    fn mtu(&self) -> usize {
+        MTU
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { checksummed: true, needs_pinning: false }
+    }
+
+    fn wait_fd(&self) -> RawFd {
+        self.fifo.as_raw_fd()
+    }
+
+    fn set_filter(&mut self, filter: RxFilter) -> io::Result<()> {
+        let c = self.seg.control(self.port);
+        c.filter[1].store(u64::from(filter.accept[0]) | u64::from(filter.accept[1]) << 32, Ordering::Release);
+        c.filter[0].store(u64::from(filter.ethertype) << 32 | filter.offset as u64, Ordering::Release);
+        self.seg.header().epoch.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        let c = self.seg.control(self.port);
+        let mut head = c.head.load(Ordering::Relaxed);
+        let mut n = 0;
+        for looked_twice in [false, true] {
+            let tail = c.tail.load(Ordering::Acquire);
+            while head < tail && n < budget {
+                let s = self.seg.slot(self.port, head);
+                // SAFETY: slot `head` lies in head..tail: published by its
+                // sender (tail was stored after the copy) and not written
+                // again until we move head past it, below.
+                let len = u64::from_le_bytes(unsafe { std::slice::from_raw_parts(s, 8) }.try_into().unwrap()) as usize;
+                if (ETH_HEADER_LEN..=SLOT_BYTES - 8).contains(&len) {
+                    // SAFETY: as above; `len` checked against the slot.
+                    sink(unsafe { std::slice::from_raw_parts(s.add(8), len) });
+                    n += 1;
+                } else {
+                    self.rx_bad_length += 1;
+                }
+                head += 1;
+                c.head.store(head, Ordering::Release);
+            }
+            if n > 0 || looked_twice {
+                break;
+            }
+            // Found nothing: empty the doorbell, then look once more (the
+            // fence pairs with the senders').
+            sys::drain(self.fifo.as_raw_fd());
+            std::sync::atomic::fence(Ordering::SeqCst);
+        }
+        self.rx_frames += n as u64;
+        Ok(n)
+    }
+
+    fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
+        let max = ETH_HEADER_LEN + MTU;
+        let mut head = [0u8; 64];
+        for (i, f) in frames.iter().enumerate() {
+            let len = f.len();
+            if !(ETH_HEADER_LEN..=max).contains(&len) {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame {i} of the batch is {len} bytes; shm wire {:?} takes {ETH_HEADER_LEN}..={max}", self.wire)));
+            }
+            let n = f.prefix(&mut head);
+            self.find_targets(&head[..n]);
+            if self.targets.is_empty() {
+                self.tx_no_port += 1;
+            }
+            let broadcast = MacAddr(head[..6].try_into().unwrap()).is_broadcast();
+            for k in 0..self.targets.len() {
+                // A unicast frame waits for room; a broadcast one is best effort.
+                if !self.append(self.targets[k], f) && !broadcast {
+                    self.tx_ring_full += 1;
+                    return Ok(i);
+                }
+            }
+            self.tx_frames += 1;
+        }
+        Ok(frames.len())
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("shm_rx_frames", self.rx_frames),
+            ("shm_tx_frames", self.tx_frames),
+            ("shm_tx_ring_full", self.tx_ring_full),
+            ("shm_tx_no_port", self.tx_no_port),
+            ("shm_rx_bad_length", self.rx_bad_length),
+        ]
+    }
+}
+
+impl Drop for ShmDevice {
+    fn drop(&mut self) {
+        let c = self.seg.control(self.port);
+        self.seg.lock(self.port, self.pid);
+        c.state.store(FREE, Ordering::Release);
+        c.pid.store(0, Ordering::Release);
+        self.seg.unlock(self.port);
+        self.seg.header().epoch.fetch_add(1, Ordering::AcqRel);
+        let _ = std::fs::remove_file(&self.fifo_path);
+    }
+}
+
+/// The FIFO calls, each confining its `unsafe`.
+mod sys {
+    use super::*;
+
+    fn cpath(path: &str) -> io::Result<CString> {
+        CString::new(path).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a path"))
+    }
+
+    fn open(path: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
+        let c = cpath(path)?;
+        // SAFETY: plain open of a NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened and is ours.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// A fresh FIFO at `path`, open for reading (and writing, so that it
+    /// never reports end-of-file when no sender has it open).
+    pub fn fifo(path: &str) -> io::Result<OwnedFd> {
+        let _ = std::fs::remove_file(path);
+        let c = cpath(path)?;
+        // SAFETY: mkfifo of a NUL-terminated path.
+        if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        open(path, libc::O_RDWR)
+    }
+
+    pub fn open_writer(path: &str) -> io::Result<OwnedFd> {
+        open(path, libc::O_WRONLY)
+    }
+
+    /// Makes the FIFO readable (a full FIFO is readable already).
+    pub fn ring(fd: RawFd) {
+        // SAFETY: writes one byte from a live buffer to a nonblocking FIFO.
+        unsafe { libc::write(fd, [1u8].as_ptr().cast(), 1) };
+    }
+
+    /// Empties the FIFO.
+    pub fn drain(fd: RawFd) {
+        let mut b = [0u8; 256];
+        // SAFETY: reads into a live buffer from a nonblocking FIFO; stops
+        // at EAGAIN (empty) or a short read.
+        while unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) } == b.len() as isize {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(dst: MacAddr, len: usize, fill: u8) -> Vec<u8> {
+        let mut f = vec![fill; len];
+        f[..6].copy_from_slice(&dst.0);
+        f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+        f
+    }
+
+    fn wire(name: &str) -> String {
+        format!("test-{name}-{}", std::process::id())
+    }
+
+    fn recv_all(d: &mut ShmDevice) -> Vec<Vec<u8>> {
+        let mut v = Vec::new();
+        while d.receive(5, &mut |f| v.push(f.to_vec())).unwrap() > 0 {}
+        v
+    }
+
+    #[test]
+    fn frames_reach_the_port_of_their_destination_only() {
+        let w = wire("route");
+        let mut a = ShmDevice::open(&w, None).unwrap();
+        let mut b = ShmDevice::open(&w, None).unwrap();
+        let mut c = ShmDevice::open(&w, None).unwrap();
+        let f = frame(b.mac(), 100, 7);
+        assert_eq!(a.transmit(&[TxFrame::new(&f)]).unwrap(), 1);
+        assert_eq!(recv_all(&mut b), vec![f]);
+        assert!(recv_all(&mut c).is_empty());
+        // Broadcast: everyone but the sender.
+        let g = frame(MacAddr::BROADCAST, 60, 1);
+        assert_eq!(a.transmit(&[TxFrame::new(&g)]).unwrap(), 1);
+        assert_eq!(recv_all(&mut b).len(), 1);
+        assert_eq!(recv_all(&mut c).len(), 1);
+        assert!(recv_all(&mut a).is_empty());
+        // Nobody there: counted, not an error.
+        let h = frame(MacAddr([2, 9, 9, 9, 9, 9]), 60, 1);
+        assert_eq!(a.transmit(&[TxFrame::new(&h)]).unwrap(), 1);
+        assert!(a.stats().contains(&("shm_tx_no_port", 1)));
+        remove_wire(&w);
+    }
+
+    #[test]
+    fn a_full_ring_refuses_frames_and_loses_none() {
+        let w = wire("full");
+        let mut a = ShmDevice::open(&w, None).unwrap();
+        let mut b = ShmDevice::open(&w, None).unwrap();
+        let frames: Vec<Vec<u8>> = (0..SLOTS as usize + 10).map(|i| frame(b.mac(), 64 + i, i as u8)).collect();
+        let tx: Vec<TxFrame> = frames.iter().map(|f| TxFrame::new(f)).collect();
+        let sent = a.transmit(&tx).unwrap();
+        assert_eq!(sent, SLOTS as usize, "the ring takes SLOTS frames");
+        let mut got = recv_all(&mut b);
+        assert_eq!(a.transmit(&tx[sent..]).unwrap(), 10);
+        got.extend(recv_all(&mut b));
+        assert_eq!(got, frames, "every frame once, in order");
+        remove_wire(&w);
+    }
+
+    #[test]
+    fn the_filter_and_the_doorbell() {
+        let w = wire("filter");
+        let mut a = ShmDevice::open(&w, None).unwrap();
+        let mut b = ShmDevice::open(&w, None).unwrap();
+        b.set_filter(RxFilter { ethertype: 0x88b5, offset: 18, accept: [5, 0] }).unwrap();
+        let mut ok = frame(b.mac(), 40, 0);
+        ok[18..22].copy_from_slice(&5u32.to_be_bytes());
+        let other = frame(b.mac(), 40, 0xee);
+        assert!(a.takes(&ok) && !a.takes(&other));
+        let mut pfd = libc::pollfd { fd: b.wait_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: poll on one live pollfd, no wait.
+        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "nothing yet");
+        assert_eq!(a.transmit(&[TxFrame::new(&other), TxFrame::new(&ok)]).unwrap(), 2);
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 1, "the doorbell rang");
+        assert_eq!(recv_all(&mut b), vec![ok]);
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "and was emptied");
+        remove_wire(&w);
+    }
+
+    #[test]
+    fn a_dead_owners_port_is_taken_again() {
+        let w = wire("reuse");
+        let ports: Vec<usize> = (0..3).map(|_| ShmDevice::open(&w, None).unwrap().port).collect();
+        assert!(ports.iter().all(|&p| p == ports[0]), "a closed port is free again: {ports:?}");
+        // A port whose owner pid no longer exists.
+        let seg = Segment::open(&segment_path(&w)).unwrap();
+        let c = seg.control(5);
+        c.state.store(LIVE, Ordering::Release);
+        c.pid.store(0x7fff_fff0, Ordering::Release);
+        c.lock.store(0x7fff_fff0, Ordering::Release);
+        let held: Vec<ShmDevice> = (0..6).map(|_| ShmDevice::open(&w, None).unwrap()).collect();
+        assert!(held.iter().any(|d| d.port == 5), "the dead owner's port (and lock) were taken over");
+        remove_wire(&w);
+    }
+}
