@@ -36,7 +36,7 @@ pub use collective::{broadcast, sendrecv, Barrier, Group, Reduction};
 pub use global::GlobalPtr;
 pub use invoke::{ainvoke, ainvoke_detached, invoke, on_all, Pending};
 pub use registry::RemoteFunction;
-pub use runtime::{my_pe, pe_num, run};
+pub use runtime::{device_counters, my_pe, pe_num, run};
 pub use sync::{GlobalSync, Sync};
 pub use thread::yield_now;
 pub use wire::{Pod, Wire};

@@ -125,6 +125,12 @@ fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// The counters of this process's communication device (for VIA: the
+/// frame device's, e.g. frames through the NIC and through shared memory).
+pub fn device_counters() -> Vec<(&'static str, u64)> {
+    with(|rt| rt.comm.device_counters())
+}
+
 /// This process's number, 0..[`pe_num`].
 pub fn my_pe() -> usize {
     RANK.with(|r| r.get())

@@ -55,10 +55,34 @@ fn our_namespaces() -> Vec<String> {
     String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with("mttl")).map(String::from).collect()
 }
 
+/// Each rank's frames received through the NIC and through shared memory,
+/// as `mttl-check` reports them at the end.
+fn frames_by_path(out: &str) -> Vec<(u64, u64)> {
+    out.lines()
+        .filter_map(|l| {
+            let rest = l.split_once("received frames: nic ")?.1;
+            let (nic, shm) = rest.split_once(" shm ")?;
+            Some((nic.trim().parse().ok()?, shm.trim().parse().ok()?))
+        })
+        .collect()
+}
+
 fn everything_at(transport: &str) {
     for n in [1, 2, 4, 8] {
         let (ok, out) = mttl_run(n, transport, &["all"]);
         assert!(ok, "{transport} at {n} ranks failed:\n{out}");
+        // The path the frames took: the ranks share this host, so by
+        // default they talk through shared memory, and never with
+        // --nic-only.
+        let frames = frames_by_path(&out);
+        assert_eq!(frames.len(), n, "every rank reports its frames:\n{out}");
+        if n > 1 {
+            match transport {
+                "via" => assert!(frames.iter().all(|&(nic, shm)| nic == 0 && shm > 0), "{frames:?}"),
+                "via-nic" => assert!(frames.iter().all(|&(nic, shm)| nic > 0 && shm == 0), "{frames:?}"),
+                _ => {}
+            }
+        }
         for what in ["invoke ok", "sync ok", "gptr ok", "coll ok", "many ok", &format!("passed ({n} ranks)")] {
             assert!(out.contains(what), "{transport} at {n} ranks: no {what:?} in\n{out}");
         }
@@ -98,6 +122,20 @@ fn mttl_over_via_on_the_software_nic_alone_at_1_2_4_8_ranks() {
 #[test]
 fn mttl_over_tcp_at_1_2_4_8_ranks() {
     everything_at("tcp");
+}
+
+/// A cluster of SMP hosts (`--hosts 2`: ranks 0-1 on one, 2-3 on the
+/// other): each rank reaches its neighbour through shared memory and the
+/// other host through the NIC, from one VIA device and one CQ, and every
+/// check passes.
+#[test]
+fn composite_devices_route_by_host() {
+    let child = Command::new(RUN).args(["-n", "4", "--hosts", "2", "--timeout", "240", "--", CHECK, "all"]).output().expect("mttl-run");
+    let out = format!("{}{}", String::from_utf8_lossy(&child.stdout), String::from_utf8_lossy(&child.stderr));
+    assert!(child.status.success() && out.contains("passed (4 ranks)"), "{out}");
+    let frames = frames_by_path(&out);
+    assert_eq!(frames.len(), 4, "{out}");
+    assert!(frames.iter().all(|&(nic, shm)| nic > 0 && shm > 0), "both paths carry frames on every rank: {frames:?}");
 }
 
 /// Ranks started without mttl-run, as Slurm or mpirun would (rank and

@@ -8,6 +8,13 @@ use mttl_via::comm::{self, Transport};
 use mttl_via::{ainvoke, ainvoke_detached, broadcast, invoke, my_pe, on_all, pe_num, remote, Barrier, GlobalPtr, GlobalSync, Reduction, Sync};
 
 remote! {
+    /// Prints this rank's frames received by path (NIC, shared memory).
+    fn report_frames() -> u64 {
+        let c = mttl_via::device_counters();
+        let get = |k: &str| c.iter().find(|(n, _)| *n == k).map_or(0, |(_, v)| *v);
+        println!("mttl-check: rank {} received frames: nic {} shm {}", my_pe(), get("rx_frames"), get("shm_rx_frames"));
+        1
+    }
     fn square(x: u64) -> u64 { x * x }
     fn whoami() -> u64 { my_pe() as u64 }
     fn nothing() {}
@@ -401,6 +408,7 @@ fn main() {
                 other => panic!("unknown check {other:?}"),
             }
         }
+        on_all(report_frames, ());
         println!("mttl-check: passed ({} ranks)", pe_num());
     });
 }

@@ -1,4 +1,4 @@
-//! `mttl-run -n N [--transport via|tcp] [--nic-only] [--mtu BYTES] [--timeout SECONDS] -- PROGRAM ARGS`
+//! `mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--timeout SECONDS] -- PROGRAM ARGS`
 //!
 //! Runs an MTTL program as N processes on this machine, each in a network
 //! namespace of its own (`eth0`, 10.77.0.(rank+1)/16) joined by a bridge in
@@ -19,6 +19,10 @@
 //! its `eth0` for the network and a shared-memory wire of the run for the
 //! other ranks (`/dev/via_eth0+shm:mttl<pid>`), which is the path their
 //! frames take. `--nic-only` gives them the software NIC alone.
+//! `--hosts K` plays a cluster of K SMP hosts: the ranks are dealt out in
+//! blocks and each block shares a wire of its own, so ranks on one host
+//! talk through shared memory and ranks on different hosts through the
+//! NIC, from one process and one completion queue.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
@@ -42,23 +46,25 @@ struct Opts {
     timeout: Option<Duration>,
     mtu: u32,
     nic_only: bool,
+    hosts: usize,
     cmd: Vec<String>,
 }
 
 fn usage() -> ! {
-    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--nic-only] [--mtu BYTES] [--timeout SECONDS] -- PROGRAM [ARGS...]");
+    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--timeout SECONDS] -- PROGRAM [ARGS...]");
     std::process::exit(2)
 }
 
 fn parse() -> Opts {
     let mut a = std::env::args().skip(1);
-    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: DEFAULT_MTU, nic_only: false, cmd: Vec::new() };
+    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: DEFAULT_MTU, nic_only: false, hosts: 1, cmd: Vec::new() };
     while let Some(x) = a.next() {
         match x.as_str() {
             "-n" | "--np" => o.n = a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
             "--transport" => o.transport = a.next().unwrap_or_else(|| usage()),
             "--mtu" => o.mtu = a.next().and_then(|v| v.parse().ok()).filter(|m| (576..=65000).contains(m)).unwrap_or_else(|| usage()),
             "--nic-only" => o.nic_only = true,
+            "--hosts" => o.hosts = a.next().and_then(|v| v.parse().ok()).filter(|&k| k >= 1).unwrap_or_else(|| usage()),
             "--timeout" => o.timeout = Some(Duration::from_secs(a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()))),
             "--" => {
                 o.cmd = a.by_ref().collect();
@@ -75,6 +81,10 @@ fn parse() -> Opts {
         eprintln!("mttl-run: give -n between 1 and 250 and a program");
         usage()
     }
+    if o.hosts > o.n || (o.hosts > 1 && o.nic_only) {
+        eprintln!("mttl-run: --hosts K takes 1 <= K <= N, and not with --nic-only");
+        usage()
+    }
     if o.transport != "via" && o.transport != "tcp" {
         eprintln!("mttl-run: --transport must be via or tcp, not {:?}", o.transport);
         usage()
@@ -87,24 +97,26 @@ fn parse() -> Opts {
 struct Net {
     prefix: String,
     names: Vec<String>,
+    /// Emulated hosts, each with a shared-memory wire.
+    hosts: usize,
 }
 
 impl Net {
     fn hub(&self) -> String {
         format!("{}hub", self.prefix)
     }
-    /// The shared-memory wire of the run's composite devices.
-    fn shm_wire(&self) -> String {
-        self.prefix.trim_end_matches('-').to_string()
+    /// The shared-memory wire of host `h`'s composite devices.
+    fn shm_wire(&self, h: usize) -> String {
+        format!("{}h{h}", self.prefix)
     }
 
     fn rank(&self, i: usize) -> String {
         format!("{}r{i}", self.prefix)
     }
 
-    fn build(n: usize, mtu: u32) -> Result<Net, String> {
+    fn build(n: usize, mtu: u32, hosts: usize) -> Result<Net, String> {
         let mtu = mtu.to_string();
-        let mut net = Net { prefix: format!("mttl{}-", std::process::id()), names: Vec::new() };
+        let mut net = Net { prefix: format!("mttl{}-", std::process::id()), names: Vec::new(), hosts };
         let hub = net.hub();
         ip(&["netns", "add", &hub])?;
         net.names.push(hub.clone());
@@ -135,7 +147,9 @@ impl Net {
 
 impl Drop for Net {
     fn drop(&mut self) {
-        via_softnic::shm::remove_wire(&self.shm_wire());
+        for h in 0..self.hosts {
+            via_softnic::shm::remove_wire(&self.shm_wire(h));
+        }
         for ns in self.names.iter().rev() {
             let _ = ip(&["netns", "del", ns]);
         }
@@ -198,7 +212,7 @@ fn main() -> ExitCode {
         unsafe { libc::signal(s, on_signal as *const () as libc::sighandler_t) };
     }
     sweep_stale();
-    let net = match Net::build(o.n, o.mtu) {
+    let net = match Net::build(o.n, o.mtu, o.hosts) {
         Ok(n) => n,
         Err(e) => {
             eprintln!("mttl-run: setting up the network: {e}");
@@ -206,7 +220,9 @@ fn main() -> ExitCode {
         }
     };
     let root = "10.77.0.1:47000";
-    let device = if o.nic_only || o.n == 1 { "/dev/via_eth0".to_string() } else { format!("/dev/via_eth0+shm:{}", net.shm_wire()) };
+    // Rank i's host when the ranks are dealt out in blocks to o.hosts hosts.
+    let host = |i: usize| i * o.hosts / o.n;
+    let device = |i: usize| if o.nic_only || o.n == 1 { "/dev/via_eth0".to_string() } else { format!("/dev/via_eth0+shm:{}", net.shm_wire(host(i))) };
     let mut children: Vec<Option<Child>> = Vec::new();
     let mut pumps = Vec::new();
     // With no more ranks than CPUs, rank i runs on CPU i (MTTL_PIN=0 turns
@@ -234,7 +250,7 @@ fn main() -> ExitCode {
             .env("MTTL_SIZE", o.n.to_string())
             .env("MTTL_ROOT", root)
             .env("MTTL_TRANSPORT", &o.transport)
-            .env("MTTL_VIA_DEVICE", &device)
+            .env("MTTL_VIA_DEVICE", device(i))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -98,6 +98,11 @@ pub trait Transport {
     /// The memory that `GlobalPtr`s point into (registered for RDMA on
     /// VIA): base and length.
     fn heap(&mut self) -> (*mut u8, usize);
+    /// The device's own counters (frames by path, drops), where the
+    /// transport has a device.
+    fn device_counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// Direct placement into a peer's heap (RDMA write with immediate data).

@@ -694,6 +694,10 @@ impl Transport for ViaTransport {
         Some(self)
     }
 
+    fn device_counters(&self) -> Vec<(&'static str, u64)> {
+        self.nic.device_counters()
+    }
+
     fn heap(&mut self) -> (*mut u8, usize) {
         (self.heap.as_ptr(), self.heap.len())
     }
