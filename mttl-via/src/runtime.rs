@@ -49,7 +49,6 @@ pub(crate) mod kind {
     pub const FINISH: u8 = 12;
     /// [text]: rank 0 failed; stop with this message.
     pub const ABORT: u8 = 11;
-
 }
 
 /// Reply status.
@@ -242,19 +241,19 @@ impl Runtime {
         }
     }
 
-    /// The oldest collective step from `node` under mailbox key `key`.
-    pub(crate) fn take_mail(&mut self, node: usize, key: u64) -> Option<Mail> {
-        let q = self.mailbox.get_mut(&(node, key))?;
+    /// The oldest collective step from `node` under `tag`.
+    pub(crate) fn take_mail(&mut self, node: usize, tag: u64) -> Option<Mail> {
+        let q = self.mailbox.get_mut(&(node, tag))?;
         let m = q.pop_front();
         if q.is_empty() {
-            self.mailbox.remove(&(node, key));
+            self.mailbox.remove(&(node, tag));
         }
         m
     }
 
-    /// Thread `t` waits for a step from `node` under `key`.
-    pub(crate) fn wait_mail(&mut self, node: usize, key: u64, t: ThreadId) {
-        self.mail_waiters.insert((node, key), t);
+    /// Thread `t` waits for a step from `node` under `tag`.
+    pub(crate) fn wait_mail(&mut self, node: usize, tag: u64, t: ThreadId) {
+        self.mail_waiters.insert((node, tag), t);
     }
 
     /// Delivers a collective step to its receiver.

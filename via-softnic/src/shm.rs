@@ -12,6 +12,9 @@
 //! port whose identity is the frame's destination (all others, for
 //! broadcast) and whose filter accepts it. A full ring refuses the frame,
 //! and the engine sends it again later: nothing is dropped for lack of room.
+//! The refused sender marks itself in the ring's `blocked` mask, and the
+//! owner rings its doorbell once it has taken frames out, so a sender
+//! asleep waiting for room wakes when there is some.
 //!
 //! Waking: each port has a FIFO `/dev/shm/via-shm-<wire>.<port>` that the
 //! owner keeps open for reading (its `wait_fd`). A sender publishes its
@@ -20,7 +23,9 @@
 //! after it found the ring empty, then, after a full fence, looks once
 //! more. Of the sender's look at head and the owner's second look at tail
 //! one sees the other's store, so a frame either is seen or leaves its
-//! byte behind.
+//! byte behind. And when the owner stops with frames still in the ring
+//! (its budget ran out), it leaves a byte in its own FIFO, so that the
+//! descriptor stays readable while frames wait, as a NIC ring's does.
 //!
 //! Memory errors are not a concern between processes of one host, so the
 //! device reports itself checksummed.
@@ -75,7 +80,10 @@ struct Control {
     /// The receive filter: ethertype << 32 | offset, and the two accepted
     /// words; ethertype 0 means none (accept everything).
     filter: [AtomicU64; 2],
-    _pad0: [u8; 24],
+    /// Ports whose owners found this ring full (bit p for port p): rung
+    /// when the owner makes room.
+    blocked: AtomicU64,
+    _pad0: [u8; 16],
     /// Frames appended (written by senders under the lock).
     tail: AtomicU64,
     _pad1: [u8; 56],
@@ -217,6 +225,8 @@ pub struct ShmDevice {
     doorbells: HashMap<usize, (u32, OwnedFd)>,
     /// The ports of the frame being sent (kept for reuse).
     targets: Vec<Route>,
+    /// Our FIFO may be empty (we emptied it and have not rung it since).
+    drained: bool,
     rx_frames: u64,
     tx_frames: u64,
     tx_ring_full: u64,
@@ -299,6 +309,7 @@ impl ShmDevice {
             epoch: u64::MAX,
             doorbells: HashMap::new(),
             targets: Vec::new(),
+            drained: true,
             rx_frames: 0,
             tx_frames: 0,
             tx_ring_full: 0,
@@ -361,17 +372,26 @@ impl ShmDevice {
     /// Appends `frame` to port `r`'s ring; false if the ring is full.
     fn append(&mut self, r: Route, frame: &TxFrame<'_>) -> bool {
         let c = self.seg.control(r.port);
-        self.seg.lock(r.port, self.pid);
-        // The port may have changed hands since we looked.
-        if c.state.load(Ordering::Acquire) != LIVE || c.generation.load(Ordering::Acquire) != r.generation {
+        let tail = loop {
+            self.seg.lock(r.port, self.pid);
+            // The port may have changed hands since we looked.
+            if c.state.load(Ordering::Acquire) != LIVE || c.generation.load(Ordering::Acquire) != r.generation {
+                self.seg.unlock(r.port);
+                return true;
+            }
+            let (tail, head) = (c.tail.load(Ordering::Relaxed), c.head.load(Ordering::Acquire));
+            if tail - head < SLOTS {
+                break tail;
+            }
+            // Full: ask to be woken when the owner makes room, then look
+            // once more (it may have made room meanwhile).
+            c.blocked.fetch_or(1 << self.port, Ordering::SeqCst);
+            let room = tail - c.head.load(Ordering::SeqCst) < SLOTS;
             self.seg.unlock(r.port);
-            return true;
-        }
-        let (tail, head) = (c.tail.load(Ordering::Relaxed), c.head.load(Ordering::Acquire));
-        if tail - head >= SLOTS {
-            self.seg.unlock(r.port);
-            return false;
-        }
+            if !room {
+                return false;
+            }
+        };
         let s = self.seg.slot(r.port, tail);
         // SAFETY: slot `tail` is outside head..tail, so its owner does not
         // read it, and we hold the lock, so no other sender writes it;
@@ -390,6 +410,25 @@ impl ShmDevice {
             self.ring_doorbell(r);
         }
         true
+    }
+
+    /// Rings the doorbells of the ports that found our ring full (we just
+    /// made room).
+    fn wake_blocked(&mut self) {
+        let c = self.seg.control(self.port);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if c.blocked.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut mask = c.blocked.swap(0, Ordering::SeqCst);
+        while mask != 0 {
+            let p = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            let oc = self.seg.control(p);
+            if oc.state.load(Ordering::Acquire) == LIVE {
+                self.ring_doorbell(Route { port: p, generation: oc.generation.load(Ordering::Acquire), filter: None });
+            }
+        }
     }
 
     fn ring_doorbell(&mut self, r: Route) {
@@ -458,12 +497,26 @@ impl FrameDevice for ShmDevice {
             if n > 0 || looked_twice {
                 break;
             }
+            if budget == 0 {
+                return Ok(0);
+            }
             // Found nothing: empty the doorbell, then look once more (the
             // fence pairs with the senders').
             sys::drain(self.fifo.as_raw_fd());
+            self.drained = true;
             std::sync::atomic::fence(Ordering::SeqCst);
         }
         self.rx_frames += n as u64;
+        // Frames left over (the budget ran out): senders ring only when
+        // the ring was empty, so keep our FIFO readable ourselves, as a
+        // NIC's ring descriptor stays readable while frames wait.
+        if self.drained && c.tail.load(Ordering::Acquire) > head {
+            sys::ring(self.fifo.as_raw_fd());
+            self.drained = false;
+        }
+        if n > 0 {
+            self.wake_blocked();
+        }
         Ok(n)
     }
 
@@ -619,7 +672,12 @@ mod tests {
         let tx: Vec<TxFrame> = frames.iter().map(|f| TxFrame::new(f)).collect();
         let sent = a.transmit(&tx).unwrap();
         assert_eq!(sent, SLOTS as usize, "the ring takes SLOTS frames");
+        let mut pfd = libc::pollfd { fd: a.wait_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: poll on one live pollfd, no wait.
+        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "the refused sender has nothing to wake for yet");
         let mut got = recv_all(&mut b);
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 1, "making room woke the refused sender");
         assert_eq!(a.transmit(&tx[sent..]).unwrap(), 10);
         got.extend(recv_all(&mut b));
         assert_eq!(got, frames, "every frame once, in order");
@@ -642,9 +700,21 @@ mod tests {
         assert_eq!(a.transmit(&[TxFrame::new(&other), TxFrame::new(&ok)]).unwrap(), 2);
         // SAFETY: as above.
         assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 1, "the doorbell rang");
-        assert_eq!(recv_all(&mut b), vec![ok]);
+        assert_eq!(recv_all(&mut b), vec![ok.clone()]);
         // SAFETY: as above.
         assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "and was emptied");
+        // A receive that leaves frames behind leaves the descriptor
+        // readable: a waiter must not sleep on them.
+        let three = [TxFrame::new(&ok), TxFrame::new(&ok), TxFrame::new(&ok)];
+        assert_eq!(a.transmit(&three).unwrap(), 3);
+        assert_eq!(recv_all(&mut b).len(), 3);
+        assert_eq!(a.transmit(&three).unwrap(), 3);
+        assert_eq!(b.receive(1, &mut |_| {}).unwrap(), 1);
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 1, "two frames still wait");
+        assert_eq!(recv_all(&mut b).len(), 2);
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "none wait");
         remove_wire(&w);
     }
 
