@@ -215,18 +215,22 @@ fn pingpong_env(devs: &[String], extra: &[&str], env: &[(&str, &str)]) -> Result
     Ok(out)
 }
 
-/// The value of device counter `name` in a `VIA_STATS` report.
+/// The value of device counter `name` in a `--stats` report (the lines
+/// after "counters of ... (device):").
 fn device_counter(out: &str, name: &str) -> Option<u64> {
-    let at = out.find(&format!("(\"{name}\", "))? + name.len() + 5;
-    out[at..].split(')').next()?.trim().parse().ok()
+    let device = &out[out.find("(device):")?..];
+    device.lines().skip(1).find_map(|l| {
+        let mut w = l.split_whitespace();
+        (w.next() == Some(name)).then(|| w.next()?.parse().ok()).flatten()
+    })
 }
 
 /// With no spinning every wait sleeps, so the exchange only completes if
 /// the NIC's interrupt wakes the process through the VFIO eventfd; and the
 /// payload of data frames went from registered memory (zero-copy).
 fn sleeping_waits_wake_on_interrupts(devs: &[String]) -> Result<(), String> {
-    let out = pingpong_env(devs, &["--sizes", "0,64,1436,65536"], &[("VIA_SPIN_US", "0"), ("VIA_STATS", "1")])?;
-    let irqs = device_counter(&out, "interrupts").ok_or("no interrupts counter in the client's VIA_STATS report")?;
+    let out = pingpong_env(devs, &["--sizes", "0,64,1436,65536", "--stats"], &[("VIA_SPIN_US", "0")])?;
+    let irqs = device_counter(&out, "interrupts").ok_or("no interrupts counter in the client's --stats report")?;
     let zero_copy = device_counter(&out, "tx_zero_copy").ok_or("no tx_zero_copy counter")?;
     let copied = device_counter(&out, "tx_copied").ok_or("no tx_copied counter")?;
     println!("  client: {irqs} interrupts, {zero_copy} frames sent zero-copy, {copied} copied");

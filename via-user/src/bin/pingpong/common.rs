@@ -35,6 +35,8 @@ pub struct Options {
     /// VIA client: after the sweep, check message contents both ways at
     /// every latency size (send/receive, RDMA write or read).
     pub verify: bool,
+    /// VIA client: print the engine's and the device's counters at the end.
+    pub stats: bool,
 }
 
 impl Default for Options {
@@ -59,6 +61,7 @@ impl Default for Options {
             rdma: None,
             iters: None,
             verify: false,
+            stats: false,
         }
     }
 }

@@ -49,6 +49,8 @@ USAGE:
     --verify          VIA client: after the sweep, check the contents of messages both ways
                       at every latency size (send/receive, or the --rdma mode); any
                       mismatch fails the run
+    --stats           VIA client: at the end, print the engine's counters (frames,
+                      retransmissions, drops by reason) and the device's, to stderr
     --json            print one JSON array of rows {transport, op, bytes, iters, t_min_us,
                       t_typical_us, t_avg_us, t_p99_us, t_p999_us, mb_per_s, mpps}; latency
                       rows carry mb_per_s = bytes / t_typical, bandwidth rows t_* = 0
@@ -96,6 +98,7 @@ fn parse() -> Result<(String, Options), String> {
             }
             "--quick" => o.quick = true,
             "--verify" => o.verify = true,
+            "--stats" => o.stats = true,
             "--iters" => o.iters = Some(val()?.parse().map_err(|_| "bad --iters")?),
             "--json" => o.json = true,
             "--plot" => o.plot = Some(val()?),

@@ -633,15 +633,30 @@ pub fn client(o: &Options) -> io::Result<Vec<Row>> {
         if o.verify {
             r.c.verify_all(o, if r.write { CHECK_WRITE } else { CHECK_READ })?;
         }
+        if o.stats {
+            print_stats(&r.c.end.nic);
+        }
         return r.c.finish().map(|()| rows);
     }
     let rows = sweep(o, name(o), &mut c, o.reliability.is_reliable())?;
     if o.verify {
         c.verify_all(o, CHECK_SEND)?;
     }
-    if std::env::var_os("VIA_STATS").is_some() {
-        eprintln!("client counters: {:?}\ndevice: {:?}", c.end.nic.counters(), c.end.nic.device_counters());
+    if o.stats {
+        print_stats(&c.end.nic);
     }
     c.finish()?;
     Ok(rows)
+}
+
+/// `--stats`: the engine's counters, then the device's, one per line.
+fn print_stats(nic: &Nic) {
+    eprintln!("counters of {} (engine):", nic.name());
+    for (k, v) in nic.counters().pairs() {
+        eprintln!("  {k:<24} {v}");
+    }
+    eprintln!("counters of {} (device):", nic.name());
+    for (k, v) in nic.device_counters() {
+        eprintln!("  {k:<24} {v}");
+    }
 }
