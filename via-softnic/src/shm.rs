@@ -175,7 +175,7 @@ impl Segment {
                 Ok(_) => return,
                 Err(holder) => {
                     spins += 1;
-                    if spins % 256 == 0 {
+                    if spins.is_multiple_of(256) {
                         if holder != 0 && !alive(holder) && c.lock.compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
                             return;
                         }
@@ -338,7 +338,7 @@ impl ShmDevice {
             let m = c.mac.load(Ordering::Acquire).to_le_bytes();
             let mac = MacAddr(m[..6].try_into().unwrap());
             let (f0, f1) = (c.filter[0].load(Ordering::Acquire), c.filter[1].load(Ordering::Acquire));
-            let filter = ((f0 >> 32) != 0).then(|| RxFilter { ethertype: (f0 >> 32) as u16, offset: (f0 & 0xffff_ffff) as usize, accept: [f1 as u32, (f1 >> 32) as u32] });
+            let filter = ((f0 >> 32) != 0).then_some(RxFilter { ethertype: (f0 >> 32) as u16, offset: (f0 & 0xffff_ffff) as usize, accept: [f1 as u32, (f1 >> 32) as u32] });
             self.routes.entry(mac).or_default().push(Route { port: p, generation: c.generation.load(Ordering::Acquire), filter });
         }
         self.epoch = epoch;
