@@ -32,6 +32,8 @@
 //! | `<nic>+shm:<wire>` | [`CompositeDevice`] of the NIC `<nic>` (any  |
 //! |                    | name, opened by the caller's drivers) and    |
 //! |                    | the shared-memory wire `<wire>`              |
+//! | `<name>?<faults>`  | the device `<name>` losing, duplicating and  |
+//! |                    | reordering frames ([`FaultyDevice`])         |
 //!
 //! `/dev/via_lo` is the in-process loopback, not the kernel's `lo`
 //! interface. An interface is looked up in the network namespace of the
@@ -40,11 +42,13 @@
 //! default they bypass it.
 
 pub mod composite;
+pub mod faulty;
 pub mod loopback;
 pub mod packet;
 pub mod shm;
 
 pub use composite::CompositeDevice;
+pub use faulty::{FaultyDevice, Faults};
 pub use loopback::LoopbackDevice;
 pub use packet::{PacketDevice, PacketOptions};
 pub use shm::ShmDevice;
@@ -118,8 +122,13 @@ pub fn drivers() -> Vec<&'static dyn DeviceOpener> {
 }
 
 /// Opens `name` with `drivers`, or, for `<nic>+shm:<wire>`, the NIC with
-/// them and a [`CompositeDevice`] of it and the wire.
+/// them and a [`CompositeDevice`] of it and the wire; `<name>?<faults>`
+/// wraps the device in a [`FaultyDevice`].
 pub fn open_with(name: &str, drivers: &[&dyn DeviceOpener]) -> io::Result<Box<dyn FrameDevice>> {
+    if let Some((base, spec)) = name.split_once('?') {
+        let faults = Faults::parse(spec)?;
+        return Ok(Box::new(FaultyDevice::new(open_with(base, drivers)?, faults)));
+    }
     match name.rsplit_once("+shm:") {
         Some((nic, wire)) => {
             let nic = open_device(nic, drivers)?;

@@ -138,6 +138,10 @@ fn sizes(a: &Args) {
             sd.check_ok().or_fail("send status");
         }
         println!("OK {}", a.sizes.len());
+        // What the link did to the frames, for tests on faulty devices.
+        let dev = s.nic.device_counters();
+        let lost = dev.iter().find(|(k, _)| *k == "faults_lost").map_or(0, |(_, v)| *v);
+        println!("LINK faults_lost {lost} retransmits {}", s.nic.counters().retransmits);
     }
 }
 
