@@ -11,7 +11,7 @@
 //! process counts fold the extra ranks into the lower ones first.
 
 use crate::runtime::{my_pe, pe_num, with};
-use crate::step;
+use crate::step::{recv as recv_step, send as send_step};
 use crate::wire::{pod_bytes, pod_bytes_mut, Pod};
 
 /// Data of at least this many bytes takes the long algorithms
@@ -61,21 +61,15 @@ fn elems<T: Pod, R>(node: usize, bytes: &[u8], n: usize, f: impl FnOnce(&[T]) ->
 
 /// Waits for `n` elements of T from `node` and lends them to `f`.
 fn recv_with<T: Pod, R>(node: usize, t: u64, n: usize, f: impl FnOnce(&[T]) -> R) -> R {
-    step::recv(node, t, |b| elems(node, b, n, f))
+    recv_step(node, t, |b| elems(node, b, n, f))
 }
 
 fn recv_into<T: Pod>(node: usize, t: u64, out: &mut [T]) {
     let out = pod_bytes_mut(out);
-    step::recv(node, t, |b| {
+    recv_step(node, t, |b| {
         check_len(node, b.len(), out.len());
         out.copy_from_slice(b)
     })
-}
-
-/// Sends `send` to `to`, then lends the `n` elements from `from` to `f`.
-fn swap<T: Pod, R>(to: usize, send: &[T], from: usize, t: u64, n: usize, f: impl FnOnce(&[T]) -> R) -> R {
-    step::send(to, t, pod_bytes(send));
-    recv_with(from, t, n, f)
 }
 
 /// Waiting until every process arrived.
@@ -91,7 +85,8 @@ impl Barrier {
         }
         let (mut k, mut step) = (1, 0);
         while k < n {
-            swap::<u8, ()>((me + k) % n, &[], (me + n - k) % n, tag(seq, step), 0, |_| ());
+            send_step((me + k) % n, tag(seq, step), &[]);
+            recv_step((me + n - k) % n, tag(seq, step), |_| ());
             k <<= 1;
             step += 1;
         }
@@ -208,7 +203,7 @@ impl Group {
         let extra = n - p2;
         // Fold: members p2.. hand their vectors to member - p2 and wait for the answer.
         if me >= p2 {
-            step::send(rank[me - p2], tag(seq, 0), pod_bytes(v));
+            send_step(rank[me - p2], tag(seq, 0), pod_bytes(v));
             recv_into(rank[me - p2], tag(seq, 1), v);
             return;
         }
@@ -224,7 +219,7 @@ impl Group {
                 let (mut mask, mut step) = (1, 2);
                 while mask < p2 {
                     let partner = rank[me ^ mask];
-                    step::send(partner, tag(seq, step), pod_bytes(v));
+                    send_step(partner, tag(seq, step), pod_bytes(v));
                     let n = v.len();
                     recv_with(partner, tag(seq, step), n, |o: &[T]| combine(v, o));
                     mask <<= 1;
@@ -233,7 +228,7 @@ impl Group {
             }
         }
         if me < extra {
-            step::send(rank[me + p2], tag(seq, 1), pod_bytes(v));
+            send_step(rank[me + p2], tag(seq, 1), pod_bytes(v));
         }
     }
 }
@@ -249,7 +244,8 @@ pub fn sendrecv<T: Pod>(to: usize, send: &[T], from: usize, recv: &mut [T]) {
         recv.copy_from_slice(send);
         return;
     }
-    swap(to, send, from, tag(seq, 0), recv.len(), |o: &[T]| recv.copy_from_slice(o));
+    send_step(to, tag(seq, 0), pod_bytes(send));
+    recv_into(from, tag(seq, 0), recv);
 }
 
 /// Recursive halving among members 0..p2 (a power of two), steps tagged
@@ -267,7 +263,7 @@ fn halve<T: Pod>(v: &mut [T], me: usize, rank: &[usize], p2: usize, seq: u64, st
         let partner = rank[me ^ mask];
         let mid = lo + (hi - lo) / 2;
         let (keep, give) = if me & mask == 0 { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
-        step::send(partner, tag(seq, step), pod_bytes(&v[give.0..give.1]));
+        send_step(partner, tag(seq, step), pod_bytes(&v[give.0..give.1]));
         recv_with(partner, tag(seq, step), keep.1 - keep.0, |o: &[T]| combine(&mut v[keep.0..keep.1], o));
         splits.push(((lo, hi), give));
         (lo, hi) = keep;
@@ -287,7 +283,7 @@ fn rabenseifner<T: Pod>(v: &mut [T], me: usize, rank: &[usize], p2: usize, seq: 
     let mut mask = 1;
     while let Some(((plo, phi), give)) = splits.pop() {
         let partner = rank[me ^ mask];
-        step::send(partner, tag(seq, step), pod_bytes(&v[lo..hi]));
+        send_step(partner, tag(seq, step), pod_bytes(&v[lo..hi]));
         recv_into(partner, tag(seq, step), &mut v[give.0..give.1]);
         (lo, hi) = (plo, phi);
         mask <<= 1;
@@ -319,7 +315,7 @@ pub fn broadcast<T: Pod>(root: usize, data: &mut [T]) {
         mask >>= 1;
         while mask > 0 {
             if vr + mask < n {
-                step::send(real(vr + mask), tag(seq, 0), pod_bytes(data));
+                send_step(real(vr + mask), tag(seq, 0), pod_bytes(data));
             }
             mask >>= 1;
         }
@@ -343,7 +339,7 @@ pub fn broadcast<T: Pod>(root: usize, data: &mut [T]) {
     while mask > 0 {
         if vr + mask < n {
             let r = blocks(vr + mask, vr + 2 * mask);
-            step::send(real(vr + mask), tag(seq, 1), pod_bytes(&data[r]));
+            send_step(real(vr + mask), tag(seq, 1), pod_bytes(&data[r]));
         }
         mask >>= 1;
     }
@@ -352,7 +348,7 @@ pub fn broadcast<T: Pod>(root: usize, data: &mut [T]) {
         let send_b = (vr + n - step) % n;
         let recv_b = (vr + n - step - 1) % n;
         let t = tag(seq, 2 + step as u64);
-        step::send(right, t, pod_bytes(&data[block(send_b)]));
+        send_step(right, t, pod_bytes(&data[block(send_b)]));
         recv_into(left, t, &mut data[block(recv_b)]);
     }
 }

@@ -38,10 +38,16 @@ pub(crate) fn send(node: usize, tag: u64, payload: &[u8]) {
 /// Waits for the step from `node` under `tag` and lends its bytes to `f`.
 pub(crate) fn recv<R>(node: usize, tag: u64, f: impl FnOnce(&[u8]) -> R) -> R {
     loop {
-        let got = with(|rt| rt.take_mail(node, tag).ok_or_else(|| rt.wait_mail(node, tag, thread::current().expect("a collective outside a user-level thread"))));
+        let got = with(|rt| {
+            let m = rt.take_mail(node, tag);
+            if m.is_none() {
+                rt.wait_mail(node, tag, thread::current().expect("a collective outside a user-level thread"));
+            }
+            m
+        });
         match got {
-            Ok(m) => return f(&m.bytes[m.at..]),
-            Err(()) => thread::block(),
+            Some(m) => return f(&m.bytes[m.at..]),
+            None => thread::block(),
         }
     }
 }

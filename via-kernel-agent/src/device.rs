@@ -71,6 +71,13 @@ impl<'a> TxFrame<'a> {
         n
     }
 
+    /// Appends the whole frame (header, then the pieces) to `out`.
+    pub fn append_to(&self, out: &mut Vec<u8>) {
+        out.reserve(self.len());
+        out.extend_from_slice(self.header);
+        self.pieces().iter().for_each(|p| out.extend_from_slice(p));
+    }
+
     /// Copies the whole frame to `dst`, which must hold [`TxFrame::len`]
     /// bytes.
     ///

@@ -89,13 +89,6 @@ impl FaultyDevice {
     }
 }
 
-fn gather(f: &TxFrame<'_>) -> Vec<u8> {
-    let mut v = Vec::with_capacity(f.len());
-    v.extend_from_slice(f.header);
-    f.pieces().iter().for_each(|p| v.extend_from_slice(p));
-    v
-}
-
 impl FrameDevice for FaultyDevice {
     fn mac(&self) -> MacAddr {
         self.inner.mac()
@@ -131,7 +124,9 @@ impl FrameDevice for FaultyDevice {
             }
             if self.held.is_none() && self.chance(self.faults.reorder) {
                 self.reordered += 1;
-                self.held = Some(gather(f));
+                let mut held = Vec::new();
+                f.append_to(&mut held);
+                self.held = Some(held);
                 continue;
             }
             if self.inner.transmit(std::slice::from_ref(f))? == 0 {

@@ -113,10 +113,7 @@ impl Port {
         }
         let mut buf = q.free.pop().unwrap_or_default();
         buf.clear();
-        buf.extend_from_slice(f.header);
-        for piece in f.pieces() {
-            buf.extend_from_slice(piece);
-        }
+        f.append_to(&mut buf);
         if q.filter.is_some_and(|fl| !fl.matches(&buf)) {
             q.filtered += 1;
             q.free.push(buf);
@@ -132,9 +129,7 @@ impl Port {
 /// The first six bytes of the frame, wherever the header split it.
 fn dst_mac(f: &TxFrame<'_>) -> MacAddr {
     let mut d = [0u8; 6];
-    for (o, b) in d.iter_mut().zip(std::iter::once(f.header).chain(f.pieces().iter().copied()).flatten()) {
-        *o = *b;
-    }
+    f.prefix(&mut d);
     MacAddr(d)
 }
 

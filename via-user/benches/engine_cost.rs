@@ -52,11 +52,8 @@ impl FrameDevice for QueueDevice {
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
         let mut q = self.tx.lock().unwrap();
         for f in frames {
-            let mut b = Vec::with_capacity(f.len());
-            b.extend_from_slice(f.header);
-            for p in f.pieces() {
-                b.extend_from_slice(p);
-            }
+            let mut b = Vec::new();
+            f.append_to(&mut b);
             q.push_back(b);
         }
         Ok(frames.len())
