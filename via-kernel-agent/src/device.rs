@@ -11,6 +11,12 @@
 //!   the device's doorbell once for the whole batch;
 //! - the device tells its MAC, MTU, capabilities and a file descriptor that
 //!   becomes readable when frames arrive, so that waits can sleep.
+//!
+//! Between processes of one host a device may carry a frame's payload by
+//! reference instead of by copy ([`LentPayload`]): the sender marks frames
+//! whose payload stays put until acknowledged ([`TxFrame::lendable`]), the
+//! device hands the receiver the sender's addresses, and the receiver
+//! copies the bytes once, straight into their destination.
 
 use crate::mac::MacAddr;
 use std::io;
@@ -37,11 +43,23 @@ pub struct TxFrame<'a> {
     pub payload: [&'a [u8]; MAX_GATHER],
     /// How many entries of `payload` are used.
     pub pieces: usize,
+    /// The payload pieces are registered memory that stays in place until
+    /// the peer has the payload: a reliable VI's send or RDMA write (kept
+    /// until acknowledged, and the receiver places a payload before it
+    /// acknowledges it) or an RDMA read response (memory the requester is
+    /// reading). A device between processes of one host may lend the
+    /// pieces (send their addresses) instead of copying them.
+    pub lendable: bool,
 }
 
 impl<'a> TxFrame<'a> {
     pub fn new(header: &'a [u8]) -> Self {
-        TxFrame { header, payload: [&[]; MAX_GATHER], pieces: 0 }
+        TxFrame { header, payload: [&[]; MAX_GATHER], pieces: 0, lendable: false }
+    }
+
+    /// The payload's length (the frame without its header).
+    pub fn payload_len(&self) -> usize {
+        self.pieces().iter().map(|p| p.len()).sum()
     }
 
     /// Appends a payload piece; returns false (and adds nothing) when the
@@ -96,11 +114,75 @@ impl<'a> TxFrame<'a> {
 
     /// Total length on the wire (without FCS).
     pub fn len(&self) -> usize {
-        self.header.len() + self.pieces().iter().map(|p| p.len()).sum::<usize>()
+        self.header.len() + self.payload_len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// A received frame's payload left in the sending process's memory: up to
+/// [`MAX_GATHER`] pieces of process `pid`, which promised (by marking the
+/// frame [`TxFrame::lendable`]) to keep them until it is acknowledged. The
+/// frame handed over with it holds the headers alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LentPayload {
+    pub pid: u32,
+    /// (address in the sender, length) of each piece.
+    pub pieces: [(u64, u32); MAX_GATHER],
+    /// How many entries of `pieces` are used.
+    pub n: usize,
+}
+
+impl LentPayload {
+    pub fn len(&self) -> usize {
+        self.pieces[..self.n].iter().map(|p| p.1 as usize).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies bytes `[from, from + len)` of the payload to `dst` with one
+    /// `process_vm_readv` (the single copy, done by the kernel). Fails if
+    /// the range is outside the payload, the sender is gone or no longer
+    /// has the memory.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes.
+    pub unsafe fn read(&self, from: usize, dst: *mut u8, len: usize) -> io::Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let mut remote = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_GATHER];
+        let (mut k, mut skip, mut want) = (0, from, len);
+        for &(addr, plen) in &self.pieces[..self.n] {
+            let plen = plen as usize;
+            if skip >= plen {
+                skip -= plen;
+                continue;
+            }
+            let take = (plen - skip).min(want);
+            remote[k] = libc::iovec { iov_base: (addr as usize + skip) as *mut libc::c_void, iov_len: take };
+            k += 1;
+            (skip, want) = (0, want - take);
+            if want == 0 {
+                break;
+            }
+        }
+        if want != 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bytes {from}..{} of a {}-byte lent payload", from + len, self.len())));
+        }
+        let local = libc::iovec { iov_base: dst.cast(), iov_len: len };
+        // SAFETY: the caller vouches for `dst`; the kernel checks the
+        // remote ranges against the sender's address space.
+        let got = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, remote.as_ptr(), k as libc::c_ulong, 0) };
+        match got {
+            n if n == len as isize => Ok(()),
+            n if n < 0 => Err(io::Error::last_os_error()),
+            n => Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("read {n} of {len} lent bytes from process {}", self.pid))),
+        }
     }
 }
 
@@ -154,6 +236,23 @@ pub trait FrameDevice: Send {
     /// when `sink` returns. Returns how many frames were delivered; 0 when
     /// none are waiting (never blocks).
     fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize>;
+
+    /// [`FrameDevice::receive`] for devices that may lend payloads: the
+    /// sink gets, with each frame, the payload its sender lent (the frame
+    /// then holds the headers alone). Plain `receive` of such a device
+    /// reads lent payloads in itself, so it always hands out whole frames.
+    /// Devices that never lend use this default.
+    fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], Option<&LentPayload>)) -> io::Result<usize> {
+        self.receive(budget, &mut |f| sink(f, None))
+    }
+
+    /// The largest Ethernet payload of frames that start with `head` (their
+    /// destination and the words receive filters look at):
+    /// [`FrameDevice::mtu`], unless the device reaches that destination by
+    /// a path that carries more (shared memory, in a composite device).
+    fn mtu_to(&mut self, _head: &[u8]) -> usize {
+        self.mtu()
+    }
 
     /// Transmits the frames in order and rings the doorbell once. Returns
     /// how many (a prefix of `frames`) the device accepted; fewer than all

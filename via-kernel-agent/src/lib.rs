@@ -24,5 +24,5 @@ pub mod peer;
 pub mod resolver;
 pub mod wire;
 
-pub use device::{Capabilities, DeviceOpener, FrameDevice, RxFilter, TxFrame};
+pub use device::{Capabilities, DeviceOpener, FrameDevice, LentPayload, RxFilter, TxFrame};
 pub use mac::MacAddr;

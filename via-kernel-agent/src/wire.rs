@@ -163,6 +163,26 @@ impl<T: AsRef<[u8]>> Frame<T> {
     /// Checks everything the accessors rely on: length, EtherType, version,
     /// kind and that `payload_len` fits in the frame.
     pub fn new_checked(buf: T) -> Result<Self, WireError> {
+        let f = Self::check_header(buf)?;
+        if FRAME_HEADER_LEN + f.payload_len() as usize > f.buf.as_ref().len() {
+            return Err(WireError::BadLength);
+        }
+        Ok(f)
+    }
+
+    /// For a frame whose payload (`lent_len` bytes) was lent by a sender
+    /// on this host and is not in `buf`: `buf` must be exactly the headers,
+    /// and `payload_len` must say `lent_len`. [`Frame::payload`] of such a
+    /// frame is empty.
+    pub fn new_checked_lent(buf: T, lent_len: usize) -> Result<Self, WireError> {
+        let f = Self::check_header(buf)?;
+        if f.buf.as_ref().len() != FRAME_HEADER_LEN || f.payload_len() as usize != lent_len {
+            return Err(WireError::BadLength);
+        }
+        Ok(f)
+    }
+
+    fn check_header(buf: T) -> Result<Self, WireError> {
         let b = buf.as_ref();
         if b.len() < FRAME_HEADER_LEN {
             return Err(WireError::Truncated);
@@ -176,9 +196,6 @@ impl<T: AsRef<[u8]>> Frame<T> {
         }
         if f.kind().is_none() {
             return Err(WireError::BadKind);
-        }
-        if FRAME_HEADER_LEN + f.payload_len() as usize > f.buf.as_ref().len() {
-            return Err(WireError::BadLength);
         }
         Ok(f)
     }
@@ -254,9 +271,10 @@ impl<T: AsRef<[u8]>> Frame<T> {
         be32(self.h(), 60)
     }
     /// The payload, exactly `payload_len` bytes (Ethernet padding dropped).
+    /// The payload carried in the frame (empty for a lent payload).
     pub fn payload(&self) -> &[u8] {
         let n = self.payload_len() as usize;
-        &self.buf.as_ref()[FRAME_HEADER_LEN..FRAME_HEADER_LEN + n]
+        self.buf.as_ref().get(FRAME_HEADER_LEN..FRAME_HEADER_LEN + n).unwrap_or(&[])
     }
 }
 

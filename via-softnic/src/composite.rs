@@ -12,11 +12,20 @@
 //! wire is how they reach this host's processes. Receiving
 //! takes turns between the two, so neither starves the other, and the
 //! wait descriptor is an epoll set of both.
+//!
+//! The MTU is the NIC's, except to a process on the wire
+//! ([`FrameDevice::mtu_to`]): the engine sends it frames of up to 64 KiB
+//! (whose payloads the wire lends rather than copies, if it was opened
+//! with `,lend=<bytes>`). Should such a frame
+//! find its process gone and be routed to the NIC, it is dropped and
+//! counted (the engine's retransmission timer then gives up on the
+//! connection): it cannot be cut to the NIC's MTU here.
 
 use crate::shm::{ShmDevice, MTU as SHM_MTU};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use via_kernel_agent::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_kernel_agent::wire::ETH_HEADER_LEN;
+use via_kernel_agent::{Capabilities, FrameDevice, LentPayload, MacAddr, RxFilter, TxFrame};
 
 /// A NIC and a shared-memory wire under one MAC address.
 pub struct CompositeDevice {
@@ -25,6 +34,8 @@ pub struct CompositeDevice {
     epoll: OwnedFd,
     /// Which member receives first next time.
     shm_first: bool,
+    /// Frames for the NIC longer than its MTU, dropped.
+    nic_oversize: u64,
 }
 
 impl std::fmt::Debug for CompositeDevice {
@@ -41,6 +52,9 @@ enum Route {
     /// A broadcast: the NIC for other hosts, the wire for this one (a NIC
     /// does not hand a process the frames other processes send on it).
     Both,
+    /// Longer than the NIC's MTU and for no process on the wire (sized
+    /// for one that has gone): dropped and counted.
+    Drop,
 }
 
 impl CompositeDevice {
@@ -48,7 +62,7 @@ impl CompositeDevice {
     pub fn new(nic: Box<dyn FrameDevice>, wire: &str) -> io::Result<CompositeDevice> {
         let shm = ShmDevice::open(wire, Some(nic.mac()))?;
         let epoll = sys::epoll(&[nic.wait_fd(), shm.wait_fd()])?;
-        Ok(CompositeDevice { nic, shm, epoll, shm_first: false })
+        Ok(CompositeDevice { nic, shm, epoll, shm_first: false, nic_oversize: 0 })
     }
 
     fn route(&mut self, f: &TxFrame<'_>) -> Route {
@@ -59,8 +73,20 @@ impl CompositeDevice {
             Route::Both
         } else if self.shm.takes(&head[..n]) {
             Route::Shm
+        } else if f.len() > ETH_HEADER_LEN + self.nic.mtu() {
+            Route::Drop
         } else {
             Route::Nic
+        }
+    }
+
+    /// The members in the order they receive this time (they take turns).
+    fn in_turn(&mut self) -> (&mut dyn FrameDevice, &mut dyn FrameDevice) {
+        self.shm_first = !self.shm_first;
+        if self.shm_first {
+            (&mut self.shm, &mut *self.nic)
+        } else {
+            (&mut *self.nic, &mut self.shm)
         }
     }
 }
@@ -88,10 +114,23 @@ impl FrameDevice for CompositeDevice {
     }
 
     fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        self.shm_first = !self.shm_first;
-        let (a, b): (&mut dyn FrameDevice, &mut dyn FrameDevice) = if self.shm_first { (&mut self.shm, &mut *self.nic) } else { (&mut *self.nic, &mut self.shm) };
+        let (a, b) = self.in_turn();
         let n = a.receive(budget, sink)?;
         Ok(n + b.receive(budget - n, sink)?)
+    }
+
+    fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], Option<&LentPayload>)) -> io::Result<usize> {
+        let (a, b) = self.in_turn();
+        let n = a.receive_lent(budget, sink)?;
+        Ok(n + b.receive_lent(budget - n, sink)?)
+    }
+
+    fn mtu_to(&mut self, head: &[u8]) -> usize {
+        if self.shm.takes(head) {
+            self.shm.mtu()
+        } else {
+            self.mtu()
+        }
     }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
@@ -107,6 +146,10 @@ impl FrameDevice for CompositeDevice {
             let sent = match route {
                 Route::Nic => self.nic.transmit(run)?,
                 Route::Shm => self.shm.transmit(run)?,
+                Route::Drop => {
+                    self.nic_oversize += run.len() as u64;
+                    run.len()
+                }
                 Route::Both => {
                     let sent = self.nic.transmit(run)?;
                     // Best effort on the wire, as broadcasts are.
@@ -133,6 +176,7 @@ impl FrameDevice for CompositeDevice {
     fn stats(&self) -> Vec<(&'static str, u64)> {
         let mut s = self.nic.stats();
         s.extend(self.shm.stats());
+        s.push(("composite_nic_oversize", self.nic_oversize));
         s
     }
 }

@@ -9,7 +9,7 @@
 
 use std::io;
 use std::os::fd::RawFd;
-use via_kernel_agent::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_kernel_agent::{Capabilities, FrameDevice, LentPayload, MacAddr, RxFilter, TxFrame};
 
 /// Fault rates, each the probability per transmitted frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -114,6 +114,15 @@ impl FrameDevice for FaultyDevice {
         // A frame held back at the end of a batch goes out now at the latest.
         self.release_held()?;
         self.inner.receive(budget, sink)
+    }
+
+    fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], Option<&LentPayload>)) -> io::Result<usize> {
+        self.release_held()?;
+        self.inner.receive_lent(budget, sink)
+    }
+
+    fn mtu_to(&mut self, head: &[u8]) -> usize {
+        self.inner.mtu_to(head)
     }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {

@@ -27,6 +27,17 @@
 //! (its budget ran out), it leaves a byte in its own FIFO, so that the
 //! descriptor stays readable while frames wait, as a NIC ring's does.
 //!
+//! Lending (`shm:<wire>,lend=<bytes>`): a frame whose payload its sender
+//! keeps in place until the receiver has it ([`TxFrame::lendable`]) and
+//! that is at least `<bytes>` long goes into the ring as its headers and a
+//! [`LentPayload`] record (the sender's pid and the pieces' addresses);
+//! the receiver copies the payload once, with `process_vm_readv`, straight
+//! into its destination ([`FrameDevice::receive_lent`]). It is off unless
+//! asked for: on the machines measured so far a `process_vm_readv` costs
+//! more than the two `memcpy`s it saves (docs/BENCHMARKS.md). Slots are
+//! large enough for any frame up to the MTU (64 KiB), so frames that are
+//! not lent are copied whole.
+//!
 //! Memory errors are not a concern between processes of one host, so the
 //! device reports itself checksummed.
 
@@ -35,23 +46,29 @@ use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use via_kernel_agent::device::MAX_GATHER;
 use via_kernel_agent::wire::ETH_HEADER_LEN;
-use via_kernel_agent::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_kernel_agent::{Capabilities, FrameDevice, LentPayload, MacAddr, RxFilter, TxFrame};
 
 /// Ports of a segment: processes attached at once.
 pub const PORTS: usize = 64;
 /// Slots of a port's receive ring.
-pub const SLOTS: u64 = 256;
-/// The device's MTU (jumbo frames: a copy costs little here).
-pub const MTU: usize = 9000;
+pub const SLOTS: u64 = 128;
+/// The device's MTU: 64 KiB slots, so that the VIA header's 16-bit
+/// payload length is the limit, not the wire.
+pub const MTU: usize = 65472;
 /// Bytes of a slot: an 8-byte length word and the largest frame, rounded.
 const SLOT_BYTES: usize = (8 + ETH_HEADER_LEN + MTU).next_multiple_of(64);
+/// The length word's flag for a lent frame: the headers are followed, at
+/// the next 8-byte boundary, by the sender's pid (u32), the piece count
+/// (u32) and each piece's address and length (u64 each).
+const LENT: u64 = 1 << 63;
 /// Bytes of a port's control block (its fields on separate cache lines).
 const CONTROL_BYTES: usize = 256;
 const PORT_BYTES: usize = CONTROL_BYTES + SLOTS as usize * SLOT_BYTES;
 const HEADER_BYTES: usize = 4096;
 const SEGMENT_BYTES: usize = HEADER_BYTES + PORTS * PORT_BYTES;
-const MAGIC: u64 = u64::from_le_bytes(*b"VIASHM01");
+const MAGIC: u64 = u64::from_le_bytes(*b"VIASHM02");
 
 /// Port states.
 const FREE: u32 = 0;
@@ -227,11 +244,17 @@ pub struct ShmDevice {
     targets: Vec<Route>,
     /// Our FIFO may be empty (we emptied it and have not rung it since).
     drained: bool,
+    /// Payloads at least this long are lent (usize::MAX: never).
+    lend_min: usize,
+    /// Where plain `receive` reads a lent frame in whole.
+    scratch: Vec<u8>,
     rx_frames: u64,
     tx_frames: u64,
+    tx_lent: u64,
     tx_ring_full: u64,
     tx_no_port: u64,
     rx_bad_length: u64,
+    rx_lent_failed: u64,
 }
 
 impl std::fmt::Debug for ShmDevice {
@@ -257,13 +280,32 @@ pub fn remove_wire(wire: &str) {
     let _ = std::fs::remove_file(path);
 }
 
+/// Splits `<wire>[,lend=<bytes>|,lend=off]` into the wire's name and the
+/// lending threshold.
+fn parse_spec(spec: &str) -> io::Result<(&str, usize)> {
+    let bad = |why: String| io::Error::new(io::ErrorKind::InvalidInput, format!("shm wire {spec:?}: {why}"));
+    let (wire, opts) = spec.split_once(',').unwrap_or((spec, ""));
+    if wire.is_empty() || wire.contains('/') {
+        return Err(bad("want a non-empty name without '/'".into()));
+    }
+    let mut lend_min = usize::MAX; // lending is off unless asked for
+    for opt in opts.split(',').filter(|o| !o.is_empty()) {
+        lend_min = match opt.split_once('=') {
+            Some(("lend", "off")) => usize::MAX,
+            Some(("lend", n)) => n.parse().map_err(|_| bad(format!("lend={n}: want a byte count or off")))?,
+            _ => return Err(bad(format!("unknown option {opt:?} (known: lend=<bytes>|off)"))),
+        };
+    }
+    Ok((wire, lend_min))
+}
+
 impl ShmDevice {
-    /// Attaches to the wire `wire` (made on first use) as `identity`, or as
-    /// a fresh locally administered MAC.
-    pub fn open(wire: &str, identity: Option<MacAddr>) -> io::Result<ShmDevice> {
-        if wire.is_empty() || wire.contains('/') {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("shm wire name {wire:?}: want a non-empty name without '/'")));
-        }
+    /// Attaches to the wire named by `spec` (`<wire>[,lend=<bytes>|off]`;
+    /// made on first use) as `identity`, or as a fresh locally
+    /// administered MAC. With `lend=<bytes>` lendable payloads of at least
+    /// that many bytes are lent rather than copied (module comment).
+    pub fn open(spec: &str, identity: Option<MacAddr>) -> io::Result<ShmDevice> {
+        let (wire, lend_min) = parse_spec(spec)?;
         let path = segment_path(wire);
         let seg = Segment::open(&path).map_err(|e| io::Error::new(e.kind(), format!("opening the shared-memory segment {path}: {e}")))?;
         let pid = std::process::id();
@@ -310,11 +352,15 @@ impl ShmDevice {
             doorbells: HashMap::new(),
             targets: Vec::new(),
             drained: true,
+            lend_min,
+            scratch: Vec::new(),
             rx_frames: 0,
             tx_frames: 0,
+            tx_lent: 0,
             tx_ring_full: 0,
             tx_no_port: 0,
             rx_bad_length: 0,
+            rx_lent_failed: 0,
         })
     }
 
@@ -369,8 +415,9 @@ impl ShmDevice {
         !self.targets.is_empty()
     }
 
-    /// Appends `frame` to port `r`'s ring; false if the ring is full.
-    fn append(&mut self, r: Route, frame: &TxFrame<'_>) -> bool {
+    /// Appends `frame` to port `r`'s ring, its payload lent if `lend`;
+    /// false if the ring is full.
+    fn append(&mut self, r: Route, frame: &TxFrame<'_>, lend: bool) -> bool {
         let c = self.seg.control(r.port);
         let tail = loop {
             self.seg.lock(r.port, self.pid);
@@ -395,10 +442,23 @@ impl ShmDevice {
         let s = self.seg.slot(r.port, tail);
         // SAFETY: slot `tail` is outside head..tail, so its owner does not
         // read it, and we hold the lock, so no other sender writes it;
-        // `frame` fits (checked against the MTU by `transmit`).
+        // `frame` fits (checked against the MTU by `transmit`), and so do
+        // its headers and lent record.
         unsafe {
-            std::ptr::copy_nonoverlapping((frame.len() as u64).to_le_bytes().as_ptr(), s, 8);
-            frame.copy_to(s.add(8));
+            if lend {
+                let h = frame.header.len();
+                std::ptr::copy_nonoverlapping((h as u64 | LENT).to_le_bytes().as_ptr(), s, 8);
+                std::ptr::copy_nonoverlapping(frame.header.as_ptr(), s.add(8), h);
+                let mut rec = [0u64; 1 + 2 * MAX_GATHER];
+                rec[0] = u64::from(self.pid) | (frame.pieces as u64) << 32;
+                for (i, p) in frame.pieces().iter().enumerate() {
+                    (rec[1 + 2 * i], rec[2 + 2 * i]) = (p.as_ptr() as u64, p.len() as u64);
+                }
+                std::ptr::copy_nonoverlapping(rec.as_ptr().cast::<u8>(), s.add(8 + h.next_multiple_of(8)), 8 * (1 + 2 * frame.pieces));
+            } else {
+                std::ptr::copy_nonoverlapping((frame.len() as u64).to_le_bytes().as_ptr(), s, 8);
+                frame.copy_to(s.add(8));
+            }
         }
         c.tail.store(tail + 1, Ordering::Release);
         self.seg.unlock(r.port);
@@ -445,34 +505,10 @@ impl ShmDevice {
             sys::ring(fd.as_raw_fd());
         }
     }
-}
 
-impl FrameDevice for ShmDevice {
-    fn mac(&self) -> MacAddr {
-        self.identity
-    }
-
-    fn mtu(&self) -> usize {
-        MTU
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { checksummed: true, needs_pinning: false }
-    }
-
-    fn wait_fd(&self) -> RawFd {
-        self.fifo.as_raw_fd()
-    }
-
-    fn set_filter(&mut self, filter: RxFilter) -> io::Result<()> {
-        let c = self.seg.control(self.port);
-        c.filter[1].store(u64::from(filter.accept[0]) | u64::from(filter.accept[1]) << 32, Ordering::Release);
-        c.filter[0].store(u64::from(filter.ethertype) << 32 | filter.offset as u64, Ordering::Release);
-        self.seg.header().epoch.fetch_add(1, Ordering::AcqRel);
-        Ok(())
-    }
-
-    fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+    /// Hands up to `budget` frames to `sink`: lent payloads as such if
+    /// `lent_ok`, read into whole frames otherwise.
+    fn take(&mut self, budget: usize, lent_ok: bool, sink: &mut dyn FnMut(&[u8], Option<&LentPayload>)) -> io::Result<usize> {
         let c = self.seg.control(self.port);
         let mut head = c.head.load(Ordering::Relaxed);
         let mut n = 0;
@@ -483,14 +519,38 @@ impl FrameDevice for ShmDevice {
                 // SAFETY: slot `head` lies in head..tail: published by its
                 // sender (tail was stored after the copy) and not written
                 // again until we move head past it, below.
-                let len = u64::from_le_bytes(unsafe { std::slice::from_raw_parts(s, 8) }.try_into().unwrap()) as usize;
-                if (ETH_HEADER_LEN..=SLOT_BYTES - 8).contains(&len) {
-                    // SAFETY: as above; `len` checked against the slot.
-                    sink(unsafe { std::slice::from_raw_parts(s.add(8), len) });
-                    n += 1;
-                } else {
-                    self.rx_bad_length += 1;
-                }
+                let word = u64::from_le_bytes(unsafe { std::slice::from_raw_parts(s, 8) }.try_into().unwrap());
+                // SAFETY: as above.
+                let delivered = match unsafe { read_slot(s, word) } {
+                    Some((frame, None)) => {
+                        sink(frame, None);
+                        true
+                    }
+                    Some((frame, Some(lent))) if lent_ok => {
+                        sink(frame, Some(&lent));
+                        true
+                    }
+                    Some((frame, Some(lent))) => {
+                        // Read the payload in: a whole frame for a caller
+                        // that takes no lent payloads.
+                        self.scratch.clear();
+                        self.scratch.extend_from_slice(frame);
+                        self.scratch.resize(frame.len() + lent.len(), 0);
+                        // SAFETY: the scratch holds the payload's bytes past the headers.
+                        let ok = unsafe { lent.read(0, self.scratch.as_mut_ptr().add(frame.len()), lent.len()) }.is_ok();
+                        if ok {
+                            sink(&self.scratch, None);
+                        } else {
+                            self.rx_lent_failed += 1;
+                        }
+                        ok
+                    }
+                    None => {
+                        self.rx_bad_length += 1;
+                        false
+                    }
+                };
+                n += usize::from(delivered);
                 head += 1;
                 c.head.store(head, Ordering::Release);
             }
@@ -519,6 +579,78 @@ impl FrameDevice for ShmDevice {
         }
         Ok(n)
     }
+}
+
+/// The frame in a slot whose length word is `word`, and its lent payload
+/// if it has one; None if the slot's contents are inconsistent.
+///
+/// # Safety
+/// `s` must point at a published slot of [`SLOT_BYTES`] bytes that
+/// nobody writes while the result is in use.
+unsafe fn read_slot<'a>(s: *const u8, word: u64) -> Option<(&'a [u8], Option<LentPayload>)> {
+    let len = (word & !LENT) as usize;
+    if !(ETH_HEADER_LEN..=SLOT_BYTES - 8).contains(&len) {
+        return None;
+    }
+    // SAFETY: `len` was checked against the slot.
+    let frame = unsafe { std::slice::from_raw_parts(s.add(8), len) };
+    if word & LENT == 0 {
+        return Some((frame, None));
+    }
+    let at = 8 + len.next_multiple_of(8);
+    if at + 8 * (1 + 2 * MAX_GATHER) > SLOT_BYTES {
+        return None;
+    }
+    let word_at = |i: usize| {
+        let mut b = [0u8; 8];
+        // SAFETY: `at + 8 * i` lies inside the slot (checked above).
+        unsafe { std::ptr::copy_nonoverlapping(s.add(at + 8 * i), b.as_mut_ptr(), 8) };
+        u64::from_le_bytes(b)
+    };
+    let w0 = word_at(0);
+    let mut lent = LentPayload { pid: w0 as u32, n: (w0 >> 32) as usize, ..LentPayload::default() };
+    if lent.n > MAX_GATHER {
+        return None;
+    }
+    for i in 0..lent.n {
+        let (addr, plen) = (word_at(1 + 2 * i), word_at(2 + 2 * i));
+        lent.pieces[i] = (addr, u32::try_from(plen).ok()?);
+    }
+    Some((frame, Some(lent)))
+}
+
+impl FrameDevice for ShmDevice {
+    fn mac(&self) -> MacAddr {
+        self.identity
+    }
+
+    fn mtu(&self) -> usize {
+        MTU
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { checksummed: true, needs_pinning: false }
+    }
+
+    fn wait_fd(&self) -> RawFd {
+        self.fifo.as_raw_fd()
+    }
+
+    fn set_filter(&mut self, filter: RxFilter) -> io::Result<()> {
+        let c = self.seg.control(self.port);
+        c.filter[1].store(u64::from(filter.accept[0]) | u64::from(filter.accept[1]) << 32, Ordering::Release);
+        c.filter[0].store(u64::from(filter.ethertype) << 32 | filter.offset as u64, Ordering::Release);
+        self.seg.header().epoch.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        self.take(budget, false, &mut |f, _| sink(f))
+    }
+
+    fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], Option<&LentPayload>)) -> io::Result<usize> {
+        self.take(budget, true, sink)
+    }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
         let max = ETH_HEADER_LEN + MTU;
@@ -534,14 +666,16 @@ impl FrameDevice for ShmDevice {
                 self.tx_no_port += 1;
             }
             let broadcast = MacAddr(head[..6].try_into().unwrap()).is_broadcast();
+            let lend = f.lendable && !broadcast && f.payload_len() >= self.lend_min;
             for k in 0..self.targets.len() {
                 // A unicast frame waits for room; a broadcast one is best effort.
-                if !self.append(self.targets[k], f) && !broadcast {
+                if !self.append(self.targets[k], f, lend) && !broadcast {
                     self.tx_ring_full += 1;
                     return Ok(i);
                 }
             }
             self.tx_frames += 1;
+            self.tx_lent += u64::from(lend && !self.targets.is_empty());
         }
         Ok(frames.len())
     }
@@ -550,9 +684,11 @@ impl FrameDevice for ShmDevice {
         vec![
             ("shm_rx_frames", self.rx_frames),
             ("shm_tx_frames", self.tx_frames),
+            ("shm_tx_lent", self.tx_lent),
             ("shm_tx_ring_full", self.tx_ring_full),
             ("shm_tx_no_port", self.tx_no_port),
             ("shm_rx_bad_length", self.rx_bad_length),
+            ("shm_rx_lent_failed", self.rx_lent_failed),
         ]
     }
 }
@@ -715,6 +851,106 @@ mod tests {
         assert_eq!(recv_all(&mut b).len(), 2);
         // SAFETY: as above.
         assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "none wait");
+        remove_wire(&w);
+    }
+
+    #[test]
+    fn long_lendable_payloads_are_lent_and_read_once() {
+        const LEND_MIN: usize = 16384;
+        let w = wire("lend");
+        let mut a = ShmDevice::open(&format!("{w},lend={LEND_MIN}"), None).unwrap();
+        let mut b = ShmDevice::open(&w, None).unwrap();
+        let head = frame(b.mac(), 60, 0);
+        let p1: Vec<u8> = (0..LEND_MIN).map(|i| (i * 7) as u8).collect();
+        let p2: Vec<u8> = (0..5000).map(|i| (i * 3) as u8).collect();
+        let mut whole = head.clone();
+        whole.extend_from_slice(&p1);
+        whole.extend_from_slice(&p2);
+        let mut lent = TxFrame::new(&head);
+        lent.push(&p1);
+        lent.push(&p2);
+        lent.lendable = true;
+        let mut short = TxFrame::new(&head);
+        short.push(&p2);
+        short.lendable = true;
+        let mut kept = lent;
+        kept.lendable = false;
+        assert_eq!(a.transmit(&[lent, short, kept]).unwrap(), 3);
+        assert!(a.stats().contains(&("shm_tx_lent", 1)), "only the long lendable frame is lent: {:?}", a.stats());
+        let mut got = Vec::new();
+        b.receive_lent(8, &mut |f, l| {
+            let mut bytes = f.to_vec();
+            if let Some(l) = l {
+                assert_eq!(f, &head[..], "a lent frame holds the headers alone");
+                assert_eq!(l.pid, std::process::id());
+                let at = bytes.len();
+                bytes.resize(at + l.len(), 0);
+                // Read it in two parts, across the pieces' boundary.
+                let cut = LEND_MIN - 10;
+                // SAFETY: `bytes` holds l.len() bytes past `at`.
+                unsafe {
+                    l.read(0, bytes.as_mut_ptr().add(at), cut).unwrap();
+                    l.read(cut, bytes.as_mut_ptr().add(at + cut), l.len() - cut).unwrap();
+                    assert!(l.read(1, bytes.as_mut_ptr(), l.len()).is_err(), "past the payload's end");
+                }
+            }
+            got.push((bytes, l.is_some()));
+        })
+        .unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[0], (whole.clone(), true));
+        assert!(!got[1].1 && !got[2].1);
+        assert_eq!(got[2].0, whole);
+        // Plain receive reads a lent payload in itself.
+        assert_eq!(a.transmit(&[lent]).unwrap(), 1);
+        assert_eq!(recv_all(&mut b), vec![whole]);
+        remove_wire(&w);
+    }
+
+    #[test]
+    fn the_lending_threshold_is_set_by_name() {
+        let w = wire("lendopt");
+        let mut a = ShmDevice::open(&format!("{w},lend=off"), None).unwrap();
+        let b = ShmDevice::open(&format!("{w},lend=100"), None).unwrap();
+        let c = ShmDevice::open(&w, None).unwrap();
+        assert_eq!(a.wire_name(), w);
+        assert_eq!((a.lend_min, b.lend_min, c.lend_min), (usize::MAX, 100, usize::MAX), "off by default");
+        let head = frame(b.mac(), 60, 0);
+        let p = vec![9u8; 40000];
+        let mut f = TxFrame::new(&head);
+        f.push(&p);
+        f.lendable = true;
+        assert_eq!(a.transmit(&[f]).unwrap(), 1);
+        assert!(a.stats().contains(&("shm_tx_lent", 0)));
+        for bad in [format!("{w},lend=x"), format!("{w},speed=1"), ",lend=off".into(), "a/b".into()] {
+            let e = ShmDevice::open(&bad, None).err();
+            assert!(e.is_some_and(|e| e.kind() == io::ErrorKind::InvalidInput), "{bad:?}");
+        }
+        remove_wire(&w);
+    }
+
+    #[test]
+    fn a_damaged_lent_record_is_dropped() {
+        let w = wire("badlent");
+        let mut a = ShmDevice::open(&format!("{w},lend=1"), None).unwrap();
+        let mut b = ShmDevice::open(&w, None).unwrap();
+        let head = frame(b.mac(), 60, 0);
+        let p = vec![1u8; 20000];
+        let mut f = TxFrame::new(&head);
+        f.push(&p);
+        f.lendable = true;
+        assert_eq!(a.transmit(&[f, f]).unwrap(), 2);
+        // Spoil the first frame's piece count, and the second's address.
+        let s0 = a.seg.slot(b.port, 0);
+        let s1 = a.seg.slot(b.port, 1);
+        // SAFETY: both slots were published and b has not taken them.
+        unsafe {
+            *s0.add(8 + 64 + 4) = 99;
+            std::ptr::write_unaligned(s1.add(8 + 64 + 8).cast::<u64>(), 8);
+        }
+        assert!(recv_all(&mut b).is_empty());
+        assert!(b.stats().contains(&("shm_rx_bad_length", 1)), "{:?}", b.stats());
+        assert!(b.stats().contains(&("shm_rx_lent_failed", 1)), "{:?}", b.stats());
         remove_wire(&w);
     }
 

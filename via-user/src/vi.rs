@@ -119,6 +119,9 @@ pub struct ViState {
     pub rq: WorkQueue,
 
     // ---- sender ----
+    /// Payload bytes per fragment on this connection (0 until the first
+    /// send fixes it: the device's MTU to the peer).
+    pub frag: u32,
     /// Send-queue index and byte offset of the next fragment to transmit.
     pub tx_idx: u32,
     pub tx_off: u32,
@@ -170,6 +173,7 @@ impl ViState {
             peer: None,
             sq: WorkQueue::new(depth),
             rq: WorkQueue::new(depth),
+            frag: 0,
             tx_idx: 0,
             tx_off: 0,
             tx_psn: 0,
@@ -210,6 +214,7 @@ impl ViState {
 
     /// Resets the protocol state for a new connection (queues are kept).
     pub fn reset_protocol(&mut self, rto: Duration) {
+        self.frag = 0;
         self.tx_idx = self.sq.done;
         self.tx_off = 0;
         self.tx_psn = 0;

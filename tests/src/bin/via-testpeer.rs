@@ -142,6 +142,8 @@ fn sizes(a: &Args) {
         let dev = s.nic.device_counters();
         let lost = dev.iter().find(|(k, _)| *k == "faults_lost").map_or(0, |(_, v)| *v);
         println!("LINK faults_lost {lost} retransmits {}", s.nic.counters().retransmits);
+        // Payloads that came lent by the server (a process on this host).
+        println!("LENT {}", s.nic.counters().rx_lent);
     }
 }
 

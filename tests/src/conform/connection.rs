@@ -35,7 +35,7 @@ fn base(c: &Ctx) -> ViAttributes {
 
 fn mismatch_target(c: &mut Ctx, want: VipReturn) {
     let vi = c.vi(base(c));
-    let req = c.ok(c.nic.connect_wait(DISC, T), "ConnectWait");
+    let req = c.ok(c.nic.connect_wait(&c.disc(DISC), T), "ConnectWait");
     let e = c.nic.accept(&req, &vi).err().map(|e| e.code);
     check!(c, e == Some(want), "ConnectAccept gave {e:?}, expected {want:?}");
     check!(c, vi.state() == via_user::ViPhase::Idle, "the server VI is {:?}", vi.state());
@@ -44,7 +44,7 @@ fn mismatch_target(c: &mut Ctx, want: VipReturn) {
 
 fn mismatch_initiator(c: &mut Ctx, attrs: ViAttributes, want: VipReturn) {
     let mut vi = c.vi(attrs);
-    let e = vi.connect_retrying(c.peer.unwrap(), DISC, Duration::from_secs(20)).err().map(|e| e.code);
+    let e = vi.connect_retrying(c.peer.unwrap(), &c.disc(DISC), Duration::from_secs(20)).err().map(|e| e.code);
     check!(c, e == Some(want), "ConnectRequest gave {e:?}, expected {want:?}");
     check!(c, vi.state() == via_user::ViPhase::Idle, "the client VI is {:?}", vi.state());
     c.pass();
@@ -52,7 +52,7 @@ fn mismatch_initiator(c: &mut Ctx, attrs: ViAttributes, want: VipReturn) {
 
 fn wait_target(c: &mut Ctx) {
     let vi = c.vi(c.attrs(Reliability::ReliableReception, true, true));
-    let req = c.ok(c.nic.connect_wait(DISC, T), "ConnectWait");
+    let req = c.ok(c.nic.connect_wait(&c.disc(DISC), T), "ConnectWait");
     c.tell(&req.remote_mac.to_string());
     check!(c, req.reliability == Some(Reliability::ReliableReception), "reliability {:?}", req.reliability);
     check!(c, req.max_transfer_size == MTS, "MaxTransferSize {}", req.max_transfer_size);
@@ -88,7 +88,7 @@ fn peer_target(c: &mut Ctx) {
     let mut vi = c.vi(base(c));
     c.post_control_recv(&mut vi);
     let mac: via_user::MacAddr = c.ok(c.heard().parse(), "the initiator's address");
-    c.ok(vi.connect_peer_request(mac, b"left", b"right", T), "ConnectPeerRequest");
+    c.ok(vi.connect_peer_request(mac, &c.disc(b"left"), &c.disc(b"right"), T), "ConnectPeerRequest");
     c.ok(vi.connect_peer_wait(), "ConnectPeerWait");
     check!(c, vi.state() == via_user::ViPhase::Connected, "state {:?}", vi.state());
     check!(c, c.recv_control(&mut vi) == b"from the right", "message from the peer");
@@ -101,7 +101,7 @@ fn peer_initiator(c: &mut Ctx) {
     c.post_control_recv(&mut vi);
     // Ask first, then let the target know where we are: it cannot have
     // asked yet, so the first polls say NOT_DONE.
-    c.ok(vi.connect_peer_request(c.peer.unwrap(), b"right", b"left", T), "ConnectPeerRequest");
+    c.ok(vi.connect_peer_request(c.peer.unwrap(), &c.disc(b"right"), &c.disc(b"left"), T), "ConnectPeerRequest");
     c.tell(&c.nic.mac().to_string());
     let mut polls = 0;
     while !c.ok(vi.connect_peer_done(), "ConnectPeerDone") {
@@ -118,7 +118,7 @@ fn peer_initiator(c: &mut Ctx) {
 fn peer_mismatch_target(c: &mut Ctx) {
     let mut vi = c.vi(base(c));
     let mac: via_user::MacAddr = c.ok(c.heard().parse(), "the initiator's address");
-    c.ok(vi.connect_peer_request(mac, b"left", b"right", T), "ConnectPeerRequest");
+    c.ok(vi.connect_peer_request(mac, &c.disc(b"left"), &c.disc(b"right"), T), "ConnectPeerRequest");
     let e = vi.connect_peer_wait().err().map(|e| e.code);
     check!(c, e == Some(VipReturn::InvalidReliabilityLevel), "ConnectPeerWait gave {e:?}");
     check!(c, vi.state() == via_user::ViPhase::Idle, "state {:?}", vi.state());
@@ -129,7 +129,7 @@ fn peer_mismatch_target(c: &mut Ctx) {
 fn peer_mismatch_initiator(c: &mut Ctx) {
     let mut vi = c.vi(ViAttributes { reliability: Reliability::ReliableReception, ..base(c) });
     c.tell(&c.nic.mac().to_string());
-    c.ok(vi.connect_peer_request(c.peer.unwrap(), b"right", b"left", T), "ConnectPeerRequest");
+    c.ok(vi.connect_peer_request(c.peer.unwrap(), &c.disc(b"right"), &c.disc(b"left"), T), "ConnectPeerRequest");
     let e = vi.connect_peer_wait().err().map(|e| e.code);
     check!(c, e == Some(VipReturn::InvalidReliabilityLevel), "ConnectPeerWait gave {e:?}");
     check!(c, vi.state() == via_user::ViPhase::Idle, "state {:?}", vi.state());
@@ -140,7 +140,7 @@ fn peer_mismatch_initiator(c: &mut Ctx) {
 fn peer_alone_target(c: &mut Ctx) {
     // A peer request for someone else: it must not answer a client's ConnectRequest.
     let mut vi = c.vi(base(c));
-    c.ok(vi.connect_peer_request(via_user::MacAddr([2, 0, 0, 0, 0, 9]), b"alone", b"nobody", T), "ConnectPeerRequest");
+    c.ok(vi.connect_peer_request(via_user::MacAddr([2, 0, 0, 0, 0, 9]), &c.disc(b"alone"), &c.disc(b"nobody"), T), "ConnectPeerRequest");
     c.tell("requested");
     c.heard();
 }
@@ -148,10 +148,10 @@ fn peer_alone_target(c: &mut Ctx) {
 fn peer_alone_initiator(c: &mut Ctx) {
     check!(c, c.heard() == "requested", "expected requested");
     let mut vi = c.vi(base(c));
-    let e = vi.connect(c.peer.unwrap(), b"alone", Some(Duration::from_secs(5))).err().map(|e| e.code);
+    let e = vi.connect(c.peer.unwrap(), &c.disc(b"alone"), Some(Duration::from_secs(5))).err().map(|e| e.code);
     check!(c, e == Some(VipReturn::NoMatch), "a ConnectRequest to a peer request's discriminator: {e:?}");
     let t0 = std::time::Instant::now();
-    c.ok(vi.connect_peer_request(c.peer.unwrap(), b"me", b"nobody here", Some(Duration::from_millis(300))), "ConnectPeerRequest");
+    c.ok(vi.connect_peer_request(c.peer.unwrap(), &c.disc(b"me"), &c.disc(b"nobody here"), Some(Duration::from_millis(300))), "ConnectPeerRequest");
     let e = vi.connect_peer_wait().err().map(|e| e.code);
     check!(c, e == Some(VipReturn::Timeout), "ConnectPeerWait without a peer: {e:?}");
     check!(c, t0.elapsed() >= Duration::from_millis(300), "timed out early: {:?}", t0.elapsed());
@@ -173,7 +173,7 @@ pub fn name_rules() -> Vec<Rule> {
 }
 
 fn names_target(c: &mut Ctx) {
-    c.ok(c.nic.ns_init(Some(vec!["conform-target".into(), "alias-of-target".into()])), "VipNSInit");
+    c.ok(c.nic.ns_init(Some(vec![c.name("conform-target"), c.name("alias-of-target")])), "VipNSInit");
     c.tell("named");
     c.heard();
 }
@@ -188,7 +188,7 @@ fn discover_initiator(c: &mut Ctx) {
     let hosts = crate::hosts_file(&dir, &[]);
     std::env::set_var("VIA_HOSTS", &hosts);
     c.ok(c.nic.ns_init(None), "VipNSInit");
-    let mac = c.ok(c.nic.lookup_host("alias-of-target"), "VipNSGetHostByName by discovery");
+    let mac = c.ok(c.nic.lookup_host(&c.name("alias-of-target")), "VipNSGetHostByName by discovery");
     check!(c, Some(mac) == c.peer, "discovered {mac}, the target is {:?}", c.peer);
     let e = c.nic.lookup_host("no-such-host").err().map(|e| e.code);
     check!(c, e == Some(VipReturn::ErrorNameService), "an unknown name: {e:?}");
@@ -210,7 +210,7 @@ fn reverse_initiator(c: &mut Ctx) {
     let empty = crate::hosts_file(&dir, &[]);
     std::env::set_var("VIA_HOSTS", &empty);
     let n = c.ok(c.nic.lookup_name(peer), "VipNSGetHostByAddr (asking the address)");
-    check!(c, n == "conform-target", "the endpoint calls itself conform-target, got {n}");
+    check!(c, n == c.name("conform-target"), "the endpoint calls itself {}, got {n}", c.name("conform-target"));
     let _ = std::fs::remove_dir_all(&dir);
     c.pass();
 }

@@ -54,7 +54,7 @@ pub fn rules() -> Vec<Rule> {
 pub const T: Option<Duration> = Some(Duration::from_secs(10));
 /// MaxTransferSize of the suite's VIs.
 pub const MTS: u32 = 1 << 20;
-/// The discriminator the target waits on.
+/// The discriminator the target waits on (with the run's tag: [`Ctx::disc`]).
 pub const DISC: &[u8] = b"conform";
 
 /// What a rule half works with.
@@ -65,6 +65,9 @@ pub struct Ctx {
     /// The target's MAC (initiator only).
     pub peer: Option<via_user::MacAddr>,
     pub dev: String,
+    /// Appended to the rule's discriminators and host names (`--tag`), so
+    /// that pairs of one rule can run at once on the same hosts.
+    pub tag: String,
     /// Regions of posted control receives, by descriptor address.
     control: Vec<(usize, MemoryRegion)>,
 }
@@ -86,6 +89,16 @@ macro_rules! check {
 }
 
 impl Ctx {
+    /// The discriminator `base` of this run (with its tag).
+    pub fn disc(&self, base: &[u8]) -> Vec<u8> {
+        [base, self.tag.as_bytes()].concat()
+    }
+
+    /// The host name `base` of this run (with its tag).
+    pub fn name(&self, base: &str) -> String {
+        format!("{base}{}", self.tag)
+    }
+
     /// Unwraps `r` or fails the rule naming `what`.
     pub fn ok<T, E: std::fmt::Display>(&self, r: Result<T, E>, what: &str) -> T {
         r.unwrap_or_else(|e| fail(self.rule, &format!("{what}: {e}")))
@@ -117,14 +130,14 @@ impl Ctx {
 
     /// Target: waits for the initiator's request and accepts it onto `vi`.
     pub fn accept(&self, vi: &Vi) {
-        let req = self.ok(self.nic.connect_wait(DISC, T), "VipConnectWait");
+        let req = self.ok(self.nic.connect_wait(&self.disc(DISC), T), "VipConnectWait");
         self.ok(self.nic.accept(&req, vi), "VipConnectAccept");
     }
 
     /// Initiator: connects `vi` to the target (retrying NO_MATCH).
     pub fn connect(&self, vi: &mut Vi) {
         let mac = self.peer.expect("initiator knows the target");
-        self.ok(vi.connect_retrying(mac, DISC, Duration::from_secs(20)), "VipConnectRequest");
+        self.ok(vi.connect_retrying(mac, &self.disc(DISC), Duration::from_secs(20)), "VipConnectRequest");
     }
 
     /// Posts a receive for one control message (up to 256 bytes).
@@ -197,12 +210,14 @@ pub fn main() {
     }
     let (role, name) = (args.first().cloned().unwrap_or_default(), args.get(1).cloned().unwrap_or_default());
     let mut dev = String::new();
+    let mut tag = String::new();
     let mut peer = None;
     let mut it = args.iter().skip(2);
     while let Some(k) = it.next() {
         let v = it.next().cloned().unwrap_or_default();
         match k.as_str() {
             "--dev" => dev = v,
+            "--tag" => tag = v,
             "--peer" => peer = Some(v.parse().unwrap_or_else(|e| fail(&name, &format!("--peer {v}: {e}")))),
             _ => fail(&name, &format!("unknown option {k}")),
         }
@@ -215,7 +230,7 @@ pub fn main() {
     let device = via_user::open_device(&dev).unwrap_or_else(|e| fail(rule.name, &format!("opening {dev}: {e}")));
     let nic = Nic::with_device(&dev, device, config).unwrap_or_else(|e| fail(rule.name, &format!("VipOpenNic {dev}: {e}")));
     let ptag = nic.create_ptag().unwrap_or_else(|e| fail(rule.name, &format!("VipCreatePtag: {e}")));
-    let mut ctx = Ctx { rule: rule.name, nic, ptag, peer, dev, control: Vec::new() };
+    let mut ctx = Ctx { rule: rule.name, nic, ptag, peer, dev, tag, control: Vec::new() };
     match role.as_str() {
         "target" => {
             println!("READY {}", ctx.nic.mac());
@@ -287,20 +302,26 @@ pub fn run(bin: &str, name: &str) {
 }
 
 /// Runs rule `name` through composite devices (`<nic>+shm:<wire>`, one
-/// wire per host), twice: both halves on host a (their frames go through
-/// shared memory), then the target on host b (through the NIC). In turn,
-/// not at once: the rules use fixed discriminators and names, and two
-/// servers of one rule on one host would answer each other's clients.
+/// wire per host), two pairs at once, both initiators on host a: one with
+/// its target on host a too (their frames go through shared memory), one
+/// with its target on host b (through the NIC). Each pair tags its
+/// discriminators and names (`--tag`), so that neither answers the
+/// other's requests. Host a's wire lends every payload it may
+/// (`,lend=1`), so the rules also check the single-copy path.
 pub fn run_composite(bin: &str, name: &str) {
     let net = TestNet::new(1500);
     let wire = |host: &str| format!("{}-{host}", net.a);
-    let (dev_a, dev_b) = (format!("{}+shm:{}", net.dev_a(), wire("a")), format!("{}+shm:{}", net.dev_b(), wire("b")));
-    let pair = |target_host: &str, dev_t: &str| {
-        let target = net.command(target_host, bin, &["target", name, "--dev", dev_t]);
-        let initiator = |mac: &str| net.command(&net.a, bin, &["initiator", name, "--dev", &dev_a, "--peer", mac]);
+    let (dev_a, dev_b) = (format!("{}+shm:{},lend=1", net.dev_a(), wire("a")), format!("{}+shm:{}", net.dev_b(), wire("b")));
+    let pair = |target_host: &str, dev_t: &str, tag: &str| {
+        let target = net.command(target_host, bin, &["target", name, "--dev", dev_t, "--tag", tag]);
+        let initiator = |mac: &str| net.command(&net.a, bin, &["initiator", name, "--dev", &dev_a, "--peer", mac, "--tag", tag]);
         run_pair(name, target, initiator)
     };
-    let (same, other) = (pair(&net.a, &dev_a), pair(&net.b, &dev_b));
+    let (same, other) = std::thread::scope(|s| {
+        let same = s.spawn(|| pair(&net.a, &dev_a, "-same"));
+        let other = s.spawn(|| pair(&net.b, &dev_b, "-other"));
+        (same.join().expect("the same-host pair's runner"), other.join().expect("the two-host pair's runner"))
+    });
     for w in ["a", "b"] {
         via_softnic::shm::remove_wire(&wire(w));
     }

@@ -138,6 +138,12 @@ pub struct Counters {
     pub cq_overflows: u64,
     pub rdma_prot_errors: u64,
     pub read_responses_dropped: u64,
+    /// Frames whose payload was copied straight from the sender's memory
+    /// (lent by a process on this host).
+    pub rx_lent: u64,
+    /// Lent payloads that could not be read (the sender went away or no
+    /// longer has the memory): the frame is dropped.
+    pub rx_lent_failed: u64,
 }
 
 impl Counters {
@@ -164,6 +170,8 @@ impl Counters {
             ("cq_overflows", self.cq_overflows),
             ("rdma_prot_errors", self.rdma_prot_errors),
             ("read_responses_dropped", self.read_responses_dropped),
+            ("rx_lent", self.rx_lent),
+            ("rx_lent_failed", self.rx_lent_failed),
         ]
     }
 }
@@ -318,7 +326,7 @@ impl Engine {
         let Engine { dev, core, .. } = self;
         let mut got = 0;
         for _ in 0..4 {
-            let n = dev.receive(64, &mut |f| core.on_frame(f, now)).unwrap_or(0);
+            let n = dev.receive_lent(64, &mut |f, lent| core.on_frame(f, lent, now)).unwrap_or(0);
             got += n;
             if n < 64 {
                 break;

@@ -2,6 +2,10 @@
 //! processing for the sender, and reassembly of messages into posted
 //! receive descriptors. Nothing that comes off the wire is trusted: every
 //! check failure is a counted drop.
+//!
+//! A payload lent by a sender on this host ([`LentPayload`]) is placed as
+//! one in the frame is, except that each copy reads it from the sender's
+//! memory: the one copy it makes.
 
 use super::post::Queue;
 use super::{vi_at, AsyncError, AsyncErrorKind, Core};
@@ -11,14 +15,65 @@ use crate::vi::{ReadJob, Reliability, RxMessage, ViPhase};
 use std::time::Instant;
 use via_kernel_agent::conn::CmHeader;
 use via_kernel_agent::wire::{flags, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT};
+use via_kernel_agent::LentPayload;
+
+/// A frame's payload: in the frame, or lent by its sender.
+#[derive(Clone, Copy)]
+enum Payload<'a> {
+    Inline(&'a [u8]),
+    Lent(&'a LentPayload),
+}
+
+/// Why a payload could not be placed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PlaceError {
+    /// Our memory is not registered for it (any more).
+    Protection,
+    /// A lent payload could not be read: its sender is gone or broke its
+    /// promise to keep the memory.
+    SourceGone,
+}
+
+impl Payload<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Payload::Inline(b) => b.len(),
+            Payload::Lent(l) => l.len(),
+        }
+    }
+
+    /// Copies bytes `[from, from + n)` of the payload to `addr`.
+    ///
+    /// # Safety
+    /// `[addr, addr + n)` must have been checked against the registration
+    /// table, and `from + n` must not exceed the payload's length.
+    unsafe fn copy_to(&self, from: usize, addr: usize, n: usize) -> Result<(), PlaceError> {
+        match self {
+            // SAFETY: the caller checked the destination and the range.
+            Payload::Inline(b) => unsafe { usermem::copy_in(addr, &b[from..from + n]) },
+            // SAFETY: as above; the kernel checks the sender's side.
+            Payload::Lent(l) => unsafe { l.read(from, addr as *mut u8, n) }.map_err(|_| PlaceError::SourceGone)?,
+        }
+        Ok(())
+    }
+}
 
 impl Core {
-    /// Handles one received Ethernet frame.
-    pub fn on_frame(&mut self, bytes: &[u8], now: Instant) {
+    /// Handles one received Ethernet frame; `lent`: its payload, lent by
+    /// a sender on this host (the frame then holds the headers alone).
+    pub fn on_frame(&mut self, bytes: &[u8], lent: Option<&LentPayload>, now: Instant) {
         self.counters.rx_frames += 1;
-        let Ok(f) = Frame::new_checked(bytes) else {
+        let parsed = match lent {
+            None => Frame::new_checked(bytes),
+            Some(l) => Frame::new_checked_lent(bytes, l.len()),
+        };
+        let Ok(f) = parsed else {
             self.counters.rx_malformed += 1;
             return;
+        };
+        let payload = match lent {
+            None => Payload::Inline(f.payload()),
+            Some(l) => Payload::Lent(l),
         };
         let dst = f.dst_mac();
         if (dst != self.mac && !dst.is_broadcast()) || (f.dst_ep() != self.ep && f.dst_ep() != ANY_ENDPOINT) {
@@ -26,6 +81,10 @@ impl Core {
             return;
         }
         let kind = f.kind().expect("checked by new_checked");
+        if lent.is_some() && !matches!(kind, Kind::Data | Kind::RdmaWrite | Kind::RdmaReadResp) {
+            self.counters.rx_malformed += 1; // only data is ever lent
+            return;
+        }
         if kind == Kind::Disconnect {
             self.on_disconnect(&f, now);
             return;
@@ -77,8 +136,8 @@ impl Core {
             self.on_ack(id, f.ack(), nak, now);
         }
         match kind {
-            Kind::Data | Kind::RdmaWrite | Kind::RdmaReadReq => self.on_sequenced(id, kind, &f, now),
-            Kind::RdmaReadResp => self.on_read_response(id, &f, now),
+            Kind::Data | Kind::RdmaWrite | Kind::RdmaReadReq => self.on_sequenced(id, kind, &f, payload, now),
+            Kind::RdmaReadResp => self.on_read_response(id, &f, payload, now),
             Kind::Ack => {}
             _ => self.counters.rx_malformed += 1,
         }
@@ -175,7 +234,7 @@ impl Core {
 
     /// A frame of the peer's sequenced stream (send or RDMA write
     /// fragment, RDMA read request) for VI `id`.
-    fn on_sequenced<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>, now: Instant) {
+    fn on_sequenced<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>, payload: Payload<'_>, now: Instant) {
         let reliable;
         let psn = f.psn();
         {
@@ -214,7 +273,7 @@ impl Core {
         }
         let alive = match kind {
             Kind::RdmaReadReq => reliable && self.on_read_request(id, f, false),
-            _ => self.place(id, kind, f),
+            _ => self.place(id, kind, f, payload),
         };
         if !alive {
             return; // the VI broke
@@ -304,8 +363,8 @@ impl Core {
     }
 
     /// Response data for one of our RDMA reads.
-    fn on_read_response<T: AsRef<[u8]>>(&mut self, id: u16, f: &Frame<T>, now: Instant) {
-        let (psn, seq, off, payload) = (f.psn(), f.msg_seq(), f.offset(), f.payload());
+    fn on_read_response<T: AsRef<[u8]>>(&mut self, id: u16, f: &Frame<T>, payload: Payload<'_>, now: Instant) {
+        let (psn, seq, off) = (f.psn(), f.msg_seq(), f.offset());
         let vi = vi_at(&mut self.vis, id).unwrap();
         let mut idx = vi.sq.done;
         let found = loop {
@@ -334,7 +393,15 @@ impl Core {
         }
         let ptag = self.vi(id).unwrap().attrs.ptag;
         let mut cur = segment_cursor(e.desc, e.seg0 as usize, e.segs as usize, off);
-        let placed = self.scatter(e.desc, e.segs as usize, ptag, &mut cur, payload);
+        let placed = match self.scatter(e.desc, e.segs as usize, ptag, &mut cur, payload) {
+            Err(PlaceError::SourceGone) => {
+                // Not placed: the read asks again for it, or times out.
+                self.counters.rx_lent_failed += 1;
+                return;
+            }
+            r => r.is_ok(),
+        };
+        self.count_lent(payload);
         let rto = self.config.rto_initial;
         let vi = vi_at(&mut self.vis, id).unwrap();
         let en = vi.sq.get_mut(idx);
@@ -431,7 +498,7 @@ impl Core {
 
     /// Places an in-sequence fragment of a send or RDMA write; false when
     /// the VI broke.
-    fn place<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>) -> bool {
+    fn place<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>, payload: Payload<'_>) -> bool {
         let fl = f.flags();
         let m = if fl & flags::FIRST != 0 {
             match self.begin_message(id, kind, f) {
@@ -450,7 +517,6 @@ impl Core {
             }
             return true;
         };
-        let payload = f.payload();
         let end = m.got as u64 + payload.len() as u64;
         let last = fl & flags::LAST != 0;
         let same_kind = (kind == Kind::RdmaWrite) == m.rdma.is_some() || (m.entry.is_none() && m.rdma.is_none());
@@ -467,23 +533,37 @@ impl Core {
         }
         let ptag = vi.attrs.ptag;
         if m.error == 0 {
-            if let Some((base, handle)) = m.rdma {
+            let placed = if let Some((base, handle)) = m.rdma {
                 let addr = base + m.got as usize; // inside the range checked at the first fragment
-                if self.mem.check(handle, addr, payload.len(), ptag).is_ok() {
+                match self.mem.check(handle, addr, payload.len(), ptag) {
                     // SAFETY: [addr, addr + len) was just checked against the table.
-                    unsafe { usermem::copy_in(addr, payload) };
-                } else {
-                    m.error = status::PROTECTION_ERROR; // deregistered meanwhile
+                    Ok(_) => unsafe { payload.copy_to(0, addr, payload.len()) },
+                    Err(_) => Err(PlaceError::Protection), // deregistered meanwhile
                 }
             } else if let Some(entry) = m.entry {
                 let e = *vi.rq.get(entry);
                 let mut cur = (m.seg, m.seg_off);
-                if !self.scatter(e.desc, e.segs as usize, ptag, &mut cur, payload) {
-                    m.error = status::PROTECTION_ERROR;
-                }
+                let r = self.scatter(e.desc, e.segs as usize, ptag, &mut cur, payload);
                 (m.seg, m.seg_off) = cur;
+                r
+            } else {
+                Ok(())
+            };
+            match placed {
+                Ok(()) => {}
+                Err(PlaceError::Protection) => m.error = status::PROTECTION_ERROR,
+                Err(PlaceError::SourceGone) => {
+                    // The sender lent memory it no longer has (or died):
+                    // the fragment is lost after it was accepted, so the
+                    // connection cannot go on.
+                    self.counters.rx_lent_failed += 1;
+                    self.vi_mut(id).unwrap().rx = None;
+                    self.break_connection(id);
+                    return false;
+                }
             }
         }
+        self.count_lent(payload);
         m.got += payload.len() as u32;
         let vi = self.vi_mut(id).unwrap();
         if !last {
@@ -514,14 +594,21 @@ impl Core {
         }
     }
 
+    fn count_lent(&mut self, payload: Payload<'_>) {
+        if let Payload::Lent(_) = payload {
+            self.counters.rx_lent += 1;
+        }
+    }
+
     /// Copies `payload` into the descriptor at `desc` from the scatter
-    /// cursor `cur` (segment, offset in it) on; false on a protection
-    /// failure. `segs` is the segment count validated when it was posted.
+    /// cursor `cur` (segment, offset in it) on. `segs` is the segment
+    /// count validated when it was posted.
     #[inline]
-    fn scatter(&self, desc: usize, segs: usize, ptag: via_kernel_agent::memory::Ptag, cur: &mut (u16, u32), mut payload: &[u8]) -> bool {
-        while !payload.is_empty() {
+    fn scatter(&self, desc: usize, segs: usize, ptag: via_kernel_agent::memory::Ptag, cur: &mut (u16, u32), payload: Payload<'_>) -> Result<(), PlaceError> {
+        let mut from = 0;
+        while from < payload.len() {
             if cur.0 as usize >= segs {
-                return false;
+                return Err(PlaceError::Protection);
             }
             let s = usermem::read_segment(desc, cur.0 as usize);
             let room = s.length.saturating_sub(cur.1) as usize;
@@ -530,17 +617,18 @@ impl Core {
                 cur.1 = 0;
                 continue;
             }
-            let n = room.min(payload.len());
+            let n = room.min(payload.len() - from);
             let addr = s.data.address_bits as usize + cur.1 as usize;
             if self.mem.check(s.handle, addr, n, ptag).is_err() {
-                return false;
+                return Err(PlaceError::Protection);
             }
-            // SAFETY: [addr, addr + n) was just checked against the table.
-            unsafe { usermem::copy_in(addr, &payload[..n]) };
-            payload = &payload[n..];
+            // SAFETY: [addr, addr + n) was just checked against the table;
+            // from + n stays within the payload.
+            unsafe { payload.copy_to(from, addr, n) }?;
+            from += n;
             cur.1 += n as u32;
         }
-        true
+        Ok(())
     }
 
     /// Breaks a reliable connection from our side: the peer is told.

@@ -5,7 +5,14 @@
 //! Fragmentation is deterministic: fragment `k` of a message carries bytes
 //! `[k * frag, (k + 1) * frag)` and PSN `first_psn + k`, so any PSN maps back
 //! to a send-queue entry and offset, which is all go-back-N retransmission
-//! and a partially accepted batch need ([`Core::seek`]).
+//! and a partially accepted batch need ([`Core::seek`]). `frag` is fixed
+//! per connection, at its first send, from the device's MTU to the peer:
+//! larger to a process on this host that a composite device reaches
+//! through shared memory.
+//!
+//! Frames whose payload is registered memory that stays put until the
+//! peer has it (reliable sends and RDMA writes, RDMA read responses) are
+//! marked lendable, so that a device between processes may lend it.
 
 use super::post::Queue;
 use super::{vi_at, Core, Engine, BATCH};
@@ -17,7 +24,7 @@ use crate::usermem;
 use std::time::Instant;
 use via_kernel_agent::conn::{CmFrame, Peer};
 use via_kernel_agent::device::MAX_GATHER;
-use via_kernel_agent::wire::{flags, seq_le, seq_lt, HeaderRepr, Kind, FRAME_HEADER_LEN};
+use via_kernel_agent::wire::{flags, seq_le, seq_lt, HeaderRepr, Kind, FRAME_HEADER_LEN, VIA_HEADER_LEN};
 use std::mem::MaybeUninit;
 use via_kernel_agent::{FrameDevice, TxFrame};
 
@@ -31,6 +38,8 @@ pub struct Spec {
     /// Read-response frames: payload bytes (the job advances by them once
     /// the device took the frame).
     resp: Option<u32>,
+    /// The pieces may be lent ([`TxFrame::lendable`]).
+    lendable: bool,
 }
 
 /// Room for one control frame's payload.
@@ -91,6 +100,7 @@ impl Engine {
         let mut ready = std::mem::take(&mut core.ready);
         core.doorbell.take(&mut ready);
         for &id in &ready {
+            core.fix_frag(dev.as_mut(), id);
             while core.has_side_work(id) {
                 let n = core.build_side(id, hdrs, specs);
                 if n == 0 {
@@ -152,7 +162,8 @@ pub type Headers = [[u8; FRAME_HEADER_LEN]; BATCH];
 
 /// Fills `spec` with the pieces of `[off, off + len)` of the message
 /// described by the descriptor at `desc`, copying into the bounce buffer
-/// when it needs more than [`MAX_GATHER`] pieces.
+/// when it needs more than [`MAX_GATHER`] pieces (and then the frame may
+/// not be lent: the bounce slot is reused by the next batch).
 #[allow(clippy::too_many_arguments)]
 fn gather(mem: &RegistrationTable, bounce_buf: &mut Vec<u8>, frag: usize, e: &WqEntry, ptag: Ptag, off: u32, len: u32, slot: usize, spec: &mut Spec) -> bool {
     let (desc, segs) = (e.desc, e.segs as usize);
@@ -210,6 +221,7 @@ fn gather(mem: &RegistrationTable, bounce_buf: &mut Vec<u8>, frag: usize, e: &Wq
     if want != 0 {
         return false;
     }
+    spec.lendable = bounce.is_none();
     if let Some((base, at)) = bounce {
         spec.pieces[0] = (base, at);
         spec.n = 1;
@@ -227,6 +239,7 @@ fn send_batch(dev: &mut dyn FrameDevice, hdrs: &Headers, specs: &[Spec]) -> usiz
     let mut buf: [MaybeUninit<TxFrame<'_>>; BATCH] = [const { MaybeUninit::uninit() }; BATCH];
     for (slot, (s, h)) in buf.iter_mut().zip(specs.iter().zip(hdrs.iter())) {
         let mut t = TxFrame::new(h);
+        t.lendable = s.lendable;
         for &(addr, len) in &s.pieces[..s.n] {
             // SAFETY: every piece was checked against the registration
             // table (or lies in our own bounce buffer) when built, and the
@@ -241,12 +254,27 @@ fn send_batch(dev: &mut dyn FrameDevice, hdrs: &Headers, specs: &[Spec]) -> usiz
 }
 
 impl Core {
+    /// Fixes VI `id`'s fragment size for its connection, if not yet done:
+    /// the payload the device carries to the peer (asked with the start
+    /// of a frame to it: destination and endpoint), at most what the
+    /// header's 16-bit payload length can say.
+    fn fix_frag(&mut self, dev: &mut dyn FrameDevice, id: u16) {
+        let (mac, ep, core_frag) = (self.mac, self.ep, self.frag);
+        let Some(vi) = vi_at(&mut self.vis, id) else { return };
+        let Some(peer) = vi.peer.as_ref().filter(|_| vi.frag == 0) else { return };
+        let mut head = [0u8; FRAME_HEADER_LEN];
+        HeaderRepr { dst_mac: peer.mac, src_mac: mac, kind: Kind::Data as u8, dst_ep: peer.ep, src_ep: ep, dst_vi: peer.vi, src_vi: id, generation: peer.generation, ..HeaderRepr::default() }.emit(&mut head);
+        let mtu = dev.mtu_to(&head);
+        vi.frag = (mtu.saturating_sub(VIA_HEADER_LEN) as u32).clamp(core_frag, u16::MAX as u32);
+    }
+
     /// Builds up to [`BATCH`] data fragments of VI `id`; returns how many.
     fn build_data(&mut self, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH]) -> usize {
-        let Core { vis, mem, bounce, frag, window, mac, ep, .. } = self;
-        let (frag, window, mac, ep) = (*frag, *window, *mac, *ep);
+        let Core { vis, mem, bounce, window, mac, ep, .. } = self;
+        let (window, mac, ep) = (*window, *mac, *ep);
         let Some(vi) = vi_at(vis, id) else { return 0 };
         let Some(peer) = vi.peer.as_ref().filter(|_| vi.phase == ViPhase::Connected) else { return 0 };
+        let frag = vi.frag;
         let (pmac, pep, pvi, generation) = (peer.mac, peer.ep, peer.vi, peer.generation);
         let reliable = vi.reliable();
         let ptag = vi.attrs.ptag;
@@ -322,11 +350,13 @@ impl Core {
             specs[n].resp = None;
             if is_read {
                 specs[n].n = 0;
+                specs[n].lendable = false;
             } else if !gather(mem, bounce, frag as usize, &e, ptag, off, len, n, &mut specs[n]) {
                 // The memory went away under a posted descriptor.
                 self.break_connection(id);
                 return 0;
             }
+            specs[n].lendable &= reliable;
             specs[n].psn = vi.tx_psn;
             vi.tx_psn = vi.tx_psn.wrapping_add(1);
             vi.tx_off += len;
@@ -388,8 +418,8 @@ impl Core {
     /// and for frames the device refused, forward when the peer acknowledges
     /// frames sent before a rewind.
     pub(super) fn seek(&mut self, id: u16, psn: u32) {
-        let frag = self.frag;
         let Ok(vi) = self.vi_mut(id) else { return };
+        let frag = vi.frag;
         let mut idx = vi.sq.done;
         while idx != vi.sq.tail {
             let e = *vi.sq.get(idx);
@@ -534,12 +564,13 @@ impl Core {
     /// stream: responses to the peer's RDMA reads, and requests for the
     /// rest of our stalled reads. Returns how many.
     fn build_side(&mut self, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH]) -> usize {
-        let Core { vis, mem, frag, mac, ep, .. } = self;
-        let (frag, mac, ep) = (*frag, *mac, *ep);
+        let Core { vis, mem, mac, ep, .. } = self;
+        let (mac, ep) = (*mac, *ep);
         let Some(vi) = vi_at(vis, id) else { return 0 };
         if vi.read_jobs.is_empty() && !vi.read_resume {
             return 0; // the usual case: no RDMA read traffic
         }
+        let frag = vi.frag;
         let Some(peer) = vi.peer.as_ref().filter(|_| vi.phase == ViPhase::Connected) else { return 0 };
         let base = HeaderRepr {
             dst_mac: peer.mac,
@@ -577,7 +608,7 @@ impl Core {
                 continue;
             }
             HeaderRepr { kind: Kind::RdmaReadResp as u8, flags: fl, psn: job.psn, msg_len: job.len, offset: off, msg_seq: job.msg_seq, payload_len: len as u16, ..base }.emit(&mut hdrs[n]);
-            specs[n] = Spec { n: usize::from(len > 0), resp: Some(len), ..Spec::default() };
+            specs[n] = Spec { n: usize::from(len > 0), resp: Some(len), lendable: true, ..Spec::default() };
             specs[n].pieces[0] = (addr, len as usize);
             n += 1;
             off += len;

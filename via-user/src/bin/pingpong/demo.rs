@@ -123,10 +123,16 @@ fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<
     let exe = exe.to_string_lossy().to_string();
     // via-shm: both ends on composite devices joined by one shared-memory
     // wire (the two test hosts are processes of one machine).
-    let shm = if transport == "via-shm" { format!("+shm:{}", shm_wire()) } else { String::new() };
+    // via-shm-lent: the same with payloads of 16 KiB and more lent
+    // (copied once, from the sender's memory) instead of framed.
+    let shm = match transport {
+        "via-shm" => format!("+shm:{}", shm_wire()),
+        "via-shm-lent" => format!("+shm:{},lend=16384", shm_wire()),
+        _ => String::new(),
+    };
     let (t, rel, rdma) = match transport {
         "via-unrel" => ("via", "unreliable", None),
-        "via-shm" => ("via", "reliable", None),
+        "via-shm" | "via-shm-lent" => ("via", "reliable", None),
         "via-write" => ("via", "reliable", Some("write")),
         "via-read" => ("via", "reliable", Some("read")),
         t => (t, "reliable", None),
@@ -232,7 +238,7 @@ fn alternating_rounds(o: &Options, h: &Hosts) -> (Vec<Row>, Rounds) {
     for round in 0..o.rounds {
         for t in &wanted {
             let mut args: Vec<String> = vec!["--sizes".into(), "64".into(), "--bw-sizes".into()];
-            args.push(if ["raw", "via", "via-shm", "via-write", "via-read"].contains(&t.as_str()) { (1 << 20).to_string() } else { String::new() });
+            args.push(if ["raw", "via", "via-shm", "via-shm-lent", "via-write", "via-read"].contains(&t.as_str()) { (1 << 20).to_string() } else { String::new() });
             match run_pair_with(h, t, args) {
                 Ok((rows, _, _)) => {
                     for r in rows {
@@ -297,6 +303,13 @@ fn print_ratios(rows: &[Row], rounds: Option<&Rounds>) {
     }
     if let Some((s, v, r)) = ratio("via-shm", "via", "bw") {
         println!("bandwidth 1 MiB shared memory/software NIC = {r:.3}  (medians {s:.1} / {v:.1} MB/s)");
+    }
+    for op in ["lat", "bw"] {
+        let (what, unit) = if op == "lat" { ("latency 1 MiB  ", "us") } else { ("bandwidth 1 MiB", "MB/s") };
+        let one_mib = |t: &str| find(rows, t, op, 1 << 20).map(|r| if op == "lat" { r.t_typical_us } else { r.mb_per_s });
+        if let (Some(l), Some(c)) = (one_mib("via-shm-lent"), one_mib("via-shm")) {
+            println!("{what} shared memory lent/copied = {:.3}  (medians {l:.1} / {c:.1} {unit}; via-shm-lent against via-shm)", l / c);
+        }
     }
     if let Some(x) = val("via-read", "lat") {
         println!("latency 64 B    RDMA read (whole read, a round trip) = {x:.2} us");

@@ -32,7 +32,9 @@ USAGE:
     --transport T     via (default), raw (AF_PACKET frames, the floor), udp, tcp
     --transports L    the demo's transports, comma-separated (default
                       raw,via,via-shm,via-unrel,via-write,via-read,udp,tcp; via-shm
-                      is VIA through composite devices joined by shared memory)
+                      is VIA through composite devices joined by shared memory;
+                      via-shm-lent, not in the default, the same with payloads of
+                      16 KiB and more lent: copied once, from the sender's memory)
     --rdma MODE       with --transport via: write (RDMA write latency, perftest
                       ib_write_lat style: one-way, memory polled) or read (RDMA
                       read; latency is the whole read, a round trip) and their

@@ -606,11 +606,13 @@ impl Bench for Client {
 
 /// The transport's name in tables: `via` (reliable delivery), `via-unrel`,
 /// the RDMA modes `via-write` and `via-read`, or `via-shm` (reliable
-/// delivery through a composite device, `<nic>+shm:<wire>`).
+/// delivery through a composite device, `<nic>+shm:<wire>`; `via-shm-lent`
+/// with lending on).
 pub fn name(o: &Options) -> &'static str {
     match (o.rdma.as_deref(), o.reliability.is_reliable()) {
         (Some("write"), _) => "via-write",
         (Some(_), _) => "via-read",
+        (None, true) if o.device.contains("+shm:") && o.device.contains(",lend=") => "via-shm-lent",
         (None, true) if o.device.contains("+shm:") => "via-shm",
         (None, true) => "via",
         (None, false) => "via-unrel",
