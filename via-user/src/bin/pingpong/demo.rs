@@ -304,12 +304,8 @@ fn print_ratios(rows: &[Row], rounds: Option<&Rounds>) {
     if let Some((s, v, r)) = ratio("via-shm", "via", "bw") {
         println!("bandwidth 1 MiB shared memory/software NIC = {r:.3}  (medians {s:.1} / {v:.1} MB/s)");
     }
-    for op in ["lat", "bw"] {
-        let (what, unit) = if op == "lat" { ("latency 1 MiB  ", "us") } else { ("bandwidth 1 MiB", "MB/s") };
-        let one_mib = |t: &str| find(rows, t, op, 1 << 20).map(|r| if op == "lat" { r.t_typical_us } else { r.mb_per_s });
-        if let (Some(l), Some(c)) = (one_mib("via-shm-lent"), one_mib("via-shm")) {
-            println!("{what} shared memory lent/copied = {:.3}  (medians {l:.1} / {c:.1} {unit}; via-shm-lent against via-shm)", l / c);
-        }
+    if let Some((l, c, r)) = ratio("via-shm-lent", "via-shm", "bw") {
+        println!("bandwidth 1 MiB shared memory lent/copied = {r:.3}  (medians {l:.1} / {c:.1} MB/s; via-shm-lent against via-shm)");
     }
     if let Some(x) = val("via-read", "lat") {
         println!("latency 64 B    RDMA read (whole read, a round trip) = {x:.2} us");
