@@ -59,6 +59,29 @@ impl TestNet {
         format!("/dev/via_{}", self.vb)
     }
 
+    /// Joins the two hosts by one more veth pair, `<va>n` <-> `<vb>n`, with
+    /// the given MTU (a second network between them); returns the names.
+    pub fn add_link(&self, mtu: usize) -> (String, String) {
+        let (va, vb) = (format!("{}n", self.va), format!("{}n", self.vb));
+        let r = (|| {
+            ip(&["link", "add", &va, "mtu", &mtu.to_string(), "type", "veth", "peer", "name", &vb, "mtu", &mtu.to_string()])?;
+            ip(&["link", "set", &va, "netns", &self.a])?;
+            ip(&["link", "set", &vb, "netns", &self.b])?;
+            ip(&["-n", &self.a, "link", "set", &va, "up"])?;
+            ip(&["-n", &self.b, "link", "set", &vb, "up"])
+        })();
+        if let Err(e) = r {
+            panic!("adding a link between the test hosts: {e}");
+        }
+        (va, vb)
+    }
+
+    /// The MAC address of interface `ifname` in namespace `ns`.
+    pub fn mac_of(&self, ns: &str, ifname: &str) -> String {
+        let out = self.command(ns, "cat", &[&format!("/sys/class/net/{ifname}/address")]).output().expect("reading an interface's address");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     /// A command that runs `program args` inside namespace `ns`.
     pub fn command(&self, ns: &str, program: &str, args: &[&str]) -> Command {
         let mut c = Command::new("ip");

@@ -1,8 +1,12 @@
 //! The name service: host names to MAC addresses, from a hosts file.
 //!
 //! The file named by `VIA_HOSTS` (default [`DEFAULT_HOSTS`]) holds lines of
-//! `name MAC`; `#` starts a comment. `VipNSGetHostByName` looks names up
-//! here; a MAC written in place of a name resolves to itself.
+//! `name MAC [DEVICE=MAC ...]`; `#` starts a comment. `VipNSGetHostByName`
+//! looks names up here; a MAC written in place of a name resolves to itself.
+//! The optional `DEVICE=MAC` fields are routes for composite devices: the
+//! host whose identity is the first MAC is reached through the member
+//! device named `DEVICE` (as in the composite's name, `/dev/via_eth1`), at
+//! the second MAC on that device's network.
 
 use crate::mac::MacAddr;
 use std::io;
@@ -14,6 +18,8 @@ pub const DEFAULT_HOSTS: &str = "/etc/via/hosts";
 #[derive(Clone, Debug, Default)]
 pub struct NameService {
     entries: Vec<(String, MacAddr)>,
+    /// (identity, member device, address there).
+    routes: Vec<(MacAddr, String, MacAddr)>,
     source: Option<PathBuf>,
 }
 
@@ -43,20 +49,27 @@ impl NameService {
 
     /// Parses hosts-file text; errors name the offending line.
     pub fn parse(text: &str) -> Result<NameService, String> {
-        let mut entries = Vec::new();
+        let (mut entries, mut routes) = (Vec::new(), Vec::new());
         for (i, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
                 continue;
             }
             let mut f = line.split_whitespace();
-            let (Some(name), Some(mac), None) = (f.next(), f.next(), f.next()) else {
-                return Err(format!("line {}: want `name MAC`, got {line:?}", i + 1));
+            let (Some(name), Some(mac)) = (f.next(), f.next()) else {
+                return Err(format!("line {}: want `name MAC [DEVICE=MAC ...]`, got {line:?}", i + 1));
             };
             let mac: MacAddr = mac.parse().map_err(|e| format!("line {}: {e}", i + 1))?;
+            for route in f {
+                let Some((dev, there)) = route.split_once('=').filter(|(d, _)| !d.is_empty()) else {
+                    return Err(format!("line {}: want DEVICE=MAC after the name and MAC, got {route:?}", i + 1));
+                };
+                let there: MacAddr = there.parse().map_err(|e| format!("line {}: {route}: {e}", i + 1))?;
+                routes.push((mac, dev.to_string(), there));
+            }
             entries.push((name.to_string(), mac));
         }
-        Ok(NameService { entries, source: None })
+        Ok(NameService { entries, routes, source: None })
     }
 
     /// The MAC of `name` (or `name` itself parsed as a MAC).
@@ -72,6 +85,12 @@ impl NameService {
     /// Every name of `mac`, in file order.
     pub fn names_of(&self, mac: MacAddr) -> Vec<String> {
         self.entries.iter().filter(|(_, m)| *m == mac).map(|(n, _)| n.clone()).collect()
+    }
+
+    /// The routes through member `device` of a composite: (identity,
+    /// address on that device's network), in file order.
+    pub fn routes_through<'a>(&'a self, device: &'a str) -> impl Iterator<Item = (MacAddr, MacAddr)> + 'a {
+        self.routes.iter().filter(move |(_, d, _)| d == device).map(|(id, _, there)| (*id, *there))
     }
 
     pub fn source(&self) -> Option<&Path> {
@@ -95,6 +114,20 @@ mod tests {
         assert!(e.contains("line 1"), "{e}");
         let e = NameService::parse("a 02:00:00:00:00:01\nb zz\n").unwrap_err();
         assert!(e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn routes_for_composite_members() {
+        let ns = NameService::parse("far 02:00:00:00:00:02 /dev/via_eth1=02:00:00:00:01:02 tulip:0000:00:05.0=02:00:00:00:02:02\nnear 02:00:00:00:00:03\n").unwrap();
+        assert_eq!(ns.lookup("far"), Some(MacAddr([2, 0, 0, 0, 0, 2])));
+        let r: Vec<_> = ns.routes_through("/dev/via_eth1").collect();
+        assert_eq!(r, vec![(MacAddr([2, 0, 0, 0, 0, 2]), MacAddr([2, 0, 0, 0, 1, 2]))]);
+        assert_eq!(ns.routes_through("tulip:0000:00:05.0").count(), 1);
+        assert_eq!(ns.routes_through("/dev/via_eth0").count(), 0);
+        for bad in ["a 02:00:00:00:00:01 eth1", "a 02:00:00:00:00:01 =02:00:00:00:00:01", "a 02:00:00:00:00:01 eth1=zz"] {
+            let e = NameService::parse(bad).unwrap_err();
+            assert!(e.contains("line 1"), "{bad}: {e}");
+        }
     }
 
     #[test]

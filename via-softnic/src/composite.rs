@@ -1,107 +1,244 @@
-//! [`CompositeDevice`]: one VIA device made of a NIC and a shared-memory
-//! wire, as SCore's composite devices were: a frame for a process attached
-//! to the wire on this host goes through shared memory, every other frame
-//! through the NIC, and the engine above sees one device with the NIC's
-//! MAC address.
+//! [`CompositeDevice`]: one VIA device made of several NICs and,
+//! optionally, a shared-memory wire, as SCore's composite devices were: a
+//! frame for a process attached to the wire on this host goes through
+//! shared memory, a frame for a host the routing table names goes through
+//! the NIC that reaches it, addressed to the host's MAC on that NIC's
+//! network, and every other frame through the first NIC. The engine above
+//! sees one device whose MAC (the *identity*) is the first NIC's.
 //!
-//! The routing table is the wire's port table: a process attaches with
-//! its NIC's MAC as its identity and its receive filter, so a frame whose
-//! destination and endpoint some attached process takes goes there
-//! ([`ShmDevice::takes`]); the NIC carries the rest. Broadcasts take both:
-//! a NIC does not hand a process what other processes send on it, so the
-//! wire is how they reach this host's processes. Receiving
-//! takes turns between the two, so neither starves the other, and the
-//! wait descriptor is an epoll set of both.
+//! The routing table has two sources:
+//! - discovery: the wire's port table. A process attaches with its
+//!   identity and its receive filter, so a frame whose destination and
+//!   endpoint some attached process takes goes there ([`ShmDevice::takes`]);
+//! - the hosts file (`VIA_HOSTS`): a line `name MAC DEVICE=MAC` says that
+//!   the host whose identity is the first MAC is reached through member
+//!   `DEVICE` at the second MAC ([`NameService::routes_through`]).
 //!
-//! The MTU is the NIC's, except to a process on the wire
-//! ([`FrameDevice::mtu_to`]): the engine sends it frames of up to 64 KiB
-//! (whose payloads the wire lends rather than copies, if it was opened
-//! with `,lend=<bytes>`). Should such a frame
-//! find its process gone and be routed to the NIC, it is dropped and
-//! counted (the engine's retransmission timer then gives up on the
-//! connection): it cannot be cut to the NIC's MTU here.
+//! A frame sent by a route goes out with its addresses rewritten to that
+//! network's (destination: the host's address there; source: our NIC's
+//! MAC there); a frame received on a member has them rewritten back
+//! (source: the identity the table gives its address; destination: ours),
+//! so the engine only ever sees identities. Frames from a host the table
+//! does not know keep the source they came with.
+//!
+//! Broadcasts take every member: a NIC does not hand a process what other
+//! processes send on it, so the wire is how they reach this host's
+//! processes, and each NIC reaches its own network. Receiving takes turns
+//! between the members, so none starves the others, and the wait
+//! descriptor is an epoll set of them all.
+//!
+//! The MTU is the smallest NIC's, except to a process on the wire or a
+//! routed host ([`FrameDevice::mtu_to`]): the engine sends those frames as
+//! long as their member carries (64 KiB on the wire, whose payloads it
+//! lends rather than copies if it was opened with `,lend=<bytes>`). Should
+//! such a frame find its process gone and be routed to a NIC that cannot
+//! carry it, it is dropped and counted (the engine's retransmission timer
+//! then gives up on the connection): it cannot be cut to size here.
 
-use crate::shm::{ShmDevice, MTU as SHM_MTU};
+use crate::shm::ShmDevice;
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use via_kernel_agent::names::NameService;
 use via_kernel_agent::wire::ETH_HEADER_LEN;
 use via_kernel_agent::{Capabilities, FrameDevice, LentPayload, MacAddr, RxFilter, TxFrame};
 
-/// A NIC and a shared-memory wire under one MAC address.
+/// NICs a composite may own.
+pub const MAX_NICS: usize = 4;
+/// Longest frame header rewritten in place of the engine's (the rest of
+/// the frame is gathered from where it is).
+const HEADER_MAX: usize = 128;
+/// Frames sent through each NIC, by index (stats names must be static).
+const TX_NAMES: [&str; MAX_NICS] = ["composite_tx_nic0", "composite_tx_nic1", "composite_tx_nic2", "composite_tx_nic3"];
+
+/// One NIC of the composite.
+struct Nic {
+    dev: Box<dyn FrameDevice>,
+    mac: MacAddr,
+    tx: u64,
+}
+
+/// NICs and a shared-memory wire under one identity.
 pub struct CompositeDevice {
-    nic: Box<dyn FrameDevice>,
-    shm: ShmDevice,
+    nics: Vec<Nic>,
+    shm: Option<ShmDevice>,
+    /// Host identity → (NIC, the host's address on that NIC's network).
+    routes: HashMap<MacAddr, (usize, MacAddr)>,
+    /// (NIC, address there) → host identity.
+    identities: HashMap<(usize, MacAddr), MacAddr>,
     epoll: OwnedFd,
     /// Which member receives first next time.
-    shm_first: bool,
-    /// Frames for the NIC longer than its MTU, dropped.
+    turn: usize,
+    /// Rewritten headers of the run being sent.
+    headers: Vec<[u8; HEADER_MAX]>,
+    /// A received frame with its addresses rewritten back.
+    scratch: Vec<u8>,
+    /// Frames for a NIC longer than its MTU, dropped.
     nic_oversize: u64,
+    /// Routed frames whose header was too short or too long to rewrite,
+    /// sent through the first NIC as they were.
+    unroutable: u64,
 }
 
 impl std::fmt::Debug for CompositeDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CompositeDevice").field("mac", &self.nic.mac()).field("shm", &self.shm).finish_non_exhaustive()
+        f.debug_struct("CompositeDevice").field("identity", &self.mac()).field("nics", &self.nics.len()).field("shm", &self.shm).field("routes", &self.routes).finish_non_exhaustive()
     }
 }
 
-/// Which member a frame takes.
+/// Which member(s) a frame takes.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Route {
-    Nic,
+    /// NIC `k`, addressed to the identity (no rewriting).
+    Nic(usize),
+    /// NIC `k`, rewritten to the destination's address there.
+    Routed(usize, MacAddr),
     Shm,
-    /// A broadcast: the NIC for other hosts, the wire for this one (a NIC
-    /// does not hand a process the frames other processes send on it).
-    Both,
-    /// Longer than the NIC's MTU and for no process on the wire (sized
-    /// for one that has gone): dropped and counted.
+    /// A broadcast: every member.
+    All,
+    /// Longer than its NIC's MTU (sized for a process on the wire that has
+    /// gone): dropped and counted.
     Drop,
 }
 
 impl CompositeDevice {
-    /// Joins `nic` to the shared-memory wire `wire` under the NIC's MAC.
-    pub fn new(nic: Box<dyn FrameDevice>, wire: &str) -> io::Result<CompositeDevice> {
-        let shm = ShmDevice::open(wire, Some(nic.mac()))?;
-        let epoll = sys::epoll(&[nic.wait_fd(), shm.wait_fd()])?;
-        Ok(CompositeDevice { nic, shm, epoll, shm_first: false, nic_oversize: 0 })
+    /// Joins `nics` (named as in the composite's name, for the routes) and
+    /// the shared-memory wire `wire` (`<wire>[,lend=...]`) under the first
+    /// NIC's MAC, with the routes the hosts file `hosts` gives.
+    pub fn new(nics: Vec<(String, Box<dyn FrameDevice>)>, wire: Option<&str>, hosts: &NameService) -> io::Result<CompositeDevice> {
+        if nics.is_empty() || nics.len() > MAX_NICS {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("a composite device takes 1 to {MAX_NICS} NICs, not {}", nics.len())));
+        }
+        let identity = nics[0].1.mac();
+        let shm = wire.map(|w| ShmDevice::open(w, Some(identity))).transpose()?;
+        let (mut routes, mut identities) = (HashMap::new(), HashMap::new());
+        for (k, (name, _)) in nics.iter().enumerate() {
+            for (id, there) in hosts.routes_through(name) {
+                routes.insert(id, (k, there));
+                identities.insert((k, there), id);
+            }
+        }
+        let fds: Vec<RawFd> = nics.iter().map(|(_, d)| d.wait_fd()).chain(shm.as_ref().map(|s| s.wait_fd())).collect();
+        let epoll = sys::epoll(&fds)?;
+        let nics = nics.into_iter().map(|(_, dev)| Nic { mac: dev.mac(), dev, tx: 0 }).collect();
+        Ok(CompositeDevice { nics, shm, routes, identities, epoll, turn: 0, headers: Vec::new(), scratch: Vec::new(), nic_oversize: 0, unroutable: 0 })
+    }
+
+    /// Opens `name`: members joined by `+`, NICs opened by `open_nic`, at
+    /// most one `shm:<wire>`; routes from the default hosts file
+    /// (`VIA_HOSTS`).
+    pub fn open(name: &str, open_nic: impl Fn(&str) -> io::Result<Box<dyn FrameDevice>>) -> io::Result<CompositeDevice> {
+        let mut nics = Vec::new();
+        let mut wire = None;
+        for part in name.split('+') {
+            match part.strip_prefix("shm:") {
+                Some(w) if wire.is_none() => wire = Some(w),
+                Some(_) => return Err(io::Error::new(io::ErrorKind::InvalidInput, "more than one shm: member")),
+                None => nics.push((part.to_string(), open_nic(part)?)),
+            }
+        }
+        // Several NICs need the routes; one NIC goes without them if the
+        // hosts file is unreadable (the engine then has no names either).
+        let hosts = match NameService::load_default() {
+            Err(e) if nics.len() > 1 => return Err(e),
+            r => r.unwrap_or_default(),
+        };
+        CompositeDevice::new(nics, wire, &hosts)
     }
 
     fn route(&mut self, f: &TxFrame<'_>) -> Route {
         // Destination, ethertype and endpoint lie in the first bytes.
         let mut head = [0u8; 64];
         let n = f.prefix(&mut head);
-        if n >= 6 && MacAddr(head[..6].try_into().unwrap()).is_broadcast() {
-            Route::Both
-        } else if self.shm.takes(&head[..n]) {
-            Route::Shm
-        } else if f.len() > ETH_HEADER_LEN + self.nic.mtu() {
-            Route::Drop
-        } else {
-            Route::Nic
+        if n < 6 {
+            return Route::Nic(0);
         }
+        let dst = MacAddr(head[..6].try_into().unwrap());
+        if dst.is_broadcast() {
+            return Route::All;
+        }
+        if self.shm.as_mut().is_some_and(|s| s.takes(&head[..n])) {
+            return Route::Shm;
+        }
+        let r = match self.routes.get(&dst) {
+            Some(&(k, there)) if (ETH_HEADER_LEN..=HEADER_MAX).contains(&f.header.len()) => Route::Routed(k, there),
+            Some(_) => {
+                self.unroutable += 1;
+                Route::Nic(0)
+            }
+            None => Route::Nic(0),
+        };
+        let k = match r {
+            Route::Routed(k, _) | Route::Nic(k) => k,
+            _ => unreachable!(),
+        };
+        if f.len() > ETH_HEADER_LEN + self.nics[k].dev.mtu() {
+            return Route::Drop;
+        }
+        r
     }
 
-    /// The members in the order they receive this time (they take turns).
-    fn in_turn(&mut self) -> (&mut dyn FrameDevice, &mut dyn FrameDevice) {
-        self.shm_first = !self.shm_first;
-        if self.shm_first {
-            (&mut self.shm, &mut *self.nic)
-        } else {
-            (&mut *self.nic, &mut self.shm)
+    /// The member `i` of the receive order (NICs, then the wire).
+    fn receive_from(&mut self, i: usize, budget: usize, sink: &mut dyn FnMut(&[u8], Option<&LentPayload>)) -> io::Result<usize> {
+        let CompositeDevice { nics, shm, identities, scratch, .. } = self;
+        let identity = nics[0].mac;
+        let Some(nic) = nics.get_mut(i) else {
+            return shm.as_mut().map_or(Ok(0), |s| s.receive_lent(budget, sink));
+        };
+        let mac = nic.mac;
+        nic.dev.receive_lent(budget, &mut |f, lent| {
+            if lent.is_some() || f.len() < 12 {
+                return sink(f, lent);
+            }
+            let src = MacAddr(f[6..12].try_into().unwrap());
+            let from = identities.get(&(i, src));
+            let to_us = mac != identity && f[..6] == mac.0;
+            if from.is_none() && !to_us {
+                return sink(f, None);
+            }
+            scratch.clear();
+            scratch.extend_from_slice(f);
+            if let Some(id) = from {
+                scratch[6..12].copy_from_slice(&id.0);
+            }
+            if to_us {
+                scratch[..6].copy_from_slice(&identity.0);
+            }
+            sink(scratch, None)
+        })
+    }
+
+    /// Sends `run` through NIC `k`, each frame addressed to `there` from
+    /// our MAC on that network (headers of ETH_HEADER_LEN..=HEADER_MAX
+    /// bytes only: [`CompositeDevice::route`] sees to it).
+    fn send_as(&mut self, k: usize, there: MacAddr, run: &[TxFrame<'_>]) -> io::Result<usize> {
+        let CompositeDevice { nics, headers, .. } = self;
+        let mac = nics[k].mac;
+        if headers.len() < run.len() {
+            headers.resize(run.len(), [0; HEADER_MAX]);
         }
+        for (h, f) in headers.iter_mut().zip(run) {
+            h[..f.header.len()].copy_from_slice(f.header);
+            h[..6].copy_from_slice(&there.0);
+            h[6..12].copy_from_slice(&mac.0);
+        }
+        let out: Vec<TxFrame<'_>> = run.iter().zip(headers.iter()).map(|(f, h)| TxFrame { header: &h[..f.header.len()], ..*f }).collect();
+        nics[k].dev.transmit(&out)
     }
 }
 
 impl FrameDevice for CompositeDevice {
     fn mac(&self) -> MacAddr {
-        self.nic.mac()
+        self.nics[0].mac
     }
 
     fn mtu(&self) -> usize {
-        self.nic.mtu().min(SHM_MTU)
+        self.nics.iter().map(|n| n.dev.mtu()).min().unwrap_or(0)
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.nic.capabilities()
+        let c = self.nics.iter().map(|n| n.dev.capabilities());
+        Capabilities { checksummed: c.clone().all(|c| c.checksummed), needs_pinning: c.clone().any(|c| c.needs_pinning) }
     }
 
     fn wait_fd(&self) -> RawFd {
@@ -109,34 +246,55 @@ impl FrameDevice for CompositeDevice {
     }
 
     fn set_filter(&mut self, filter: RxFilter) -> io::Result<()> {
-        self.nic.set_filter(filter)?;
-        self.shm.set_filter(filter)
+        for n in &mut self.nics {
+            n.dev.set_filter(filter)?;
+        }
+        self.shm.as_mut().map_or(Ok(()), |s| s.set_filter(filter))
     }
 
     fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        let (a, b) = self.in_turn();
-        let n = a.receive(budget, sink)?;
-        Ok(n + b.receive(budget - n, sink)?)
+        // Only the wire lends, and its plain receive reads lent payloads in.
+        let members = self.nics.len() + usize::from(self.shm.is_some());
+        self.turn = (self.turn + 1) % members;
+        let mut n = 0;
+        for j in 0..members {
+            let i = (self.turn + j) % members;
+            n += if i == self.nics.len() {
+                self.shm.as_mut().map_or(Ok(0), |s| s.receive(budget - n, sink))?
+            } else {
+                self.receive_from(i, budget - n, &mut |f, _| sink(f))?
+            };
+        }
+        Ok(n)
     }
 
     fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], Option<&LentPayload>)) -> io::Result<usize> {
-        let (a, b) = self.in_turn();
-        let n = a.receive_lent(budget, sink)?;
-        Ok(n + b.receive_lent(budget - n, sink)?)
+        let members = self.nics.len() + usize::from(self.shm.is_some());
+        self.turn = (self.turn + 1) % members;
+        let mut n = 0;
+        for j in 0..members {
+            n += self.receive_from((self.turn + j) % members, budget - n, sink)?;
+        }
+        Ok(n)
     }
 
     fn mtu_to(&mut self, head: &[u8]) -> usize {
-        if self.shm.takes(head) {
-            self.shm.mtu()
-        } else {
-            self.mtu()
+        if let Some(s) = self.shm.as_mut() {
+            if s.takes(head) {
+                return s.mtu();
+            }
+        }
+        let dst = head.get(..6).map(|d| MacAddr(d.try_into().unwrap()));
+        match dst.and_then(|d| self.routes.get(&d)) {
+            Some(&(k, _)) => self.nics[k].dev.mtu(),
+            None => self.nics[0].dev.mtu(),
         }
     }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
         let mut done = 0;
         while done < frames.len() {
-            // The longest run of frames taking the same member.
+            // The longest run of frames taking the same route.
             let route = self.route(&frames[done]);
             let mut end = done + 1;
             while end < frames.len() && self.route(&frames[end]) == route {
@@ -144,19 +302,33 @@ impl FrameDevice for CompositeDevice {
             }
             let run = &frames[done..end];
             let sent = match route {
-                Route::Nic => self.nic.transmit(run)?,
-                Route::Shm => self.shm.transmit(run)?,
+                Route::Nic(k) => self.nics[k].dev.transmit(run)?,
+                Route::Routed(k, there) => self.send_as(k, there, run)?,
+                Route::Shm => self.shm.as_mut().expect("routed to the wire").transmit(run)?,
                 Route::Drop => {
                     self.nic_oversize += run.len() as u64;
                     run.len()
                 }
-                Route::Both => {
-                    let sent = self.nic.transmit(run)?;
-                    // Best effort on the wire, as broadcasts are.
-                    self.shm.transmit(&run[..sent])?;
+                Route::All => {
+                    let sent = self.nics[0].dev.transmit(run)?;
+                    // Best effort elsewhere, as broadcasts are.
+                    let rewritable = run[..sent].iter().all(|f| (ETH_HEADER_LEN..=HEADER_MAX).contains(&f.header.len()));
+                    for k in 1..self.nics.len() {
+                        if rewritable {
+                            self.send_as(k, MacAddr::BROADCAST, &run[..sent])?;
+                        } else {
+                            self.nics[k].dev.transmit(&run[..sent])?;
+                        }
+                    }
+                    if let Some(s) = self.shm.as_mut() {
+                        s.transmit(&run[..sent])?;
+                    }
                     sent
                 }
             };
+            if let Route::Nic(k) | Route::Routed(k, _) = route {
+                self.nics[k].tx += sent as u64;
+            }
             done += sent;
             if sent < run.len() {
                 break;
@@ -166,17 +338,33 @@ impl FrameDevice for CompositeDevice {
     }
 
     fn map_memory(&mut self, addr: usize, len: usize) -> io::Result<()> {
-        self.nic.map_memory(addr, len)
+        for k in 0..self.nics.len() {
+            if let Err(e) = self.nics[k].dev.map_memory(addr, len) {
+                for n in &mut self.nics[..k] {
+                    let _ = n.dev.unmap_memory(addr, len);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     fn unmap_memory(&mut self, addr: usize, len: usize) -> io::Result<()> {
-        self.nic.unmap_memory(addr, len)
+        let mut first_err = Ok(());
+        for n in &mut self.nics {
+            if let Err(e) = n.dev.unmap_memory(addr, len) {
+                first_err = first_err.and(Err(e));
+            }
+        }
+        first_err
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
-        let mut s = self.nic.stats();
-        s.extend(self.shm.stats());
+        let mut s: Vec<_> = self.nics.iter().flat_map(|n| n.dev.stats()).collect();
+        s.extend(self.shm.iter().flat_map(|w| w.stats()));
+        s.extend(self.nics.iter().zip(TX_NAMES).map(|(n, name)| (name, n.tx)));
         s.push(("composite_nic_oversize", self.nic_oversize));
+        s.push(("composite_unroutable", self.unroutable));
         s
     }
 }
@@ -210,9 +398,10 @@ mod tests {
     use super::*;
     use crate::LoopbackDevice;
 
-    fn frame(dst: MacAddr, fill: u8) -> Vec<u8> {
+    fn frame(dst: MacAddr, src: MacAddr, fill: u8) -> Vec<u8> {
         let mut f = vec![fill; 80];
         f[..6].copy_from_slice(&dst.0);
+        f[6..12].copy_from_slice(&src.0);
         f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
         f
     }
@@ -223,16 +412,21 @@ mod tests {
         v
     }
 
+    fn nic(wire: &str) -> (String, Box<dyn FrameDevice>) {
+        (format!("loop:{wire}"), Box::new(LoopbackDevice::open(wire).unwrap()))
+    }
+
     /// Two composites share a wire; a third host is reachable only by the
     /// (loopback) NIC. Frames take the right member, in order, and the
     /// wait descriptor wakes for either.
     #[test]
     fn same_host_frames_take_the_wire_and_the_rest_the_nic() {
         let (lw, sw) = (format!("comp-{}", std::process::id()), format!("comp-{}", std::process::id()));
-        let mut a = CompositeDevice::new(Box::new(LoopbackDevice::open(&lw).unwrap()), &sw).unwrap();
-        let mut b = CompositeDevice::new(Box::new(LoopbackDevice::open(&lw).unwrap()), &sw).unwrap();
+        let none = NameService::default();
+        let mut a = CompositeDevice::new(vec![nic(&lw)], Some(&sw), &none).unwrap();
+        let mut b = CompositeDevice::new(vec![nic(&lw)], Some(&sw), &none).unwrap();
         let mut far = LoopbackDevice::open(&lw).unwrap();
-        let (to_b, to_far) = (frame(b.mac(), 1), frame(far.mac(), 2));
+        let (to_b, to_far) = (frame(b.mac(), a.mac(), 1), frame(far.mac(), a.mac(), 2));
         let batch: Vec<TxFrame> = [&to_b, &to_far, &to_b, &to_far].iter().map(|f| TxFrame::new(f)).collect();
         let mut pfd = libc::pollfd { fd: b.wait_fd(), events: libc::POLLIN, revents: 0 };
         assert_eq!(a.transmit(&batch).unwrap(), 4);
@@ -243,5 +437,39 @@ mod tests {
         assert!(stats.contains(&("shm_rx_frames", 2)) && stats.contains(&("rx_frames", 0)), "both came by shared memory: {stats:?}");
         assert_eq!(recv_all(&mut far), vec![to_far.clone(), to_far]);
         crate::shm::remove_wire(&sw);
+    }
+
+    /// Hosts a and b, each with two NICs on two networks (loopback
+    /// wires); the hosts files route b through the second network. A
+    /// frame to b's identity crosses the second network addressed to b's
+    /// NIC there, and b's engine sees it from a's identity to its own;
+    /// broadcasts cross both; an unrouted host is reached by the first.
+    #[test]
+    fn the_hosts_file_routes_a_host_through_another_nic() {
+        let (n1, n2) = (format!("route1-{}", std::process::id()), format!("route2-{}", std::process::id()));
+        let (a1, a2, b1, b2) = (nic(&n1), nic(&n2), nic(&n1), nic(&n2));
+        let (ma1, ma2, mb1, mb2) = (a1.1.mac(), a2.1.mac(), b1.1.mac(), b2.1.mac());
+        let hosts_a = NameService::parse(&format!("b {mb1} loop:{n2}={mb2}")).unwrap();
+        let hosts_b = NameService::parse(&format!("a {ma1} loop:{n2}={ma2}")).unwrap();
+        let mut a = CompositeDevice::new(vec![a1, a2], None, &hosts_a).unwrap();
+        let mut b = CompositeDevice::new(vec![b1, b2], None, &hosts_b).unwrap();
+        let mut c = LoopbackDevice::open(&n1).unwrap(); // unrouted, first network
+        let mut spy = LoopbackDevice::open(&n2).unwrap(); // sees network 2's broadcasts
+        assert_eq!((a.mac(), b.mac()), (ma1, mb1));
+        let to_b = frame(mb1, ma1, 7);
+        let to_c = frame(c.mac(), ma1, 8);
+        let all = frame(MacAddr::BROADCAST, ma1, 9);
+        assert_eq!(a.transmit(&[TxFrame::new(&to_b), TxFrame::new(&to_c), TxFrame::new(&all)]).unwrap(), 3);
+        assert!(a.stats().contains(&("composite_tx_nic1", 1)), "{:?}", a.stats());
+        assert!(a.stats().contains(&("composite_tx_nic0", 1)), "{:?}", a.stats());
+        let got = recv_all(&mut b);
+        assert!(got.contains(&to_b), "b sees the routed frame as from a's identity to its own: {got:?}");
+        assert_eq!(got.iter().filter(|f| **f == all).count(), 2, "the broadcast came by both networks, as from a");
+        assert_eq!(recv_all(&mut c), vec![to_c, all.clone()]);
+        let mut renamed = all.clone();
+        renamed[6..12].copy_from_slice(&ma2.0);
+        assert_eq!(recv_all(&mut spy), vec![renamed], "on network 2 a's broadcast comes from a's NIC there");
+        // The routed host's MTU is its NIC's; frames too long for it are dropped.
+        assert_eq!(a.mtu_to(&to_b), b.nics[1].dev.mtu());
     }
 }

@@ -28,10 +28,12 @@
 //! | `/dev/via_lo`      | loopback device on the wire `lo`             |
 //! | `loop:<wire>`      | loopback device on the wire `<wire>`         |
 //! | `/dev/via_<ifname>`| [`PacketDevice`] on the interface `<ifname>` |
-//! | `shm:<wire>`       | [`ShmDevice`] on the wire `<wire>`           |
+//! | `shm:<wire>[,lend=<bytes>]` | [`ShmDevice`] on the wire `<wire>`  |
 //! | `<nic>+shm:<wire>` | [`CompositeDevice`] of the NIC `<nic>` (any  |
 //! |                    | name, opened by the caller's drivers) and    |
 //! |                    | the shared-memory wire `<wire>`              |
+//! | `<nic>+<nic>[+shm:<wire>]` | [`CompositeDevice`] of several NICs  |
+//! |                    | (routes from the hosts file) and the wire    |
 //! | `<name>?<faults>`  | the device `<name>` losing, duplicating and  |
 //! |                    | reordering frames ([`FaultyDevice`])         |
 //!
@@ -121,22 +123,20 @@ pub fn drivers() -> Vec<&'static dyn DeviceOpener> {
     vec![&LoopbackOpener, &ShmOpener, &PacketOpener]
 }
 
-/// Opens `name` with `drivers`, or, for `<nic>+shm:<wire>`, the NIC with
-/// them and a [`CompositeDevice`] of it and the wire; `<name>?<faults>`
-/// wraps the device in a [`FaultyDevice`].
+/// Opens `name` with `drivers`, or, for members joined by `+`
+/// (`<nic>+shm:<wire>`, `<nic>+<nic>`), the NICs with them and a
+/// [`CompositeDevice`] of them and the wire; `<name>?<faults>` wraps the
+/// device in a [`FaultyDevice`].
 pub fn open_with(name: &str, drivers: &[&dyn DeviceOpener]) -> io::Result<Box<dyn FrameDevice>> {
     if let Some((base, spec)) = name.split_once('?') {
         let faults = Faults::parse(spec)?;
         return Ok(Box::new(FaultyDevice::new(open_with(base, drivers)?, faults)));
     }
-    match name.rsplit_once("+shm:") {
-        Some((nic, wire)) => {
-            let nic = open_device(nic, drivers)?;
-            let c = CompositeDevice::new(nic, wire).map_err(|e| io::Error::new(e.kind(), format!("joining {name:?}: {e}")))?;
-            Ok(Box::new(c))
-        }
-        None => open_device(name, drivers),
+    if name.contains('+') {
+        let c = CompositeDevice::open(name, |nic| open_device(nic, drivers)).map_err(|e| io::Error::new(e.kind(), format!("joining {name:?}: {e}")))?;
+        return Ok(Box::new(c));
     }
+    open_device(name, drivers)
 }
 
 /// Opens a software device by its VIA name (see the crate documentation).

@@ -144,6 +144,9 @@ fn sizes(a: &Args) {
         println!("LINK faults_lost {lost} retransmits {}", s.nic.counters().retransmits);
         // Payloads that came lent by the server (a process on this host).
         println!("LENT {}", s.nic.counters().rx_lent);
+        // The device's counters (a composite's frames by member).
+        let dev: Vec<String> = s.nic.device_counters().iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!("DEVICE {}", dev.join(" "));
     }
 }
 
