@@ -13,10 +13,11 @@
 //!   devices opened on the same wire name in one process exchange frames by
 //!   MAC address, with no privileges and no kernel involvement.
 //! - [`ShmDevice`] (driver `shm`) connects processes of one host through
-//!   a shared-memory segment: rings of frames, a FIFO to wake a sleeper.
-//! - [`CompositeDevice`] joins a NIC and a shared-memory wire under the
-//!   NIC's MAC: frames for processes attached to the wire go through it,
-//!   the rest through the NIC.
+//!   a shared-memory segment: rings of frames, an eventfd to wake a sleeper.
+//! - [`CompositeDevice`] joins NICs and a shared-memory wire under the
+//!   first NIC's MAC: frames for processes attached to the wire go through
+//!   it, frames for hosts the hosts file routes through the NIC it names,
+//!   the rest through the first NIC.
 //!
 //! # Device names
 //!

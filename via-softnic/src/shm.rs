@@ -16,16 +16,19 @@
 //! owner rings its doorbell once it has taken frames out, so a sender
 //! asleep waiting for room wakes when there is some.
 //!
-//! Waking: each port has a FIFO `/dev/shm/via-shm-<wire>.<port>` that the
-//! owner keeps open for reading (its `wait_fd`). A sender publishes its
-//! frame (tail), then, after a full fence, writes a byte if the owner had
-//! taken every frame before it (head). The owner empties the FIFO only
-//! after it found the ring empty, then, after a full fence, looks once
-//! more. Of the sender's look at head and the owner's second look at tail
-//! one sees the other's store, so a frame either is seen or leaves its
-//! byte behind. And when the owner stops with frames still in the ring
-//! (its budget ran out), it leaves a byte in its own FIFO, so that the
-//! descriptor stays readable while frames wait, as a NIC ring's does.
+//! Waking: each port's owner sleeps on an eventfd (its `wait_fd`), whose
+//! number it publishes in the port's control block; a sender takes its
+//! own copy of it once, with `pidfd_getfd` (the owner allows that with
+//! `PR_SET_PTRACER`, for kernels whose Yama policy asks). A sender
+//! publishes its frame (tail), then, after a full fence, rings the eventfd
+//! if the owner had taken every frame before it (head). The owner empties
+//! the eventfd only after it found the ring empty, then, after a full
+//! fence, looks once more. Of the sender's look at head and the owner's
+//! second look at tail one sees the other's store, so a frame either is
+//! seen or leaves the eventfd rung. And when the owner stops with frames
+//! still in the ring (its budget ran out), it rings its own eventfd, so
+//! that the descriptor stays readable while frames wait, as a NIC ring's
+//! does.
 //!
 //! Lending (`shm:<wire>,lend=<bytes>`): a frame whose payload its sender
 //! keeps in place until the receiver has it ([`TxFrame::lendable`]) and
@@ -68,7 +71,7 @@ const CONTROL_BYTES: usize = 256;
 const PORT_BYTES: usize = CONTROL_BYTES + SLOTS as usize * SLOT_BYTES;
 const HEADER_BYTES: usize = 4096;
 const SEGMENT_BYTES: usize = HEADER_BYTES + PORTS * PORT_BYTES;
-const MAGIC: u64 = u64::from_le_bytes(*b"VIASHM02");
+const MAGIC: u64 = u64::from_le_bytes(*b"VIASHM03");
 
 /// Port states.
 const FREE: u32 = 0;
@@ -100,7 +103,9 @@ struct Control {
     /// Ports whose owners found this ring full (bit p for port p): rung
     /// when the owner makes room.
     blocked: AtomicU64,
-    _pad0: [u8; 16],
+    /// The owner's eventfd (a descriptor number in the owner's process).
+    wake_fd: AtomicU32,
+    _pad0: [u8; 12],
     /// Frames appended (written by senders under the lock).
     tail: AtomicU64,
     _pad1: [u8; 56],
@@ -232,17 +237,16 @@ pub struct ShmDevice {
     port: usize,
     pid: u32,
     identity: MacAddr,
-    /// Our FIFO, open for reading: the wait descriptor.
-    fifo: OwnedFd,
-    fifo_path: String,
+    /// Our eventfd: the wait descriptor.
+    wake: OwnedFd,
     /// Live ports by identity, as of `epoch`.
     routes: HashMap<MacAddr, Vec<Route>>,
     epoch: u64,
-    /// Other ports' FIFOs opened for writing, with their generation.
+    /// Other ports' eventfds (our copies), with their generation.
     doorbells: HashMap<usize, (u32, OwnedFd)>,
     /// The ports of the frame being sent (kept for reuse).
     targets: Vec<Route>,
-    /// Our FIFO may be empty (we emptied it and have not rung it since).
+    /// Our eventfd may be clear (we emptied it and have not rung it since).
     drained: bool,
     /// Payloads at least this long are lent (usize::MAX: never).
     lend_min: usize,
@@ -255,6 +259,7 @@ pub struct ShmDevice {
     tx_no_port: u64,
     rx_bad_length: u64,
     rx_lent_failed: u64,
+    doorbell_failed: u64,
 }
 
 impl std::fmt::Debug for ShmDevice {
@@ -268,16 +273,11 @@ pub fn segment_path(wire: &str) -> String {
     format!("/dev/shm/via-shm-{wire}")
 }
 
-/// Removes the wire's segment and the FIFOs of its ports (those of
-/// processes that died without closing): for whoever made the wire, once
-/// every process is done with it. Processes still attached keep their
-/// mappings; new ones get a fresh segment.
+/// Removes the wire's segment: for whoever made the wire, once every
+/// process is done with it. Processes still attached keep their mappings;
+/// new ones get a fresh segment.
 pub fn remove_wire(wire: &str) {
-    let path = segment_path(wire);
-    for p in 0..PORTS {
-        let _ = std::fs::remove_file(format!("{path}.{p}"));
-    }
-    let _ = std::fs::remove_file(path);
+    let _ = std::fs::remove_file(segment_path(wire));
 }
 
 /// Splits `<wire>[,lend=<bytes>|,lend=off]` into the wire's name and the
@@ -335,8 +335,9 @@ impl ShmDevice {
         c.head.store(0, Ordering::Release);
         c.generation.fetch_add(1, Ordering::AcqRel);
         seg.unlock(port);
-        let fifo_path = format!("{path}.{port}");
-        let fifo = sys::fifo(&fifo_path).map_err(|e| io::Error::new(e.kind(), format!("making the doorbell FIFO {fifo_path}: {e}")))?;
+        let wake = sys::eventfd().map_err(|e| io::Error::new(e.kind(), format!("making the doorbell eventfd: {e}")))?;
+        c.wake_fd.store(wake.as_raw_fd() as u32, Ordering::Release);
+        sys::allow_fd_copies();
         c.state.store(LIVE, Ordering::Release);
         seg.header().epoch.fetch_add(1, Ordering::AcqRel);
         Ok(ShmDevice {
@@ -345,8 +346,7 @@ impl ShmDevice {
             port,
             pid,
             identity,
-            fifo,
-            fifo_path,
+            wake,
             routes: HashMap::new(),
             epoch: u64::MAX,
             doorbells: HashMap::new(),
@@ -361,6 +361,7 @@ impl ShmDevice {
             tx_no_port: 0,
             rx_bad_length: 0,
             rx_lent_failed: 0,
+            doorbell_failed: 0,
         })
     }
 
@@ -494,11 +495,23 @@ impl ShmDevice {
     fn ring_doorbell(&mut self, r: Route) {
         let fresh = self.doorbells.get(&r.port).is_none_or(|(g, _)| *g != r.generation);
         if fresh {
-            match sys::open_writer(&format!("{}.{}", segment_path(&self.wire), r.port)) {
+            let c = self.seg.control(r.port);
+            let (pid, fd) = (c.pid.load(Ordering::Acquire), c.wake_fd.load(Ordering::Acquire));
+            match sys::copy_fd(pid, fd) {
                 Ok(fd) => {
                     self.doorbells.insert(r.port, (r.generation, fd));
                 }
-                Err(_) => return, // the owner is going away
+                Err(e) => {
+                    // The owner is going away (ESRCH), or we may not copy
+                    // its descriptors (EPERM: Yama's ptrace policy without
+                    // PR_SET_PTRACER, another user): then it sleeps
+                    // through our frames until a timeout, so say so once.
+                    self.doorbell_failed += 1;
+                    if e.raw_os_error() != Some(libc::ESRCH) && self.doorbell_failed == 1 {
+                        eprintln!("via shm wire {:?}: cannot take process {pid}'s doorbell: {e}; it will not be woken for our frames", self.wire);
+                    }
+                    return;
+                }
             }
         }
         if let Some((_, fd)) = self.doorbells.get(&r.port) {
@@ -562,16 +575,16 @@ impl ShmDevice {
             }
             // Found nothing: empty the doorbell, then look once more (the
             // fence pairs with the senders').
-            sys::drain(self.fifo.as_raw_fd());
+            sys::drain(self.wake.as_raw_fd());
             self.drained = true;
             std::sync::atomic::fence(Ordering::SeqCst);
         }
         self.rx_frames += n as u64;
         // Frames left over (the budget ran out): senders ring only when
-        // the ring was empty, so keep our FIFO readable ourselves, as a
+        // the ring was empty, so keep our eventfd readable ourselves, as a
         // NIC's ring descriptor stays readable while frames wait.
         if self.drained && c.tail.load(Ordering::Acquire) > head {
-            sys::ring(self.fifo.as_raw_fd());
+            sys::ring(self.wake.as_raw_fd());
             self.drained = false;
         }
         if n > 0 {
@@ -633,7 +646,7 @@ impl FrameDevice for ShmDevice {
     }
 
     fn wait_fd(&self) -> RawFd {
-        self.fifo.as_raw_fd()
+        self.wake.as_raw_fd()
     }
 
     fn set_filter(&mut self, filter: RxFilter) -> io::Result<()> {
@@ -689,6 +702,7 @@ impl FrameDevice for ShmDevice {
             ("shm_tx_no_port", self.tx_no_port),
             ("shm_rx_bad_length", self.rx_bad_length),
             ("shm_rx_lent_failed", self.rx_lent_failed),
+            ("shm_doorbell_failed", self.doorbell_failed),
         ]
     }
 }
@@ -701,57 +715,61 @@ impl Drop for ShmDevice {
         c.pid.store(0, Ordering::Release);
         self.seg.unlock(self.port);
         self.seg.header().epoch.fetch_add(1, Ordering::AcqRel);
-        let _ = std::fs::remove_file(&self.fifo_path);
     }
 }
 
-/// The FIFO calls, each confining its `unsafe`.
+/// The eventfd calls, each confining its `unsafe`.
 mod sys {
     use super::*;
 
-    fn cpath(path: &str) -> io::Result<CString> {
-        CString::new(path).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a path"))
-    }
-
-    fn open(path: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
-        let c = cpath(path)?;
-        // SAFETY: plain open of a NUL-terminated path.
-        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+    /// A fresh nonblocking eventfd.
+    pub fn eventfd() -> io::Result<OwnedFd> {
+        // SAFETY: plain eventfd creation.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: `fd` was just opened and is ours.
+        // SAFETY: `fd` was just created and is ours.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
-    /// A fresh FIFO at `path`, open for reading (and writing, so that it
-    /// never reports end-of-file when no sender has it open).
-    pub fn fifo(path: &str) -> io::Result<OwnedFd> {
-        let _ = std::fs::remove_file(path);
-        let c = cpath(path)?;
-        // SAFETY: mkfifo of a NUL-terminated path.
-        if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+    /// Lets processes of our user copy our descriptors (`pidfd_getfd`)
+    /// under Yama's "restricted ptrace" policy; without Yama it fails, and
+    /// nothing is needed.
+    pub fn allow_fd_copies() {
+        // SAFETY: prctl with integer arguments only.
+        unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+    }
+
+    /// Our own copy of descriptor `fd` of process `pid`.
+    pub fn copy_fd(pid: u32, fd: u32) -> io::Result<OwnedFd> {
+        // SAFETY: pidfd_open takes a pid and flags.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if pidfd < 0 {
             return Err(io::Error::last_os_error());
         }
-        open(path, libc::O_RDWR)
+        // SAFETY: `pidfd` was just opened and is ours.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+        // SAFETY: pidfd_getfd takes a live pidfd, a descriptor number and flags.
+        let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd as libc::c_int, 0) };
+        if copy < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel gave us this descriptor (close-on-exec).
+        Ok(unsafe { OwnedFd::from_raw_fd(copy as RawFd) })
     }
 
-    pub fn open_writer(path: &str) -> io::Result<OwnedFd> {
-        open(path, libc::O_WRONLY)
-    }
-
-    /// Makes the FIFO readable (a full FIFO is readable already).
+    /// Makes the eventfd readable.
     pub fn ring(fd: RawFd) {
-        // SAFETY: writes one byte from a live buffer to a nonblocking FIFO.
-        unsafe { libc::write(fd, [1u8].as_ptr().cast(), 1) };
+        // SAFETY: writes 8 bytes from a live buffer to a nonblocking eventfd.
+        unsafe { libc::write(fd, 1u64.to_ne_bytes().as_ptr().cast(), 8) };
     }
 
-    /// Empties the FIFO.
+    /// Empties the eventfd.
     pub fn drain(fd: RawFd) {
-        let mut b = [0u8; 256];
-        // SAFETY: reads into a live buffer from a nonblocking FIFO; stops
-        // at EAGAIN (empty) or a short read.
-        while unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) } == b.len() as isize {}
+        let mut b = [0u8; 8];
+        // SAFETY: reads 8 bytes into a live buffer from a nonblocking eventfd.
+        unsafe { libc::read(fd, b.as_mut_ptr().cast(), 8) };
     }
 }
 

@@ -103,7 +103,7 @@ impl Child2 {
                 _ => std::thread::sleep(Duration::from_millis(20)),
             }
         }
-        let status = self.child.wait().map_err(|e| e.to_string())?;
+        let status = reap(&mut self.child)?;
         let mut err = String::new();
         if let Some(mut e) = self.child.stderr.take() {
             let _ = std::io::Read::read_to_string(&mut e, &mut err);
@@ -119,13 +119,40 @@ impl Child2 {
     }
 }
 
+/// Waits for `child` (killed already, or about to exit) for up to ten
+/// seconds. A process that a SIGKILL cannot end is stuck in the kernel:
+/// the error says where (its state, wait channel and kernel stack), and
+/// the suite goes on instead of waiting forever.
+fn reap(child: &mut Child) -> Result<std::process::ExitStatus, String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => return Ok(st),
+            Ok(None) if Instant::now() < deadline => {
+                let _ = child.kill();
+                // Polling a child's exit: nothing here synchronises on time.
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Ok(None) => {
+                let pid = child.id();
+                let read = |f: &str| std::fs::read_to_string(format!("/proc/{pid}/{f}")).unwrap_or_else(|e| format!("({e})"));
+                let state = read("stat").split(") ").nth(1).and_then(|r| r.split_whitespace().next()).unwrap_or("?").to_string();
+                return Err(format!("process {pid} did not exit 10 s after SIGKILL: stuck in the kernel (state {state}, wchan {}); kernel stack:\n{}", read("wchan"), read("stack")));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
 trait WaitRef {
     fn wait_with_output_ref(&mut self) -> String;
 }
 
 impl WaitRef for Child {
     fn wait_with_output_ref(&mut self) -> String {
-        let _ = self.wait();
+        if let Err(e) = reap(self) {
+            return e;
+        }
         let mut err = String::new();
         if let Some(mut e) = self.stderr.take() {
             let _ = std::io::Read::read_to_string(&mut e, &mut err);
