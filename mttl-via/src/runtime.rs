@@ -106,7 +106,10 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut Runtime) -> R) -> R {
 /// Stops the process: the communication layer failed or a rule of the
 /// run was broken. Exits with status 1 after saying why.
 pub(crate) fn fatal(msg: impl Display) -> ! {
-    eprintln!("mttl: rank {}: {msg}", RANK.with(|r| r.get()));
+    // One write: mttl-run may kill this process any moment now (a peer
+    // stopped), and eprintln! writes a formatted line in pieces.
+    let line = format!("mttl: rank {}: {msg}\n", RANK.with(|r| r.get()));
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
     if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0") {
         eprintln!("{}", std::backtrace::Backtrace::force_capture());
     }

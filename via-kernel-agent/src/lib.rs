@@ -9,11 +9,13 @@
 //! - [`conn`]: the connection manager of the client/server model (sans-IO);
 //! - [`peer`]: peer-to-peer connections (sans-IO);
 //! - [`names`]: the name service (hosts file);
+//! - [`crc32c`]: the frame checksum for devices without a hardware one;
 //! - [`resolver`]: name discovery on the segment (sans-IO);
 //! - [`netns`]: running `ip` for tools that build hosts from namespaces.
 
 pub mod backoff;
 pub mod conn;
+pub mod crc32c;
 pub mod device;
 pub mod mac;
 pub mod memory;

@@ -15,6 +15,11 @@
 //! 36 imm u32          40 rdma_addr u64   48 rdma_handle u32
 //! 52 credits u16      54 payload_len u16 56 msg_seq u32   60 check u32
 //! ```
+//!
+//! `check`, when the [`flags::CHECKSUM`] bit is set, is the CRC-32C of the
+//! frame from the EtherType to the end of the payload, taken with `check`
+//! zero ([`frame_checksum`]). The MAC addresses are left out: composite
+//! devices rewrite them on the way.
 
 use crate::mac::MacAddr;
 
@@ -115,6 +120,25 @@ pub mod flags {
     pub const ERROR: u16 = 0x0040;
     /// With [`ERROR`]: the peer broke the connection over it.
     pub const FATAL: u16 = 0x0080;
+    /// `check` holds the frame's checksum ([`super::frame_checksum`]).
+    pub const CHECKSUM: u16 = 0x0100;
+}
+
+/// Byte offset, within the Ethernet frame, of the `check` field.
+pub const CHECK_OFFSET: usize = ETH_HEADER_LEN + 60;
+
+/// The checksum of the frame whose headers are `head` (at least
+/// [`FRAME_HEADER_LEN`] bytes; its `check` field is taken as zero) and
+/// whose payload is `payload`, in pieces.
+pub fn frame_checksum<'a>(head: &[u8], payload: impl IntoIterator<Item = &'a [u8]>) -> u32 {
+    use crate::crc32c::{finish, update, START};
+    let mut c = update(START, &head[12..CHECK_OFFSET]);
+    c = update(c, &[0; 4]);
+    c = update(c, &head[CHECK_OFFSET + 4..FRAME_HEADER_LEN]);
+    for p in payload {
+        c = update(c, p);
+    }
+    finish(c)
 }
 
 /// Why a frame could not be parsed.

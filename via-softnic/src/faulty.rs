@@ -1,11 +1,14 @@
 //! [`FaultyDevice`]: any device with faults injected on transmit — frames
-//! lost, duplicated or sent out of order, at given rates from a seeded
-//! generator — for testing loss recovery on real links where `tc netem`
-//! is not available (this project's kernels lack it).
+//! lost, duplicated, sent out of order or corrupted, at given rates from a
+//! seeded generator — for testing loss recovery on real links where `tc
+//! netem` is not available (this project's kernels lack it).
 //!
-//! Named `<device>?loss=P,dup=P,reorder=P,seed=N` (rates from 0 to 1, each
-//! optional). A reordered frame is held back and sent after the next one
-//! (or at the next call, if it was the last of its batch).
+//! Named `<device>?loss=P,dup=P,reorder=P,corrupt=P,seed=N` (rates from 0
+//! to 1, each optional). A reordered frame is held back and sent after the
+//! next one (or at the next call, if it was the last of its batch). A
+//! corrupted frame has one bit flipped past its MAC addresses (which a NIC
+//! would deliver elsewhere or not at all); the device then reports itself
+//! unchecksummed, as a link that corrupts frames is.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -17,6 +20,7 @@ pub struct Faults {
     pub loss: f64,
     pub dup: f64,
     pub reorder: f64,
+    pub corrupt: f64,
     pub seed: u64,
 }
 
@@ -36,7 +40,8 @@ impl Faults {
                 "loss" => f.loss = p,
                 "dup" => f.dup = p,
                 "reorder" => f.reorder = p,
-                _ => return Err(bad(format!("unknown fault {k:?} (loss, dup, reorder, seed)"))),
+                "corrupt" => f.corrupt = p,
+                _ => return Err(bad(format!("unknown fault {k:?} (loss, dup, reorder, corrupt, seed)"))),
             }
         }
         Ok(f)
@@ -53,11 +58,12 @@ pub struct FaultyDevice {
     lost: u64,
     duplicated: u64,
     reordered: u64,
+    corrupted: u64,
 }
 
 impl FaultyDevice {
     pub fn new(inner: Box<dyn FrameDevice>, faults: Faults) -> FaultyDevice {
-        FaultyDevice { inner, faults, rng: faults.seed.max(1), held: None, lost: 0, duplicated: 0, reordered: 0 }
+        FaultyDevice { inner, faults, rng: faults.seed.max(1), held: None, lost: 0, duplicated: 0, reordered: 0, corrupted: 0 }
     }
 
     /// True with probability `p` (xorshift64*).
@@ -65,11 +71,15 @@ impl FaultyDevice {
         if p <= 0.0 {
             return false;
         }
+        ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+
+    /// The generator's next number (xorshift64*).
+    fn next(&mut self) -> u64 {
         self.rng ^= self.rng >> 12;
         self.rng ^= self.rng << 25;
         self.rng ^= self.rng >> 27;
-        let x = self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d);
-        ((x >> 11) as f64 / (1u64 << 53) as f64) < p
+        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
     /// Sends one whole frame; false if the device refused it.
@@ -99,7 +109,8 @@ impl FrameDevice for FaultyDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        let c = self.inner.capabilities();
+        Capabilities { checksummed: c.checksummed && self.faults.corrupt == 0.0, ..c }
     }
 
     fn wait_fd(&self) -> RawFd {
@@ -138,6 +149,18 @@ impl FrameDevice for FaultyDevice {
                 self.held = Some(held);
                 continue;
             }
+            if f.len() > 12 && self.chance(self.faults.corrupt) {
+                let mut bytes = Vec::new();
+                f.append_to(&mut bytes);
+                let bit = (self.next() % ((bytes.len() as u64 - 12) * 8)) as usize;
+                bytes[12 + bit / 8] ^= 1 << (bit % 8);
+                if !self.send_one(&bytes)? {
+                    return Ok(i);
+                }
+                self.corrupted += 1;
+                self.release_held()?;
+                continue;
+            }
             if self.inner.transmit(std::slice::from_ref(f))? == 0 {
                 return Ok(i);
             }
@@ -160,7 +183,7 @@ impl FrameDevice for FaultyDevice {
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
         let mut s = self.inner.stats();
-        s.extend([("faults_lost", self.lost), ("faults_duplicated", self.duplicated), ("faults_reordered", self.reordered)]);
+        s.extend([("faults_lost", self.lost), ("faults_duplicated", self.duplicated), ("faults_reordered", self.reordered), ("faults_corrupted", self.corrupted)]);
         s
     }
 }
@@ -172,12 +195,37 @@ mod tests {
 
     #[test]
     fn specs_parse_and_bad_ones_say_why() {
-        assert_eq!(Faults::parse("loss=0.05,dup=0.01,reorder=0.2,seed=9").unwrap(), Faults { loss: 0.05, dup: 0.01, reorder: 0.2, seed: 9 });
+        assert_eq!(Faults::parse("loss=0.05,dup=0.01,reorder=0.2,seed=9").unwrap(), Faults { loss: 0.05, dup: 0.01, reorder: 0.2, corrupt: 0.0, seed: 9 });
         assert_eq!(Faults::parse("").unwrap(), Faults { seed: 1, ..Faults::default() });
-        for bad in ["loss=2", "loss", "corrupt=0.1", "seed=x"] {
+        for bad in ["loss=2", "loss", "corrupt=-1", "bits=0.1", "seed=x"] {
             let e = Faults::parse(bad).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad}");
         }
+    }
+
+    /// A corrupted frame arrives with one bit flipped past its addresses;
+    /// a device that corrupts says it cannot vouch for its frames.
+    #[test]
+    fn corruption_flips_one_bit_past_the_addresses() {
+        let w = format!("faulty-c-{}", std::process::id());
+        let mut rx = LoopbackDevice::open(&w).unwrap();
+        let mut tx = FaultyDevice::new(Box::new(LoopbackDevice::open(&w).unwrap()), Faults { corrupt: 0.25, seed: 7, ..Faults::default() });
+        assert!(!tx.capabilities().checksummed);
+        let mut f = vec![0x5au8; 100];
+        f[..6].copy_from_slice(&rx.mac().0);
+        let (mut same, mut flipped) = (0, 0);
+        for _ in 0..400 {
+            assert_eq!(tx.transmit(&[TxFrame::new(&f)]).unwrap(), 1);
+            rx.receive(8, &mut |g| {
+                let bits: u32 = f.iter().zip(g).map(|(a, b)| (a ^ b).count_ones()).sum();
+                assert!(bits <= 1 && g[..12] == f[..12] && g.len() == f.len(), "one bit past the addresses");
+                if bits == 0 { same += 1 } else { flipped += 1 }
+            })
+            .unwrap();
+        }
+        assert_eq!(same + flipped, 400);
+        assert!((60..140).contains(&flipped), "{flipped} of 400 corrupted at 25 %");
+        assert!(tx.stats().contains(&("faults_corrupted", flipped)));
     }
 
     /// The rates come out near what was asked, and with only reordering

@@ -21,13 +21,14 @@ struct Args {
     peer: String,
     level: Reliability,
     sizes: Vec<usize>,
+    count: usize,
 }
 
 fn parse() -> Args {
     let mut a = std::env::args().skip(1);
     let role = a.next().unwrap_or_default();
     let scenario = a.next().unwrap_or_default();
-    let mut args = Args { role, scenario, dev: String::new(), peer: String::new(), level: Reliability::ReliableDelivery, sizes: vec![] };
+    let mut args = Args { role, scenario, dev: String::new(), peer: String::new(), level: Reliability::ReliableDelivery, sizes: vec![], count: 1000 };
     while let Some(k) = a.next() {
         let v = a.next().unwrap_or_else(|| fail(&format!("{k} needs a value")));
         match k.as_str() {
@@ -35,6 +36,7 @@ fn parse() -> Args {
             "--peer" => args.peer = v,
             "--level" => args.level = if v == "unrel" { Reliability::Unreliable } else { Reliability::ReliableDelivery },
             "--sizes" => args.sizes = v.split(',').map(|s| s.parse().unwrap_or_else(|_| fail("bad size"))).collect(),
+            "--count" => args.count = v.parse().unwrap_or_else(|_| fail("bad --count")),
             _ => fail(&format!("unknown option {k}")),
         }
     }
@@ -141,12 +143,70 @@ fn sizes(a: &Args) {
         // What the link did to the frames, for tests on faulty devices.
         let dev = s.nic.device_counters();
         let lost = dev.iter().find(|(k, _)| *k == "faults_lost").map_or(0, |(_, v)| *v);
-        println!("LINK faults_lost {lost} retransmits {}", s.nic.counters().retransmits);
+        println!("LINK faults_lost {lost} retransmits {} bad_checksum {}", s.nic.counters().retransmits, s.nic.counters().rx_bad_checksum);
         // Payloads that came lent by the server (a process on this host).
         println!("LENT {}", s.nic.counters().rx_lent);
         // The device's counters (a composite's frames by member).
         let dev: Vec<String> = s.nic.device_counters().iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!("DEVICE {}", dev.join(" "));
+    }
+}
+
+/// `--count` messages one way, sizes taking turns from `--sizes`, each
+/// carrying its number as immediate data: at any level, every message that
+/// completes without error must hold exactly what was sent (a corrupted
+/// frame is never delivered); the server says how many arrived, how many
+/// completed with an error (a lost fragment) and how many frames failed
+/// their checksum. It stops after two seconds without a message, or when
+/// the client disconnects.
+fn oneway(a: &Args) {
+    const RECVS: usize = 64;
+    let s = Side::new(&a.dev, a.level);
+    let sizes = if a.sizes.is_empty() { vec![100] } else { a.sizes.clone() };
+    let max = sizes.iter().copied().max().unwrap_or(1).max(1);
+    let mut vi = s.vi(None);
+    if a.role == "server" {
+        let buf = s.region(RECVS * max);
+        let mut at = std::collections::HashMap::new();
+        for i in 0..RECVS {
+            let d = s.desc(&buf, i * max, max, None);
+            at.insert(d.addr(), i * max);
+            vi.post_recv(d).or_fail("post recv");
+        }
+        s.ready();
+        s.accept(&vi, b"oneway");
+        let (mut delivered, mut failed) = (0u64, 0u64);
+        let mut wait = T;
+        while let Ok(d) = vi.recv_wait(wait) {
+            wait = Some(Duration::from_secs(2));
+            if d.errors() != 0 && vi.state() == via_user::ViPhase::Error {
+                break; // the client has gone: the rest come back flushed
+            }
+            if d.errors() == 0 {
+                let seq = d.immediate().unwrap_or_else(|| fail("a message without its number"));
+                let len = d.length() as usize;
+                let off = at[&d.addr()];
+                if len != sizes[seq as usize % sizes.len()] || buf.to_vec(off..off + len).or_fail("read") != pattern(seq, len) {
+                    fail(&format!("message {seq} was delivered ({len} bytes) but differs from what was sent"));
+                }
+                delivered += 1;
+            } else {
+                failed += 1;
+            }
+            vi.post_recv(d).or_fail("repost");
+        }
+        let c = s.nic.counters();
+        println!("DELIVERED {delivered} FAILED {failed} BAD_CHECKSUM {} NO_RECEIVE {}", c.rx_bad_checksum, c.rx_no_receive_posted);
+    } else {
+        let sbuf = s.region(max);
+        s.connect(&mut vi, &a.peer, b"oneway");
+        for i in 0..a.count {
+            let len = sizes[i % sizes.len()];
+            sbuf.write(0, &pattern(i as u32, len)).or_fail("fill");
+            vi.post_send(s.desc(&sbuf, 0, len, Some(i as u32))).or_fail("post send");
+            vi.send_wait(T).or_fail("send completion").check_ok().or_fail("send status");
+        }
+        println!("SENT {}", a.count);
     }
 }
 
@@ -362,6 +422,7 @@ fn main() {
         "timeout" => timeout(&a),
         "length" => length(&a),
         "vanish" => vanish(&a),
+        "oneway" => oneway(&a),
         s => fail(&format!("unknown scenario {s}")),
     }
 }

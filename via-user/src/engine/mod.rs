@@ -144,6 +144,8 @@ pub struct Counters {
     /// Lent payloads that could not be read (the sender went away or no
     /// longer has the memory): the frame is dropped.
     pub rx_lent_failed: u64,
+    /// Frames whose checksum was missing or wrong (corrupted on the way).
+    pub rx_bad_checksum: u64,
 }
 
 impl Counters {
@@ -172,6 +174,7 @@ impl Counters {
             ("read_responses_dropped", self.read_responses_dropped),
             ("rx_lent", self.rx_lent),
             ("rx_lent_failed", self.rx_lent_failed),
+            ("rx_bad_checksum", self.rx_bad_checksum),
         ]
     }
 }
@@ -201,6 +204,9 @@ pub struct Core {
     /// Our endpoint id: what our frames' `dst_ep` must say.
     pub ep: u32,
     pub mtu: usize,
+    /// Frames carry a checksum, and received ones must (the device cannot
+    /// vouch for what it delivers: no Ethernet FCS check).
+    pub checksum: bool,
     /// Payload bytes per fragment.
     pub frag: u32,
     /// Most unacknowledged frames per reliable VI.
@@ -260,10 +266,12 @@ impl Engine {
         let mac = dev.mac();
         let frag = (mtu - VIA_HEADER_LEN) as u32;
         let window = ((2 << 20) / mtu as u32).clamp(16, 256);
+        let checksum = !dev.capabilities().checksummed;
         let core = Core {
             mac,
             ep,
             mtu,
+            checksum,
             frag,
             window,
             cm: ConnectionManager::new(mac, ep),

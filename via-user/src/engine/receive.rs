@@ -14,7 +14,7 @@ use crate::usermem;
 use crate::vi::{ReadJob, Reliability, RxMessage, ViPhase};
 use std::time::Instant;
 use via_kernel_agent::conn::CmHeader;
-use via_kernel_agent::wire::{flags, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT};
+use via_kernel_agent::wire::{flags, frame_checksum, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT, FRAME_HEADER_LEN};
 use via_kernel_agent::LentPayload;
 
 /// A frame's payload: in the frame, or lent by its sender.
@@ -71,6 +71,16 @@ impl Core {
             self.counters.rx_malformed += 1;
             return;
         };
+        // A lent payload never crossed a wire; everything else is checked
+        // when it carries a checksum, and must carry one when our device
+        // cannot vouch for what it delivers.
+        if lent.is_none() && (self.checksum || f.flags() & flags::CHECKSUM != 0) {
+            let sound = f.flags() & flags::CHECKSUM != 0 && frame_checksum(&bytes[..FRAME_HEADER_LEN], [f.payload()]) == f.check();
+            if !sound {
+                self.counters.rx_bad_checksum += 1;
+                return;
+            }
+        }
         let payload = match lent {
             None => Payload::Inline(f.payload()),
             Some(l) => Payload::Lent(l),

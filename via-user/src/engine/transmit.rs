@@ -24,7 +24,10 @@ use crate::usermem;
 use std::time::Instant;
 use via_kernel_agent::conn::{CmFrame, Peer};
 use via_kernel_agent::device::MAX_GATHER;
-use via_kernel_agent::wire::{flags, seq_le, seq_lt, HeaderRepr, Kind, FRAME_HEADER_LEN, VIA_HEADER_LEN};
+use via_kernel_agent::wire::{flags, frame_checksum, seq_le, seq_lt, HeaderRepr, Kind, CHECK_OFFSET, ETH_HEADER_LEN, FRAME_HEADER_LEN, VIA_HEADER_LEN};
+
+/// Byte offset, within the Ethernet frame, of the VIA header's flags.
+const FLAGS_OFFSET: usize = ETH_HEADER_LEN + 2;
 use std::mem::MaybeUninit;
 use via_kernel_agent::{FrameDevice, TxFrame};
 
@@ -68,7 +71,7 @@ impl Engine {
                 h.emit(&mut hdrs[i]);
                 specs[i] = Spec::default();
             }
-            let k = send_batch(dev.as_mut(), hdrs, &specs[..take]);
+            let k = send_batch(dev.as_mut(), hdrs, core.checksum, &specs[..take]);
             core.counters.tx_frames += k as u64;
             core.reports.drain(..k);
             if k < take {
@@ -89,7 +92,7 @@ impl Engine {
         }
         while !core.cm.outgoing().is_empty() {
             let n = core.build_control(hdrs, specs);
-            let k = send_batch(dev.as_mut(), hdrs, &specs[..n]);
+            let k = send_batch(dev.as_mut(), hdrs, core.checksum, &specs[..n]);
             core.counters.tx_frames += k as u64;
             if k < n {
                 core.counters.tx_ring_full += 1;
@@ -106,7 +109,7 @@ impl Engine {
                 if n == 0 {
                     break;
                 }
-                let k = send_batch(dev.as_mut(), hdrs, &specs[..n]);
+                let k = send_batch(dev.as_mut(), hdrs, core.checksum, &specs[..n]);
                 core.after_side(id, specs, n, k);
                 if k < n {
                     core.doorbell.ring(id);
@@ -118,7 +121,7 @@ impl Engine {
                 if n == 0 {
                     break;
                 }
-                let k = send_batch(dev.as_mut(), hdrs, &specs[..n]);
+                let k = send_batch(dev.as_mut(), hdrs, core.checksum, &specs[..n]);
                 core.after_transmit(id, specs, n, k, now);
                 if k < n {
                     core.doorbell.ring(id);
@@ -140,7 +143,7 @@ impl Engine {
                         n += 1;
                     }
                 }
-                let k = send_batch(dev.as_mut(), hdrs, &specs[..n]);
+                let k = send_batch(dev.as_mut(), hdrs, core.checksum, &specs[..n]);
                 core.counters.tx_frames += k as u64;
                 core.counters.acks_sent += k as u64;
                 for (i, &id) in chunk.iter().enumerate().take(n) {
@@ -230,11 +233,22 @@ fn gather(mem: &RegistrationTable, bounce_buf: &mut Vec<u8>, frag: usize, e: &Wq
 }
 
 /// Hands the built frames `specs` (headers in `hdrs`) to the device with
-/// one doorbell; returns how many it accepted. Only the frames in use are
-/// initialised: nothing is allocated or cleared per batch.
-fn send_batch(dev: &mut dyn FrameDevice, hdrs: &Headers, specs: &[Spec]) -> usize {
+/// one doorbell; returns how many it accepted. With `checksum`, each frame
+/// carries its CRC-32C first (the device cannot vouch for it). Only the
+/// frames in use are initialised: nothing is allocated or cleared per batch.
+fn send_batch(dev: &mut dyn FrameDevice, hdrs: &mut Headers, checksum: bool, specs: &[Spec]) -> usize {
     if specs.is_empty() {
         return 0;
+    }
+    if checksum {
+        for (s, h) in specs.iter().zip(hdrs.iter_mut()) {
+            let fl = u16::from_be_bytes([h[FLAGS_OFFSET], h[FLAGS_OFFSET + 1]]) | flags::CHECKSUM;
+            h[FLAGS_OFFSET..FLAGS_OFFSET + 2].copy_from_slice(&fl.to_be_bytes());
+            // SAFETY: as below: every piece was checked when built.
+            let pieces = s.pieces[..s.n].iter().map(|&(addr, len)| unsafe { usermem::bytes(addr, len) });
+            let c = frame_checksum(h, pieces);
+            h[CHECK_OFFSET..CHECK_OFFSET + 4].copy_from_slice(&c.to_be_bytes());
+        }
     }
     let mut buf: [MaybeUninit<TxFrame<'_>>; BATCH] = [const { MaybeUninit::uninit() }; BATCH];
     for (slot, (s, h)) in buf.iter_mut().zip(specs.iter().zip(hdrs.iter())) {
