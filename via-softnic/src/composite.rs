@@ -69,6 +69,8 @@ pub struct CompositeDevice {
     epoll: OwnedFd,
     /// Which member receives first next time.
     turn: usize,
+    /// The route of each frame of the batch being sent.
+    plan: Vec<Route>,
     /// Rewritten headers of the run being sent.
     headers: Vec<[u8; HEADER_MAX]>,
     /// A received frame with its addresses rewritten back.
@@ -121,7 +123,7 @@ impl CompositeDevice {
         let fds: Vec<RawFd> = nics.iter().map(|(_, d)| d.wait_fd()).chain(shm.as_ref().map(|s| s.wait_fd())).collect();
         let epoll = sys::epoll(&fds)?;
         let nics = nics.into_iter().map(|(_, dev)| Nic { mac: dev.mac(), dev, tx: 0 }).collect();
-        Ok(CompositeDevice { nics, shm, routes, identities, epoll, turn: 0, headers: Vec::new(), scratch: Vec::new(), nic_oversize: 0, unroutable: 0 })
+        Ok(CompositeDevice { nics, shm, routes, identities, epoll, turn: 0, plan: Vec::new(), headers: Vec::new(), scratch: Vec::new(), nic_oversize: 0, unroutable: 0 })
     }
 
     /// Opens `name`: members joined by `+`, NICs opened by `open_nic`, at
@@ -160,17 +162,13 @@ impl CompositeDevice {
         if self.shm.as_mut().is_some_and(|s| s.takes(&head[..n])) {
             return Route::Shm;
         }
-        let r = match self.routes.get(&dst) {
-            Some(&(k, there)) if (ETH_HEADER_LEN..=HEADER_MAX).contains(&f.header.len()) => Route::Routed(k, there),
+        let (k, r) = match self.routes.get(&dst) {
+            Some(&(k, there)) if (ETH_HEADER_LEN..=HEADER_MAX).contains(&f.header.len()) => (k, Route::Routed(k, there)),
             Some(_) => {
                 self.unroutable += 1;
-                Route::Nic(0)
+                (0, Route::Nic(0))
             }
-            None => Route::Nic(0),
-        };
-        let k = match r {
-            Route::Routed(k, _) | Route::Nic(k) => k,
-            _ => unreachable!(),
+            None => (0, Route::Nic(0)),
         };
         if f.len() > ETH_HEADER_LEN + self.nics[k].dev.mtu() {
             return Route::Drop;
@@ -292,14 +290,14 @@ impl FrameDevice for CompositeDevice {
     }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
+        // Each frame's route, once; then runs of frames taking the same.
+        let mut plan = std::mem::take(&mut self.plan);
+        plan.clear();
+        plan.extend(frames.iter().map(|f| self.route(f)));
         let mut done = 0;
         while done < frames.len() {
-            // The longest run of frames taking the same route.
-            let route = self.route(&frames[done]);
-            let mut end = done + 1;
-            while end < frames.len() && self.route(&frames[end]) == route {
-                end += 1;
-            }
+            let route = plan[done];
+            let end = done + plan[done..].iter().take_while(|&&r| r == route).count();
             let run = &frames[done..end];
             let sent = match route {
                 Route::Nic(k) => self.nics[k].dev.transmit(run)?,
@@ -334,6 +332,7 @@ impl FrameDevice for CompositeDevice {
                 break;
             }
         }
+        self.plan = plan;
         Ok(done)
     }
 
