@@ -189,6 +189,31 @@ pub fn assert_ok(name: &str, out: &Output) {
     );
 }
 
+/// One side of a `via-testpeer` pair: its host (namespace), its device
+/// and its environment.
+pub struct PeerSide<'a> {
+    pub host: &'a str,
+    pub dev: &'a str,
+    pub env: &'a [(&'a str, &'a std::ffi::OsStr)],
+}
+
+/// Runs `via-testpeer` (`bin`) scenario `scenario` with `args`: the server
+/// on `server`, then the client on `client`, connecting to the server's
+/// MAC. Both must exit 0; returns their stdout (client, server).
+pub fn testpeer_pair(net: &TestNet, bin: &str, scenario: &str, server: PeerSide, client: PeerSide, args: &[&str]) -> (String, String) {
+    let mut cmd = net.command(server.host, bin, &["server", scenario, "--dev", server.dev]);
+    cmd.args(args).envs(server.env.iter().copied());
+    let mut s = Proc::spawn("server", cmd);
+    let mac = s.expect_line("READY");
+    let mut cmd = net.command(client.host, bin, &["client", scenario, "--dev", client.dev, "--peer", &mac]);
+    cmd.args(args).envs(client.env.iter().copied());
+    let c = Proc::spawn("client", cmd).finish();
+    let s = s.finish();
+    assert_ok("client", &c);
+    assert_ok("server", &s);
+    (String::from_utf8_lossy(&c.stdout).into_owned(), String::from_utf8_lossy(&s.stdout).into_owned())
+}
+
 /// Writes a hosts file mapping `name` to `mac` and returns its path.
 pub fn hosts_file(dir: &Path, entries: &[(&str, &str)]) -> std::path::PathBuf {
     let p = dir.join(format!("hosts-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst)));

@@ -7,7 +7,7 @@
 //! the second network. Without the route they go through the first.
 //! Needs root.
 
-use via_tests::{assert_ok, Proc, TestNet};
+use via_tests::{testpeer_pair, PeerSide, TestNet};
 
 const PEER: &str = env!("CARGO_BIN_EXE_via-testpeer");
 const SIZES: &str = "0,1,1500,8986,8987,65536,1048576";
@@ -26,19 +26,10 @@ fn frames_by_nic(net: &TestNet, links: &(String, String), routes: impl Fn(&str) 
     let (hosts_a, hosts_b) = (hosts("a"), hosts("b"));
     let dev_a = format!("{}+/dev/via_{}", net.dev_a(), links.0);
     let dev_b = format!("{}+/dev/via_{}", net.dev_b(), links.1);
-    let args = ["--level", "rel", "--sizes", SIZES];
-    let mut cmd = net.command(&net.a, PEER, &["server", "sizes", "--dev", &dev_a]);
-    cmd.args(args).env("VIA_HOSTS", &hosts_a);
-    let mut server = Proc::spawn("server", cmd);
-    let mac = server.expect_line("READY");
-    let mut cmd = net.command(&net.b, PEER, &["client", "sizes", "--dev", &dev_b, "--peer", &mac]);
-    cmd.args(args).env("VIA_HOSTS", &hosts_b);
-    let client = Proc::spawn("client", cmd).finish();
-    let server = server.finish();
+    let (env_a, env_b) = ([("VIA_HOSTS", hosts_a.as_os_str())], [("VIA_HOSTS", hosts_b.as_os_str())]);
+    let (server, client) = (PeerSide { host: &net.a, dev: &dev_a, env: &env_a }, PeerSide { host: &net.b, dev: &dev_b, env: &env_b });
+    let out = testpeer_pair(net, PEER, "sizes", server, client, &["--level", "rel", "--sizes", SIZES]).0;
     let _ = std::fs::remove_dir_all(&dir);
-    assert_ok("client", &client);
-    assert_ok("server", &server);
-    let out = String::from_utf8_lossy(&client.stdout).into_owned();
     assert!(out.contains("OK 7"), "{out}");
     let dev = out.lines().find_map(|l| l.strip_prefix("DEVICE ")).unwrap_or_else(|| panic!("no DEVICE line: {out}"));
     let count = |name: &str| dev.split_whitespace().find_map(|kv| kv.strip_prefix(&format!("{name}="))).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no {name} in {dev}"));

@@ -6,7 +6,7 @@
 //! sender's memory with `process_vm_readv`), none below it or with lending
 //! off. Needs root.
 
-use via_tests::{assert_ok, Proc, TestNet};
+use via_tests::{testpeer_pair, PeerSide, TestNet};
 
 const PEER: &str = env!("CARGO_BIN_EXE_via-testpeer");
 
@@ -15,18 +15,8 @@ const PEER: &str = env!("CARGO_BIN_EXE_via-testpeer");
 /// client.
 fn lent_echoes(net: &TestNet, wire: &str, sizes: &str) -> u64 {
     let dev = format!("{}+shm:{wire}", net.dev_a());
-    let args = ["--level", "rel", "--sizes", sizes];
-    let mut cmd = net.command(&net.a, PEER, &["server", "sizes", "--dev", &dev]);
-    cmd.args(args);
-    let mut server = Proc::spawn("server", cmd);
-    let mac = server.expect_line("READY");
-    let mut cmd = net.command(&net.a, PEER, &["client", "sizes", "--dev", &dev, "--peer", &mac]);
-    cmd.args(args);
-    let client = Proc::spawn("client", cmd).finish();
-    let server = server.finish();
-    assert_ok("client", &client);
-    assert_ok("server", &server);
-    let out = String::from_utf8_lossy(&client.stdout).into_owned();
+    let side = || PeerSide { host: &net.a, dev: &dev, env: &[] };
+    let out = testpeer_pair(net, PEER, "sizes", side(), side(), &["--level", "rel", "--sizes", sizes]).0;
     let n = sizes.split(',').count();
     assert!(out.contains(&format!("OK {n}")), "{out}");
     out.lines().find_map(|l| l.strip_prefix("LENT ")).and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| panic!("no LENT line: {out}"))
