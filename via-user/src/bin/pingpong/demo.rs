@@ -125,9 +125,14 @@ fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<
     // wire (the two test hosts are processes of one machine).
     // via-shm-lent: the same with payloads of 16 KiB and more lent
     // (copied once, from the sender's memory) instead of framed.
-    let shm = match transport {
-        "via-shm" => format!("+shm:{}", shm_wire()),
-        "via-shm-lent" => format!("+shm:{},lend=16384", shm_wire()),
+    // via?<faults>: VIA (reliable delivery) over devices that inject
+    // faults (loss=P,dup=P,reorder=P,corrupt=P: a FaultyDevice), for
+    // goodput against the clean link.
+    let (transport_name, transport) = (transport, transport.split_once('?').map_or(transport, |(t, _)| t));
+    let shm = match (transport, transport_name.split_once('?')) {
+        ("via", Some((_, faults))) => format!("?{faults}"),
+        ("via-shm", _) => format!("+shm:{}", shm_wire()),
+        ("via-shm-lent", _) => format!("+shm:{},lend=16384", shm_wire()),
         _ => String::new(),
     };
     let (t, rel, rdma) = match transport {
@@ -182,7 +187,11 @@ fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<
         return Err(format!("{transport} server failed: {}", serr.trim()));
     }
     let rss = |s: &str| s.lines().find_map(|l| l.strip_prefix("peak_rss_kib=")).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
-    Ok((parse_json_array(&String::from_utf8_lossy(&out.stdout)), rss(&serr), rss(&cerr)))
+    let mut rows = parse_json_array(&String::from_utf8_lossy(&out.stdout));
+    if transport_name != transport {
+        rows.iter_mut().for_each(|r| r.transport = transport_name.to_string());
+    }
+    Ok((rows, rss(&serr), rss(&cerr)))
 }
 
 fn find<'a>(rows: &'a [Row], t: &str, op: &str, bytes: usize) -> Option<&'a Row> {
@@ -238,7 +247,7 @@ fn alternating_rounds(o: &Options, h: &Hosts) -> (Vec<Row>, Rounds) {
     for round in 0..o.rounds {
         for t in &wanted {
             let mut args: Vec<String> = vec!["--sizes".into(), "64".into(), "--bw-sizes".into()];
-            args.push(if ["raw", "via", "via-shm", "via-shm-lent", "via-write", "via-read"].contains(&t.as_str()) { (1 << 20).to_string() } else { String::new() });
+            args.push(if t.starts_with("via?") || ["raw", "via", "via-shm", "via-shm-lent", "via-write", "via-read"].contains(&t.as_str()) { (1 << 20).to_string() } else { String::new() });
             match run_pair_with(h, t, args) {
                 Ok((rows, _, _)) => {
                     for r in rows {
@@ -278,7 +287,7 @@ fn alternating_rounds(o: &Options, h: &Hosts) -> (Vec<Row>, Rounds) {
 fn print_ratios(rows: &[Row], rounds: Option<&Rounds>) {
     let paired = rounds.is_some();
     println!("\n=== VIA against the baselines (same run; {}) ===", if paired { "median of per-round ratios of alternating rounds" } else { "sweep figures" });
-    if !rows.iter().any(|r| !r.transport.starts_with("via")) && !rows.iter().any(|r| r.transport == "via-write") {
+    if !rows.iter().any(|r| !r.transport.starts_with("via") || r.transport.starts_with("via?")) && !rows.iter().any(|r| r.transport == "via-write") {
         println!("(no baseline rows: they need root, or their runs failed above)");
         return;
     }
@@ -306,6 +315,14 @@ fn print_ratios(rows: &[Row], rounds: Option<&Rounds>) {
     }
     if let Some((l, c, r)) = ratio("via-shm-lent", "via-shm", "bw") {
         println!("bandwidth 1 MiB shared memory lent/copied = {r:.3}  (medians {l:.1} / {c:.1} MB/s; via-shm-lent against via-shm)");
+    }
+    for t in rows.iter().map(|r| r.transport.as_str()).filter(|t| t.starts_with("via?")).collect::<std::collections::BTreeSet<_>>() {
+        if let Some((f, c, r)) = ratio(t, "via", "bw") {
+            println!("bandwidth 1 MiB {t}/via = {r:.3}  (medians {f:.1} / {c:.1} MB/s: goodput against the clean link)");
+        }
+        if let Some((f, c, r)) = ratio(t, "via", "lat") {
+            println!("latency 64 B    {t}/via = {r:.3}  (medians {f:.2} / {c:.2} us)");
+        }
     }
     if let Some(x) = val("via-read", "lat") {
         println!("latency 64 B    RDMA read (whole read, a round trip) = {x:.2} us");

@@ -34,7 +34,10 @@ USAGE:
                       raw,via,via-shm,via-unrel,via-write,via-read,udp,tcp; via-shm
                       is VIA through composite devices joined by shared memory;
                       via-shm-lent, not in the default, the same with payloads of
-                      16 KiB and more lent: copied once, from the sender's memory)
+                      16 KiB and more lent: copied once, from the sender's memory;
+                      via?<faults>, e.g. via?loss=0.05, VIA over devices that lose,
+                      duplicate, reorder or corrupt frames (loss=P,dup=P,reorder=P,
+                      corrupt=P), for goodput against the clean link)
     --rdma MODE       with --transport via: write (RDMA write latency, perftest
                       ib_write_lat style: one-way, memory polled) or read (RDMA
                       read; latency is the whole read, a round trip) and their
