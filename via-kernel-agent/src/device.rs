@@ -77,11 +77,16 @@ impl<'a> TxFrame<'a> {
         &self.payload[..self.pieces]
     }
 
+    /// The header, then the payload pieces: the frame's bytes in order.
+    fn parts(&self) -> impl Iterator<Item = &'a [u8]> + '_ {
+        std::iter::once(self.header).chain(self.pieces().iter().copied())
+    }
+
     /// Copies the frame's first bytes (as many as `out` holds, or the
     /// whole frame if shorter) into `out`; returns how many.
     pub fn prefix(&self, out: &mut [u8]) -> usize {
         let mut n = 0;
-        for piece in std::iter::once(self.header).chain(self.pieces().iter().copied()) {
+        for piece in self.parts() {
             let k = piece.len().min(out.len() - n);
             out[n..n + k].copy_from_slice(&piece[..k]);
             n += k;
@@ -92,8 +97,7 @@ impl<'a> TxFrame<'a> {
     /// Appends the whole frame (header, then the pieces) to `out`.
     pub fn append_to(&self, out: &mut Vec<u8>) {
         out.reserve(self.len());
-        out.extend_from_slice(self.header);
-        self.pieces().iter().for_each(|p| out.extend_from_slice(p));
+        self.parts().for_each(|p| out.extend_from_slice(p));
     }
 
     /// Copies the whole frame to `dst`, which must hold [`TxFrame::len`]
@@ -104,7 +108,7 @@ impl<'a> TxFrame<'a> {
     /// overlap the frame's pieces.
     pub unsafe fn copy_to(&self, dst: *mut u8) {
         let mut at = 0;
-        for piece in std::iter::once(self.header).chain(self.pieces().iter().copied()) {
+        for piece in self.parts() {
             // SAFETY: the caller vouches for `dst`; `at + piece.len()`
             // stays within `self.len()`.
             unsafe { std::ptr::copy_nonoverlapping(piece.as_ptr(), dst.add(at), piece.len()) };

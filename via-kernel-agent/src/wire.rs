@@ -127,10 +127,20 @@ pub mod flags {
 /// Byte offset, within the Ethernet frame, of the `check` field.
 pub const CHECK_OFFSET: usize = ETH_HEADER_LEN + 60;
 
+/// Marks the frame whose headers are `head` ([`FRAME_HEADER_LEN`] bytes)
+/// and whose payload is `payload`, in pieces, as checksummed, and writes
+/// its checksum into `check`.
+pub fn seal<'a>(head: &mut [u8], payload: impl IntoIterator<Item = &'a [u8]>) {
+    let fl = be16(head, ETH_HEADER_LEN + 2) | flags::CHECKSUM;
+    head[ETH_HEADER_LEN + 2..ETH_HEADER_LEN + 4].copy_from_slice(&fl.to_be_bytes());
+    let c = frame_checksum(head, payload);
+    head[CHECK_OFFSET..CHECK_OFFSET + 4].copy_from_slice(&c.to_be_bytes());
+}
+
 /// The checksum of the frame whose headers are `head` (at least
 /// [`FRAME_HEADER_LEN`] bytes; its `check` field is taken as zero) and
 /// whose payload is `payload`, in pieces.
-pub fn frame_checksum<'a>(head: &[u8], payload: impl IntoIterator<Item = &'a [u8]>) -> u32 {
+fn frame_checksum<'a>(head: &[u8], payload: impl IntoIterator<Item = &'a [u8]>) -> u32 {
     use crate::crc32c::{finish, update, START};
     let mut c = update(START, &head[12..CHECK_OFFSET]);
     c = update(c, &[0; 4]);
@@ -294,8 +304,13 @@ impl<T: AsRef<[u8]>> Frame<T> {
     pub fn check(&self) -> u32 {
         be32(self.h(), 60)
     }
-    /// The payload, exactly `payload_len` bytes (Ethernet padding dropped).
-    /// The payload carried in the frame (empty for a lent payload).
+    /// Does the frame carry a checksum ([`flags::CHECKSUM`]), and does it
+    /// match the headers and the payload in the frame?
+    pub fn checksum_ok(&self) -> bool {
+        self.flags() & flags::CHECKSUM != 0 && frame_checksum(&self.buf.as_ref()[..FRAME_HEADER_LEN], [self.payload()]) == self.check()
+    }
+    /// The payload, exactly `payload_len` bytes (Ethernet padding
+    /// dropped); empty for a frame whose payload was lent.
     pub fn payload(&self) -> &[u8] {
         let n = self.payload_len() as usize;
         self.buf.as_ref().get(FRAME_HEADER_LEN..FRAME_HEADER_LEN + n).unwrap_or(&[])

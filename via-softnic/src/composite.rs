@@ -48,6 +48,8 @@ pub const MAX_NICS: usize = 4;
 /// Longest frame header rewritten in place of the engine's (the rest of
 /// the frame is gathered from where it is).
 const HEADER_MAX: usize = 128;
+/// Frames whose headers are rewritten at a time.
+const REWRITE_CHUNK: usize = 32;
 /// Frames sent through each NIC, by index (stats names must be static).
 const TX_NAMES: [&str; MAX_NICS] = ["composite_tx_nic0", "composite_tx_nic1", "composite_tx_nic2", "composite_tx_nic3"];
 
@@ -71,8 +73,6 @@ pub struct CompositeDevice {
     turn: usize,
     /// The route of each frame of the batch being sent.
     plan: Vec<Route>,
-    /// Rewritten headers of the run being sent.
-    headers: Vec<[u8; HEADER_MAX]>,
     /// A received frame with its addresses rewritten back.
     scratch: Vec<u8>,
     /// Frames for a NIC longer than its MTU, dropped.
@@ -123,7 +123,7 @@ impl CompositeDevice {
         let fds: Vec<RawFd> = nics.iter().map(|(_, d)| d.wait_fd()).chain(shm.as_ref().map(|s| s.wait_fd())).collect();
         let epoll = sys::epoll(&fds)?;
         let nics = nics.into_iter().map(|(_, dev)| Nic { mac: dev.mac(), dev, tx: 0 }).collect();
-        Ok(CompositeDevice { nics, shm, routes, identities, epoll, turn: 0, plan: Vec::new(), headers: Vec::new(), scratch: Vec::new(), nic_oversize: 0, unroutable: 0 })
+        Ok(CompositeDevice { nics, shm, routes, identities, epoll, turn: 0, plan: Vec::new(), scratch: Vec::new(), nic_oversize: 0, unroutable: 0 })
     }
 
     /// Opens `name`: members joined by `+`, NICs opened by `open_nic`, at
@@ -210,18 +210,27 @@ impl CompositeDevice {
     /// our MAC on that network (headers of ETH_HEADER_LEN..=HEADER_MAX
     /// bytes only: [`CompositeDevice::route`] sees to it).
     fn send_as(&mut self, k: usize, there: MacAddr, run: &[TxFrame<'_>]) -> io::Result<usize> {
-        let CompositeDevice { nics, headers, .. } = self;
-        let mac = nics[k].mac;
-        if headers.len() < run.len() {
-            headers.resize(run.len(), [0; HEADER_MAX]);
+        let nic = &mut self.nics[k];
+        let mut sent = 0;
+        // In chunks, on the stack: nothing allocated per batch.
+        for chunk in run.chunks(REWRITE_CHUNK) {
+            let mut headers = [[0u8; HEADER_MAX]; REWRITE_CHUNK];
+            for (h, f) in headers.iter_mut().zip(chunk) {
+                h[..f.header.len()].copy_from_slice(f.header);
+                h[..6].copy_from_slice(&there.0);
+                h[6..12].copy_from_slice(&nic.mac.0);
+            }
+            let mut out = [TxFrame::new(&[]); REWRITE_CHUNK];
+            for ((o, f), h) in out.iter_mut().zip(chunk).zip(&headers) {
+                *o = TxFrame { header: &h[..f.header.len()], ..*f };
+            }
+            let k = nic.dev.transmit(&out[..chunk.len()])?;
+            sent += k;
+            if k < chunk.len() {
+                break;
+            }
         }
-        for (h, f) in headers.iter_mut().zip(run) {
-            h[..f.header.len()].copy_from_slice(f.header);
-            h[..6].copy_from_slice(&there.0);
-            h[6..12].copy_from_slice(&mac.0);
-        }
-        let out: Vec<TxFrame<'_>> = run.iter().zip(headers.iter()).map(|(f, h)| TxFrame { header: &h[..f.header.len()], ..*f }).collect();
-        nics[k].dev.transmit(&out)
+        Ok(sent)
     }
 }
 

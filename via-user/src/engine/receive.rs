@@ -14,7 +14,7 @@ use crate::usermem;
 use crate::vi::{ReadJob, Reliability, RxMessage, ViPhase};
 use std::time::Instant;
 use via_kernel_agent::conn::CmHeader;
-use via_kernel_agent::wire::{flags, frame_checksum, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT, FRAME_HEADER_LEN};
+use via_kernel_agent::wire::{flags, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT};
 use via_kernel_agent::LentPayload;
 
 /// A frame's payload: in the frame, or lent by its sender.
@@ -75,8 +75,7 @@ impl Core {
         // when it carries a checksum, and must carry one when our device
         // cannot vouch for what it delivers.
         if lent.is_none() && (self.checksum || f.flags() & flags::CHECKSUM != 0) {
-            let sound = f.flags() & flags::CHECKSUM != 0 && frame_checksum(&bytes[..FRAME_HEADER_LEN], [f.payload()]) == f.check();
-            if !sound {
+            if !f.checksum_ok() {
                 self.counters.rx_bad_checksum += 1;
                 return;
             }

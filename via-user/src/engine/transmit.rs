@@ -24,10 +24,7 @@ use crate::usermem;
 use std::time::Instant;
 use via_kernel_agent::conn::{CmFrame, Peer};
 use via_kernel_agent::device::MAX_GATHER;
-use via_kernel_agent::wire::{flags, frame_checksum, seq_le, seq_lt, HeaderRepr, Kind, CHECK_OFFSET, ETH_HEADER_LEN, FRAME_HEADER_LEN, VIA_HEADER_LEN};
-
-/// Byte offset, within the Ethernet frame, of the VIA header's flags.
-const FLAGS_OFFSET: usize = ETH_HEADER_LEN + 2;
+use via_kernel_agent::wire::{flags, seal, seq_le, seq_lt, HeaderRepr, Kind, FRAME_HEADER_LEN, VIA_HEADER_LEN};
 use std::mem::MaybeUninit;
 use via_kernel_agent::{FrameDevice, TxFrame};
 
@@ -240,25 +237,20 @@ fn send_batch(dev: &mut dyn FrameDevice, hdrs: &mut Headers, checksum: bool, spe
     if specs.is_empty() {
         return 0;
     }
-    if checksum {
-        for (s, h) in specs.iter().zip(hdrs.iter_mut()) {
-            let fl = u16::from_be_bytes([h[FLAGS_OFFSET], h[FLAGS_OFFSET + 1]]) | flags::CHECKSUM;
-            h[FLAGS_OFFSET..FLAGS_OFFSET + 2].copy_from_slice(&fl.to_be_bytes());
-            // SAFETY: as below: every piece was checked when built.
-            let pieces = s.pieces[..s.n].iter().map(|&(addr, len)| unsafe { usermem::bytes(addr, len) });
-            let c = frame_checksum(h, pieces);
-            h[CHECK_OFFSET..CHECK_OFFSET + 4].copy_from_slice(&c.to_be_bytes());
-        }
-    }
     let mut buf: [MaybeUninit<TxFrame<'_>>; BATCH] = [const { MaybeUninit::uninit() }; BATCH];
-    for (slot, (s, h)) in buf.iter_mut().zip(specs.iter().zip(hdrs.iter())) {
+    for (slot, (s, h)) in buf.iter_mut().zip(specs.iter().zip(hdrs.iter_mut())) {
+        // SAFETY: every piece was checked against the registration table
+        // (or lies in our own bounce buffer) when built, and the frame is
+        // transmitted before the engine lock is released.
+        let pieces = s.pieces[..s.n].iter().map(|&(addr, len)| unsafe { usermem::bytes(addr, len) });
+        if checksum {
+            seal(h, pieces.clone());
+        }
+        let h: &[u8] = h;
         let mut t = TxFrame::new(h);
         t.lendable = s.lendable;
-        for &(addr, len) in &s.pieces[..s.n] {
-            // SAFETY: every piece was checked against the registration
-            // table (or lies in our own bounce buffer) when built, and the
-            // frame is transmitted before the engine lock is released.
-            t.push(unsafe { usermem::bytes(addr, len) });
+        for p in pieces {
+            t.push(p);
         }
         slot.write(t);
     }
