@@ -74,11 +74,9 @@ impl Core {
         // A lent payload never crossed a wire; everything else is checked
         // when it carries a checksum, and must carry one when our device
         // cannot vouch for what it delivers.
-        if lent.is_none() && (self.checksum || f.flags() & flags::CHECKSUM != 0) {
-            if !f.checksum_ok() {
-                self.counters.rx_bad_checksum += 1;
-                return;
-            }
+        if lent.is_none() && (self.checksum || f.flags() & flags::CHECKSUM != 0) && !f.checksum_ok() {
+            self.counters.rx_bad_checksum += 1;
+            return;
         }
         let payload = match lent {
             None => Payload::Inline(f.payload()),
