@@ -302,7 +302,8 @@ pub fn run(bin: &str, name: &str) {
 }
 
 /// Runs rule `name` through composite devices (`<nic>+shm:<wire>`, one
-/// wire per host), two pairs at once, both initiators on host a: one with
+/// wire per host), two pairs at once (in turn for the name-service
+/// rules, see below), both initiators on host a: one with
 /// its target on host a too (their frames go through shared memory), one
 /// with its target on host b (through the NIC). Each pair tags its
 /// discriminators and names (`--tag`), so that neither answers the
@@ -317,11 +318,19 @@ pub fn run_composite(bin: &str, name: &str) {
         let initiator = |mac: &str| net.command(&net.a, bin, &["initiator", name, "--dev", &dev_a, "--peer", mac, "--tag", tag]);
         run_pair(name, target, initiator)
     };
-    let (same, other) = std::thread::scope(|s| {
-        let same = s.spawn(|| pair(&net.a, &dev_a, "-same"));
-        let other = s.spawn(|| pair(&net.b, &dev_b, "-other"));
-        (same.join().expect("the same-host pair's runner"), other.join().expect("the two-host pair's runner"))
-    });
+    // The name-service rules run their pairs in turn: a reverse lookup
+    // asks an address, and at host a's address the other pair's initiator,
+    // which goes by its default name, would answer too.
+    let names = rules().iter().any(|r| r.name == name && r.area == "name service");
+    let (same, other) = if names {
+        (pair(&net.a, &dev_a, "-same"), pair(&net.b, &dev_b, "-other"))
+    } else {
+        std::thread::scope(|s| {
+            let same = s.spawn(|| pair(&net.a, &dev_a, "-same"));
+            let other = s.spawn(|| pair(&net.b, &dev_b, "-other"));
+            (same.join().expect("the same-host pair's runner"), other.join().expect("the two-host pair's runner"))
+        })
+    };
     for w in ["a", "b"] {
         via_softnic::shm::remove_wire(&wire(w));
     }
