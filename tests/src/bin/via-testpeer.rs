@@ -149,6 +149,11 @@ fn sizes(a: &Args) {
         // The device's counters (a composite's frames by member).
         let dev: Vec<String> = s.nic.device_counters().iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!("DEVICE {}", dev.join(" "));
+        // Stay until the server hangs up: on a lossy link our ACK of its
+        // last echo may be lost, and its echo completes only when a
+        // retransmission draws another from us. (Its Disconnect ends the
+        // wait; if that is lost too, the wait's time limit does.)
+        let _ = vi.recv_wait(Some(Duration::from_secs(5)));
     }
 }
 
