@@ -3,15 +3,24 @@
 //! seeded generator — for testing loss recovery on real links where `tc
 //! netem` is not available (this project's kernels lack it).
 //!
-//! Named `<device>?loss=P,dup=P,reorder=P,corrupt=P,seed=N` (rates from 0
-//! to 1, each optional). A reordered frame is held back and sent after the
-//! next one (or at the next call, if it was the last of its batch). A
-//! corrupted frame has one bit flipped past its MAC addresses (which a NIC
-//! would deliver elsewhere or not at all); the device then reports itself
-//! unchecksummed, as a link that corrupts frames is.
+//! Named `<device>?loss=P,dup=P,reorder=P,corrupt=P,delay=US,seed=N` (rates
+//! from 0 to 1, each optional). A reordered frame is held back and sent
+//! after the next one (or at the next call, if it was the last of its
+//! batch). A corrupted frame has one bit flipped past its MAC addresses
+//! (which a NIC would deliver elsewhere or not at all); the device then
+//! reports itself unchecksummed, as a link that corrupts frames is.
+//!
+//! With `delay=US` every frame that goes out waits that many microseconds
+//! in a queue first (a long link). The frames go out when the device is
+//! next called after their time; so that a caller sleeping on
+//! [`FrameDevice::wait_fd`] is woken for them, the device's wait fd is then
+//! an epoll set of the inner device's fd and a timerfd armed for the
+//! earliest waiting frame.
 
+use std::collections::VecDeque;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
 use via_kernel_agent::{Capabilities, FrameDevice, LentPayload, MacAddr, RxFilter, TxFrame};
 
 /// Fault rates, each the probability per transmitted frame.
@@ -21,18 +30,27 @@ pub struct Faults {
     pub dup: f64,
     pub reorder: f64,
     pub corrupt: f64,
+    /// Added one-way delay, microseconds.
+    pub delay_us: u64,
     pub seed: u64,
 }
 
 impl Faults {
-    /// Parses `loss=P,dup=P,reorder=P,seed=N`.
+    /// Parses `loss=P,dup=P,reorder=P,corrupt=P,delay=US,seed=N`.
     pub fn parse(spec: &str) -> io::Result<Faults> {
         let bad = |why: String| io::Error::new(io::ErrorKind::InvalidInput, format!("fault spec {spec:?}: {why}"));
         let mut f = Faults { seed: 1, ..Faults::default() };
         for kv in spec.split(',').filter(|s| !s.is_empty()) {
             let (k, v) = kv.split_once('=').ok_or_else(|| bad(format!("{kv:?} is not key=value")))?;
-            if k == "seed" {
-                f.seed = v.parse().map_err(|_| bad(format!("seed {v:?} is not a number")))?;
+            if k == "seed" || k == "delay" {
+                let n = v.parse().map_err(|_| bad(format!("{k} {v:?} is not a whole number")))?;
+                if k == "seed" {
+                    f.seed = n;
+                } else if n > 10_000_000 {
+                    return Err(bad(format!("delay={n}: at most 10000000 microseconds")));
+                } else {
+                    f.delay_us = n;
+                }
                 continue;
             }
             let p: f64 = v.parse().ok().filter(|p| (0.0..=1.0).contains(p)).ok_or_else(|| bad(format!("{k}={v}: want a rate from 0 to 1")))?;
@@ -41,29 +59,48 @@ impl Faults {
                 "dup" => f.dup = p,
                 "reorder" => f.reorder = p,
                 "corrupt" => f.corrupt = p,
-                _ => return Err(bad(format!("unknown fault {k:?} (loss, dup, reorder, corrupt, seed)"))),
+                _ => return Err(bad(format!("unknown fault {k:?} (loss, dup, reorder, corrupt, delay, seed)"))),
             }
         }
         Ok(f)
     }
 }
 
-/// A device that loses, duplicates and reorders what it sends.
+/// A device that loses, duplicates, reorders, corrupts and delays what it
+/// sends.
 pub struct FaultyDevice {
     inner: Box<dyn FrameDevice>,
     faults: Faults,
     rng: u64,
     /// A frame held back to go after the next one.
     held: Option<Vec<u8>>,
+    /// With a delay: frames waiting for their time, oldest first.
+    delayed: VecDeque<(Instant, Vec<u8>)>,
+    /// With a delay: the epoll set (inner fd + `timer`) callers wait on.
+    wait_set: Option<(OwnedFd, OwnedFd)>,
     lost: u64,
     duplicated: u64,
     reordered: u64,
     corrupted: u64,
+    delayed_frames: u64,
 }
 
 impl FaultyDevice {
-    pub fn new(inner: Box<dyn FrameDevice>, faults: Faults) -> FaultyDevice {
-        FaultyDevice { inner, faults, rng: faults.seed.max(1), held: None, lost: 0, duplicated: 0, reordered: 0, corrupted: 0 }
+    pub fn new(inner: Box<dyn FrameDevice>, faults: Faults) -> io::Result<FaultyDevice> {
+        let wait_set = if faults.delay_us > 0 { Some(wait_set(inner.wait_fd())?) } else { None };
+        Ok(FaultyDevice {
+            inner,
+            faults,
+            rng: faults.seed.max(1),
+            held: None,
+            delayed: VecDeque::new(),
+            wait_set,
+            lost: 0,
+            duplicated: 0,
+            reordered: 0,
+            corrupted: 0,
+            delayed_frames: 0,
+        })
     }
 
     /// True with probability `p` (xorshift64*).
@@ -82,21 +119,104 @@ impl FaultyDevice {
         self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    /// Sends one whole frame; false if the device refused it.
-    fn send_one(&mut self, bytes: &[u8]) -> io::Result<bool> {
-        Ok(self.inner.transmit(&[TxFrame::new(bytes)])? == 1)
+    /// Puts one frame on the link: now, or with a delay, into the queue
+    /// (which always has room). False if the device refused it.
+    fn emit(&mut self, f: &TxFrame<'_>) -> io::Result<bool> {
+        if self.faults.delay_us == 0 {
+            return Ok(self.inner.transmit(std::slice::from_ref(f))? == 1);
+        }
+        let mut bytes = Vec::with_capacity(f.len());
+        f.append_to(&mut bytes);
+        self.delay(bytes)?;
+        Ok(true)
+    }
+
+    /// [`FaultyDevice::emit`] of a frame already in one piece.
+    fn emit_bytes(&mut self, bytes: Vec<u8>) -> io::Result<bool> {
+        if self.faults.delay_us == 0 {
+            return Ok(self.inner.transmit(&[TxFrame::new(&bytes)])? == 1);
+        }
+        self.delay(bytes)?;
+        Ok(true)
+    }
+
+    /// Queues a frame to go out after the delay.
+    fn delay(&mut self, bytes: Vec<u8>) -> io::Result<()> {
+        let due = Instant::now() + Duration::from_micros(self.faults.delay_us);
+        self.delayed_frames += 1;
+        self.delayed.push_back((due, bytes));
+        if self.delayed.len() == 1 {
+            self.arm_timer(due)?;
+        }
+        Ok(())
+    }
+
+    /// Sends the delayed frames whose time has come (a frame the device
+    /// refuses is lost), then arms the timer for the next one.
+    fn release_due(&mut self) -> io::Result<()> {
+        let Some((_, timer)) = &self.wait_set else { return Ok(()) };
+        drain_timer(timer.as_raw_fd());
+        let now = Instant::now();
+        while self.delayed.front().is_some_and(|(due, _)| *due <= now) {
+            let (_, bytes) = self.delayed.pop_front().unwrap();
+            if self.inner.transmit(&[TxFrame::new(&bytes)])? == 0 {
+                self.lost += 1;
+            }
+        }
+        match self.delayed.front() {
+            Some(&(due, _)) => self.arm_timer(due),
+            None => Ok(()),
+        }
+    }
+
+    /// Arms the wait set's timer to fire at `due` (at once if it has passed).
+    fn arm_timer(&self, due: Instant) -> io::Result<()> {
+        let Some((_, timer)) = &self.wait_set else { return Ok(()) };
+        let left = due.saturating_duration_since(Instant::now()).max(Duration::from_nanos(1));
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: libc::timespec { tv_sec: left.as_secs() as libc::time_t, tv_nsec: left.subsec_nanos() as libc::c_long },
+        };
+        // SAFETY: `timer` is an open timerfd; `spec` is a valid itimerspec.
+        if unsafe { libc::timerfd_settime(timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Sends the held-back frame, if any (dropped if refused: it counts as
     /// lost, which the faults allow).
     fn release_held(&mut self) -> io::Result<()> {
         if let Some(h) = self.held.take() {
-            if !self.send_one(&h)? {
+            if !self.emit_bytes(h)? {
                 self.lost += 1;
             }
         }
         Ok(())
     }
+}
+
+/// An epoll set of `inner` and a new timerfd: (epoll fd, timerfd).
+fn wait_set(inner: RawFd) -> io::Result<(OwnedFd, OwnedFd)> {
+    let owned = |fd: i32| if fd < 0 { Err(io::Error::last_os_error()) } else { Ok(unsafe { OwnedFd::from_raw_fd(fd) }) };
+    // SAFETY: plain syscalls creating new descriptors, owned at once.
+    let ep = owned(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
+    let timer = owned(unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) })?;
+    for fd in [inner, timer.as_raw_fd()] {
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+        // SAFETY: both descriptors are open; `ev` is a valid epoll_event.
+        if unsafe { libc::epoll_ctl(ep.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok((ep, timer))
+}
+
+/// Reads a timerfd's expiry count, so that it stops being readable.
+fn drain_timer(timer: RawFd) {
+    let mut n = 0u64;
+    // SAFETY: reads 8 bytes into `n` from a non-blocking timerfd.
+    unsafe { libc::read(timer, (&mut n as *mut u64).cast(), 8) };
 }
 
 impl FrameDevice for FaultyDevice {
@@ -114,7 +234,10 @@ impl FrameDevice for FaultyDevice {
     }
 
     fn wait_fd(&self) -> RawFd {
-        self.inner.wait_fd()
+        match &self.wait_set {
+            Some((ep, _)) => ep.as_raw_fd(),
+            None => self.inner.wait_fd(),
+        }
     }
 
     fn set_filter(&mut self, filter: RxFilter) -> io::Result<()> {
@@ -124,11 +247,13 @@ impl FrameDevice for FaultyDevice {
     fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
         // A frame held back at the end of a batch goes out now at the latest.
         self.release_held()?;
+        self.release_due()?;
         self.inner.receive(budget, sink)
     }
 
     fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], Option<&LentPayload>)) -> io::Result<usize> {
         self.release_held()?;
+        self.release_due()?;
         self.inner.receive_lent(budget, sink)
     }
 
@@ -137,6 +262,7 @@ impl FrameDevice for FaultyDevice {
     }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
+        self.release_due()?;
         for (i, f) in frames.iter().enumerate() {
             if self.chance(self.faults.loss) {
                 self.lost += 1;
@@ -154,20 +280,20 @@ impl FrameDevice for FaultyDevice {
                 f.append_to(&mut bytes);
                 let bit = (self.next() % ((bytes.len() as u64 - 12) * 8)) as usize;
                 bytes[12 + bit / 8] ^= 1 << (bit % 8);
-                if !self.send_one(&bytes)? {
+                if !self.emit_bytes(bytes)? {
                     return Ok(i);
                 }
                 self.corrupted += 1;
                 self.release_held()?;
                 continue;
             }
-            if self.inner.transmit(std::slice::from_ref(f))? == 0 {
+            if !self.emit(f)? {
                 return Ok(i);
             }
             self.release_held()?;
             if self.chance(self.faults.dup) {
                 self.duplicated += 1;
-                self.inner.transmit(std::slice::from_ref(f))?;
+                self.emit(f)?;
             }
         }
         Ok(frames.len())
@@ -183,7 +309,7 @@ impl FrameDevice for FaultyDevice {
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
         let mut s = self.inner.stats();
-        s.extend([("faults_lost", self.lost), ("faults_duplicated", self.duplicated), ("faults_reordered", self.reordered), ("faults_corrupted", self.corrupted)]);
+        s.extend([("faults_lost", self.lost), ("faults_duplicated", self.duplicated), ("faults_reordered", self.reordered), ("faults_corrupted", self.corrupted), ("faults_delayed", self.delayed_frames)]);
         s
     }
 }
@@ -195,9 +321,9 @@ mod tests {
 
     #[test]
     fn specs_parse_and_bad_ones_say_why() {
-        assert_eq!(Faults::parse("loss=0.05,dup=0.01,reorder=0.2,seed=9").unwrap(), Faults { loss: 0.05, dup: 0.01, reorder: 0.2, corrupt: 0.0, seed: 9 });
+        assert_eq!(Faults::parse("loss=0.05,dup=0.01,reorder=0.2,seed=9").unwrap(), Faults { loss: 0.05, dup: 0.01, reorder: 0.2, corrupt: 0.0, delay_us: 0, seed: 9 });
         assert_eq!(Faults::parse("").unwrap(), Faults { seed: 1, ..Faults::default() });
-        for bad in ["loss=2", "loss", "corrupt=-1", "bits=0.1", "seed=x"] {
+        for bad in ["loss=2", "loss", "corrupt=-1", "bits=0.1", "seed=x", "delay=0.5", "delay=99999999"] {
             let e = Faults::parse(bad).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad}");
         }
@@ -209,7 +335,7 @@ mod tests {
     fn corruption_flips_one_bit_past_the_addresses() {
         let w = format!("faulty-c-{}", std::process::id());
         let mut rx = LoopbackDevice::open(&w).unwrap();
-        let mut tx = FaultyDevice::new(Box::new(LoopbackDevice::open(&w).unwrap()), Faults { corrupt: 0.25, seed: 7, ..Faults::default() });
+        let mut tx = FaultyDevice::new(Box::new(LoopbackDevice::open(&w).unwrap()), Faults { corrupt: 0.25, seed: 7, ..Faults::default() }).unwrap();
         assert!(!tx.capabilities().checksummed);
         let mut f = vec![0x5au8; 100];
         f[..6].copy_from_slice(&rx.mac().0);
@@ -240,7 +366,7 @@ mod tests {
             f
         };
         let mut rx = LoopbackDevice::open(&w).unwrap();
-        let mut tx = FaultyDevice::new(Box::new(LoopbackDevice::open(&w).unwrap()), Faults { loss: 0.1, dup: 0.05, seed: 3, ..Faults::default() });
+        let mut tx = FaultyDevice::new(Box::new(LoopbackDevice::open(&w).unwrap()), Faults { loss: 0.1, dup: 0.05, seed: 3, ..Faults::default() }).unwrap();
         let mut got = 0;
         for i in 0..2000 {
             let f = frame(rx.mac(), i);
@@ -249,7 +375,7 @@ mod tests {
         }
         // 2000 * 0.9 * 1.05 = 1890 expected.
         assert!((1800..1980).contains(&got), "{got} frames arrived");
-        let mut tx = FaultyDevice::new(Box::new(LoopbackDevice::open(&w).unwrap()), Faults { reorder: 0.1, seed: 5, ..Faults::default() });
+        let mut tx = FaultyDevice::new(Box::new(LoopbackDevice::open(&w).unwrap()), Faults { reorder: 0.1, seed: 5, ..Faults::default() }).unwrap();
         let mut order = Vec::new();
         for i in 0..1000 {
             let f = frame(rx.mac(), i);
@@ -263,5 +389,35 @@ mod tests {
         assert_eq!(sorted, (0..1000).collect::<Vec<_>>(), "every frame once");
         let swapped = order.windows(2).filter(|w| w[0] > w[1]).count();
         assert!((50..150).contains(&swapped), "{swapped} frames out of order");
+    }
+
+    /// A delayed frame does not arrive before its time; a caller sleeping
+    /// on the device's wait fd is woken for it, and the next call sends it.
+    #[test]
+    fn delayed_frames_wake_the_waiter_and_go_out_after_the_delay() {
+        let w = format!("faulty-d-{}", std::process::id());
+        let mut rx = LoopbackDevice::open(&w).unwrap();
+        let mut tx = FaultyDevice::new(Box::new(LoopbackDevice::open(&w).unwrap()), Faults { delay_us: 20_000, seed: 1, ..Faults::default() }).unwrap();
+        let mut f = vec![0x11u8; 64];
+        f[..6].copy_from_slice(&rx.mac().0);
+        let t0 = Instant::now();
+        assert_eq!(tx.transmit(&[TxFrame::new(&f)]).unwrap(), 1);
+        assert_eq!(rx.receive(8, &mut |_| {}).unwrap(), 0, "not yet");
+        let mut pfd = libc::pollfd { fd: tx.wait_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 5000) }, 1, "the waiter is woken");
+        tx.receive(8, &mut |_| {}).unwrap();
+        let mut got = 0;
+        rx.receive(8, &mut |g| {
+            assert_eq!(g, &f[..]);
+            got += 1;
+        })
+        .unwrap();
+        assert_eq!(got, 1);
+        assert!(t0.elapsed() >= Duration::from_micros(20_000), "arrived after {:?}", t0.elapsed());
+        assert!(tx.stats().contains(&("faults_delayed", 1)));
+        // Nothing waiting: the wait fd is quiet again.
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0);
     }
 }

@@ -131,7 +131,7 @@ pub fn drivers() -> Vec<&'static dyn DeviceOpener> {
 pub fn open_with(name: &str, drivers: &[&dyn DeviceOpener]) -> io::Result<Box<dyn FrameDevice>> {
     if let Some((base, spec)) = name.split_once('?') {
         let faults = Faults::parse(spec)?;
-        return Ok(Box::new(FaultyDevice::new(open_with(base, drivers)?, faults)));
+        return Ok(Box::new(FaultyDevice::new(open_with(base, drivers)?, faults)?));
     }
     if name.contains('+') {
         let c = CompositeDevice::open(name, |nic| open_device(nic, drivers)).map_err(|e| io::Error::new(e.kind(), format!("joining {name:?}: {e}")))?;
