@@ -20,6 +20,12 @@
 //! frame from the EtherType to the end of the payload, taken with `check`
 //! zero ([`frame_checksum`]). The MAC addresses are left out: composite
 //! devices rewrite them on the way.
+//!
+//! In a standalone ACK (kind `Ack`), `rdma_addr` is the selective
+//! acknowledgement: bit `i` set when the receiver holds PSN `ack + 1 + i`
+//! past a gap. With `ACK_REQ`, the ACK is a NAK: the receiver has a gap
+//! at `ack` (and the sender transmits the holes the bitmap shows, or, when
+//! it is empty, everything from `ack`).
 
 use crate::mac::MacAddr;
 
@@ -236,6 +242,11 @@ impl<T: AsRef<[u8]>> Frame<T> {
 
     fn h(&self) -> &[u8] {
         &self.buf.as_ref()[ETH_HEADER_LEN..]
+    }
+
+    /// The whole frame, as received.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.buf.as_ref()
     }
     pub fn dst_mac(&self) -> MacAddr {
         let mut m = [0; 6];

@@ -3,6 +3,7 @@
 //! reassembly). The engine drives it; this module only holds it and answers
 //! questions about it.
 
+use crate::engine::reorder::ReorderBuffer;
 use crate::workqueue::WorkQueue;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -137,8 +138,20 @@ pub struct ViState {
     pub rto: Duration,
     /// Consecutive retransmission timeouts without progress.
     pub retries: u32,
+    /// Round-trip time: smoothed estimate and mean deviation (RFC 6298),
+    /// from timing one frame at a time that is never sent twice (Karn).
+    pub srtt: Option<Duration>,
+    pub rttvar: Duration,
+    /// The frame being timed: its PSN and when it went out.
+    pub rtt_probe: Option<(u32, Instant)>,
     /// The `una` for which a NAK already caused a rewind.
     pub nak_rewound: Option<u32>,
+    /// Selective repeat (bit `i`: PSN `una + i`): frames the peer holds
+    /// past a gap, by its last SACK; holes to transmit again; holes
+    /// already transmitted again since the last timeout.
+    pub sacked: u64,
+    pub resend: u64,
+    pub resent: u64,
     /// RDMA reads transmitted and not yet completed.
     pub reads_outstanding: u32,
     /// Ask again for the rest of stalled RDMA reads (a response was lost).
@@ -149,6 +162,8 @@ pub struct ViState {
     // ---- receiver ----
     pub rx_expected: u32,
     pub rx: Option<RxMessage>,
+    /// Frames that arrived past a gap.
+    pub reorder: ReorderBuffer,
     /// Frames accepted since the last ACK went out.
     pub ack_count: u32,
     pub ack_at: Option<Instant>,
@@ -183,12 +198,19 @@ impl ViState {
             rto_at: None,
             rto,
             retries: 0,
+            srtt: None,
+            rttvar: Duration::ZERO,
+            rtt_probe: None,
             nak_rewound: None,
+            sacked: 0,
+            resend: 0,
+            resent: 0,
             reads_outstanding: 0,
             read_resume: false,
             read_jobs: VecDeque::new(),
             rx_expected: 0,
             rx: None,
+            reorder: ReorderBuffer::default(),
             ack_count: 0,
             ack_at: None,
             ack_now: false,
@@ -207,6 +229,26 @@ impl ViState {
         self.tx_psn.wrapping_sub(self.una)
     }
 
+    /// Takes a round-trip sample (RFC 6298's smoothing).
+    pub fn rtt_sample(&mut self, r: Duration) {
+        match self.srtt {
+            None => (self.srtt, self.rttvar) = (Some(r), r / 2),
+            Some(s) => {
+                let dev = s.abs_diff(r);
+                self.rttvar = (self.rttvar * 3 + dev) / 4;
+                self.srtt = Some((s * 7 + r) / 8);
+            }
+        }
+    }
+
+    /// The retransmission timeout after progress: the measured round trip
+    /// plus four deviations, at least `initial` (the configured one), at
+    /// most `max`. A link with a long delay then does not time out every
+    /// frame before its ACK can come back.
+    pub fn base_rto(&self, initial: Duration, max: Duration) -> Duration {
+        self.srtt.map_or(initial, |s| (s + self.rttvar * 4).clamp(initial, max.max(initial)))
+    }
+
     /// Does the receiver owe the peer an acknowledgement?
     pub fn ack_owed(&self) -> bool {
         self.ack_count > 0 || self.ack_now || self.nak
@@ -223,9 +265,12 @@ impl ViState {
         self.rto_at = None;
         self.rto = rto;
         self.retries = 0;
+        (self.srtt, self.rttvar, self.rtt_probe) = (None, Duration::ZERO, None);
         self.nak_rewound = None;
+        (self.sacked, self.resend, self.resent) = (0, 0, 0);
         self.rx_expected = 0;
         self.rx = None;
+        self.reorder.clear();
         self.ack_count = 0;
         self.ack_at = None;
         self.ack_now = false;

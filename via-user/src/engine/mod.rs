@@ -10,11 +10,13 @@
 //! Submodules: [`post`] (posting and completing descriptors), [`receive`]
 //! (frame dispatch, reassembly, ACK processing), [`transmit`] (building and
 //! sending frame batches), [`timers`] (retransmission, delayed ACKs),
+//! [`reorder`] (frames held past a gap for selective repeat),
 //! [`connect`] (the connection calls).
 
 mod connect;
 pub mod post;
 mod receive;
+pub(crate) mod reorder;
 mod timers;
 mod transmit;
 
@@ -265,7 +267,9 @@ impl Engine {
             .map_err(|e| ViaError::io("installing the receive filter", e))?;
         let mac = dev.mac();
         let frag = (mtu - VIA_HEADER_LEN) as u32;
-        let window = ((2 << 20) / mtu as u32).clamp(16, 256);
+        // At most what the peer's reorder buffer spans, so that selective
+        // repeat covers every frame in flight.
+        let window = ((2 << 20) / mtu as u32).clamp(16, reorder::REORDER_SPAN);
         let checksum = !dev.capabilities().checksummed;
         let core = Core {
             mac,

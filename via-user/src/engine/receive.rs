@@ -8,6 +8,7 @@
 //! memory: the one copy it makes.
 
 use super::post::Queue;
+use super::reorder::{self, Stored};
 use super::{vi_at, AsyncError, AsyncErrorKind, Core};
 use crate::descriptor::status;
 use crate::usermem;
@@ -139,8 +140,10 @@ impl Core {
             return;
         }
         if fl & flags::ACK != 0 {
-            let nak = kind == Kind::Ack && fl & flags::ACK_REQ != 0;
-            self.on_ack(id, f.ack(), nak, now);
+            // A standalone ACK carries the SACK bitmap in its RDMA address
+            // field; with ACK_REQ it is a NAK (a gap at `ack`).
+            let (nak, sack) = if kind == Kind::Ack { (fl & flags::ACK_REQ != 0, Some(f.rdma_addr())) } else { (false, None) };
+            self.on_ack(id, f.ack(), nak, sack, now);
         }
         match kind {
             Kind::Data | Kind::RdmaWrite | Kind::RdmaReadReq => self.on_sequenced(id, kind, &f, payload, now),
@@ -158,7 +161,7 @@ impl Core {
         let ours = vi.phase == ViPhase::Connected && vi.peer.as_ref().is_some_and(|p| p.mac == f.src_mac() && p.ep == f.src_ep() && p.generation == f.generation());
         if ours {
             if f.flags() & flags::ACK != 0 && vi.reliable() {
-                self.on_ack(id, f.ack(), false, now);
+                self.on_ack(id, f.ack(), false, None, now);
             }
             self.connection_lost(id);
         }
@@ -182,18 +185,29 @@ impl Core {
         self.flush_vi(id);
     }
 
-    /// The sender learns that the peer expects `ack` next; with `nak`, that
-    /// the peer saw a gap and wants everything from `ack` again.
-    fn on_ack(&mut self, id: u16, ack: u32, nak: bool, now: Instant) {
+    /// The sender learns that the peer expects `ack` next and (`sack`, from
+    /// a standalone ACK) which frames past it the peer holds; with `nak`,
+    /// that the peer saw a gap: the holes below the highest frame it holds
+    /// go again (selective repeat), or, when it holds none, everything from
+    /// `ack` (go-back-N).
+    fn on_ack(&mut self, id: u16, ack: u32, nak: bool, sack: Option<u64>, now: Instant) {
         let Some(vi) = vi_at(&mut self.vis, id) else { return };
         // Older than what we know, or acknowledging frames never sent: ignore.
         if !seq_le(vi.una, ack) || !seq_le(ack, vi.sent_hi) {
             return;
         }
         if ack != vi.una {
+            let shift = ack.wrapping_sub(vi.una);
+            for bits in [&mut vi.sacked, &mut vi.resend, &mut vi.resent] {
+                *bits = bits.checked_shr(shift).unwrap_or(0);
+            }
             vi.una = ack;
             vi.retries = 0;
-            vi.rto = self.config.rto_initial;
+            if let Some((_, sent)) = vi.rtt_probe.filter(|&(psn, _)| seq_lt(psn, ack)) {
+                vi.rtt_sample(now.saturating_duration_since(sent));
+                vi.rtt_probe = None;
+            }
+            vi.rto = vi.base_rto(self.config.rto_initial, self.config.rto_max);
             vi.nak_rewound = None;
             vi.rto_at = if vi.una == vi.sent_hi && vi.reads_outstanding == 0 { None } else { Some(now + vi.rto) };
             let (rto_at, behind) = (vi.rto_at, seq_lt(vi.tx_psn, ack));
@@ -211,7 +225,22 @@ impl Core {
             }
         }
         let vi = vi_at(&mut self.vis, id).unwrap();
-        if nak && vi.una != vi.sent_hi && vi.nak_rewound != Some(vi.una) {
+        if let Some(s) = sack {
+            // The peer's bit i is PSN ack + 1 + i; only frames we sent count.
+            let sent = vi.sent_hi.wrapping_sub(vi.una);
+            vi.sacked = (s << 1) & if sent >= 64 { u64::MAX } else { (1u64 << sent) - 1 };
+        }
+        if nak {
+            vi.rtt_probe = None; // what follows is sent twice (Karn)
+        }
+        if nak && vi.sacked != 0 {
+            let new = reorder::holes(vi.sacked, vi.sent_hi.wrapping_sub(vi.una)) & !vi.resent;
+            if new != 0 {
+                vi.resend |= new;
+                vi.resent |= new;
+                self.doorbell.ring(id);
+            }
+        } else if nak && vi.una != vi.sent_hi && vi.nak_rewound != Some(vi.una) {
             vi.nak_rewound = Some(vi.una);
             let una = vi.una;
             self.seek(id, una);
@@ -240,8 +269,49 @@ impl Core {
     }
 
     /// A frame of the peer's sequenced stream (send or RDMA write
-    /// fragment, RDMA read request) for VI `id`.
+    /// fragment, RDMA read request) for VI `id`; then, on a reliable VI,
+    /// the frames held past the gap it filled.
     fn on_sequenced<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>, payload: Payload<'_>, now: Instant) {
+        self.sequenced(id, kind, f, payload, now);
+        if self.vi(id).is_ok_and(|v| !v.reorder.is_empty()) {
+            self.replay_held(id, now);
+        }
+    }
+
+    /// Replays, in order, the frames held past a gap that has filled. If a
+    /// gap remains with frames held past it, the sender is told at once (a
+    /// NAK with the SACK bitmap), so that it sends the next holes.
+    fn replay_held(&mut self, id: u16, now: Instant) {
+        loop {
+            let Some(vi) = vi_at(&mut self.vis, id) else { return };
+            if vi.phase != ViPhase::Connected {
+                vi.reorder.clear();
+                return;
+            }
+            let expected = vi.rx_expected;
+            let Some(bytes) = vi.reorder.take(expected) else {
+                if !vi.reorder.is_empty() && vi.nak_sent_for != Some(expected) {
+                    vi.nak = true;
+                    self.acks_due.push(id);
+                }
+                return;
+            };
+            // Parsed and checked when it arrived.
+            if let Ok(f) = Frame::new_checked(&bytes[..]) {
+                if let Some(kind) = f.kind() {
+                    self.sequenced(id, kind, &f, Payload::Inline(f.payload()), now);
+                }
+            }
+            if let Some(vi) = vi_at(&mut self.vis, id) {
+                vi.reorder.recycle(bytes);
+            }
+        }
+    }
+
+    /// [`Core::on_sequenced`] of one frame: placed when it is the one
+    /// expected, held when it is past a gap (selective repeat), answered
+    /// when it is a duplicate.
+    fn sequenced<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>, payload: Payload<'_>, now: Instant) {
         let reliable;
         let psn = f.psn();
         {
@@ -261,9 +331,23 @@ impl Core {
                         }
                         return;
                     }
-                    self.counters.rx_out_of_order += 1;
-                    if vi.nak_sent_for != Some(vi.rx_expected) {
-                        vi.nak = true;
+                    // Past a gap: kept (a copy) until the gap fills, unless
+                    // lent (a lent payload is read once, in order) or too
+                    // far ahead; the sender learns of each new hole.
+                    let stored = match payload {
+                        Payload::Inline(_) => vi.reorder.store(vi.rx_expected, psn, f.as_bytes()),
+                        Payload::Lent(_) => Stored::OutOfSpan,
+                    };
+                    match stored {
+                        Stored::Duplicate => self.counters.rx_duplicate += 1,
+                        Stored::Kept { new_hole } => {
+                            self.counters.rx_out_of_order += 1;
+                            vi.nak |= new_hole;
+                        }
+                        Stored::OutOfSpan => {
+                            self.counters.rx_out_of_order += 1;
+                            vi.nak |= vi.nak_sent_for != Some(vi.rx_expected);
+                        }
                     }
                     self.acks_due.push(id);
                     return;
@@ -396,7 +480,7 @@ impl Core {
         }
         // A response means the request arrived: an implicit acknowledgement.
         if seq_le(vi.una, psn) {
-            self.on_ack(id, psn.wrapping_add(1), false, now);
+            self.on_ack(id, psn.wrapping_add(1), false, None, now);
         }
         let ptag = self.vi(id).unwrap().attrs.ptag;
         let mut cur = segment_cursor(e.desc, e.seg0 as usize, e.segs as usize, off);
@@ -409,8 +493,8 @@ impl Core {
             r => r.is_ok(),
         };
         self.count_lent(payload);
-        let rto = self.config.rto_initial;
         let vi = vi_at(&mut self.vis, id).unwrap();
+        let rto = vi.base_rto(self.config.rto_initial, self.config.rto_max);
         let en = vi.sq.get_mut(idx);
         en.got += payload.len() as u32;
         if !placed {
@@ -441,7 +525,7 @@ impl Core {
             idx = idx.wrapping_add(1);
         }
         if vi.reliable() {
-            self.on_ack(id, f.ack(), false, now);
+            self.on_ack(id, f.ack(), false, None, now);
         }
         if fatal {
             // The failed message is at the head now: it completes with its

@@ -4,6 +4,7 @@
 //! the VIs scanned.
 
 use super::post::Queue;
+use super::reorder;
 use super::Core;
 use crate::descriptor::status;
 use crate::vi::ViPhase;
@@ -55,8 +56,17 @@ impl Core {
                     vi.rto = (vi.rto * 2).min(rto_max);
                     vi.rto_at = Some(now + vi.rto);
                     vi.nak_rewound = None;
+                    vi.rtt_probe = None; // what follows is sent twice (Karn)
                     vi.read_resume = vi.reads_outstanding > 0;
-                    if vi.una != vi.sent_hi {
+                    if vi.sacked != 0 {
+                        // Selective repeat: the holes go again, then
+                        // everything past the highest frame the peer holds.
+                        vi.resend = reorder::holes(vi.sacked, vi.sent_hi.wrapping_sub(vi.una));
+                        vi.resent = vi.resend;
+                        let past = vi.una.wrapping_add(64 - vi.sacked.leading_zeros());
+                        self.seek(id, past);
+                    } else if vi.una != vi.sent_hi {
+                        (vi.resend, vi.resent) = (0, 0);
                         let una = vi.una;
                         self.seek(id, una);
                     }

@@ -113,8 +113,9 @@ impl Engine {
                     break;
                 }
             }
+            core.resend_holes(dev.as_mut(), id, hdrs, specs, now);
             loop {
-                let n = core.build_data(id, hdrs, specs);
+                let n = core.build_data(id, hdrs, specs, BATCH);
                 if n == 0 {
                     break;
                 }
@@ -274,8 +275,43 @@ impl Core {
         vi.frag = (mtu.saturating_sub(VIA_HEADER_LEN) as u32).clamp(core_frag, u16::MAX as u32);
     }
 
-    /// Builds up to [`BATCH`] data fragments of VI `id`; returns how many.
-    fn build_data(&mut self, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH]) -> usize {
+    /// Transmits again, one frame each, the holes selective repeat found
+    /// (`resend`), then returns the transmit position to where it was.
+    fn resend_holes(&mut self, dev: &mut dyn FrameDevice, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Instant) {
+        loop {
+            let Some(vi) = vi_at(&mut self.vis, id) else { return };
+            if vi.resend == 0 || vi.phase != ViPhase::Connected {
+                return;
+            }
+            let bit = vi.resend.trailing_zeros();
+            vi.resend &= !(1u64 << bit);
+            let psn = vi.una.wrapping_add(bit);
+            if !seq_lt(psn, vi.sent_hi) {
+                continue;
+            }
+            let resume = vi.tx_psn;
+            self.seek(id, psn);
+            let n = self.build_data(id, hdrs, specs, 1);
+            let k = send_batch(dev, hdrs, self.checksum, &specs[..n]);
+            self.after_transmit(id, specs, n, k, now);
+            self.seek(id, resume);
+            if n == 0 || k < n {
+                // Not now (a fence, a full ring): the next doorbell or
+                // timeout sends it.
+                if let Some(vi) = vi_at(&mut self.vis, id) {
+                    vi.resend |= 1u64 << bit;
+                }
+                if k < n {
+                    self.doorbell.ring(id);
+                }
+                return;
+            }
+        }
+    }
+
+    /// Builds up to `limit` (at most [`BATCH`]) data fragments of VI `id`
+    /// from its transmit position; returns how many.
+    fn build_data(&mut self, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH], limit: usize) -> usize {
         let Core { vis, mem, bounce, window, mac, ep, .. } = self;
         let (window, mac, ep) = (*window, *mac, *ep);
         let Some(vi) = vi_at(vis, id) else { return 0 };
@@ -285,7 +321,7 @@ impl Core {
         let reliable = vi.reliable();
         let ptag = vi.attrs.ptag;
         let mut n = 0;
-        while n < BATCH && vi.tx_idx != vi.sq.tail {
+        while n < limit && vi.tx_idx != vi.sq.tail {
             if reliable && vi.in_flight() >= window {
                 break;
             }
@@ -382,6 +418,10 @@ impl Core {
         let rto_initial = self.config.rto_initial;
         let Ok(vi) = self.vi_mut(id) else { return };
         let retrans = specs[..k].iter().filter(|s| seq_lt(s.psn, vi.sent_hi)).count();
+        if vi.rtt_probe.is_none() && vi.reliable() {
+            // Time the first new frame (never one sent before: Karn).
+            vi.rtt_probe = specs[..k].iter().find(|s| !seq_lt(s.psn, vi.sent_hi)).map(|s| (s.psn, now));
+        }
         if k > 0 {
             let last = specs[k - 1].psn.wrapping_add(1);
             if seq_lt(vi.sent_hi, last) {
@@ -461,7 +501,9 @@ impl Core {
         if nak {
             fl |= flags::ACK_REQ;
         }
-        let h = ack_header(mac, ep, id, peer, vi.tx_psn, vi.rx_expected, fl);
+        let mut h = ack_header(mac, ep, id, peer, vi.tx_psn, vi.rx_expected, fl);
+        // Selective acknowledgement: the frames held past the gap.
+        h.rdma_addr = vi.reorder.bitmap(vi.rx_expected);
         vi.ack_count = 0;
         vi.ack_at = None;
         vi.ack_now = false;
