@@ -226,3 +226,12 @@ pub fn hosts_file(dir: &Path, entries: &[(&str, &str)]) -> std::path::PathBuf {
 pub fn pattern(seq: u32, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i as u32).wrapping_mul(31).wrapping_add(seq.wrapping_mul(7919)) as u8 ^ (i >> 8) as u8).collect()
 }
+
+/// A length from 0 to `max` for message `seq`, the same on both sides of a
+/// test (splitmix64 of the sequence number).
+pub fn random_size(seq: u32, max: usize) -> usize {
+    let mut z = (seq as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) % (max as u64 + 1)) as usize
+}

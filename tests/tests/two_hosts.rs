@@ -111,3 +111,37 @@ fn vanished_peer_gives_error_state_and_flushed_descriptors() {
     assert_ok("client", &out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("FLUSHED"));
 }
+
+/// A peer killed mid-transfer: the survivor gets CONN_LOST within the
+/// configured timeout, every outstanding descriptor flushed, no hang; then
+/// a new VI of the survivor connects to the restarted peer and exchanges
+/// checked messages with it.
+#[test]
+fn killed_peer_gives_conn_lost_within_the_timeout_and_the_survivor_reconnects() {
+    let net = TestNet::new(1500);
+    let env = [("VIA_RTO_US", "1000"), ("VIA_RETRY_LIMIT", "8")];
+    let server = |net: &TestNet| {
+        let mut cmd = net.command(&net.a, PEER, &["server", "deadpeer", "--dev", &net.dev_a()]);
+        cmd.envs(env);
+        let mut p = Proc::spawn("server", cmd);
+        let mac = p.expect_line("READY");
+        (p, mac)
+    };
+    let (mut first, mac) = server(&net);
+    let hosts = hosts_file(&std::env::temp_dir(), &[("server", &mac)]);
+    let mut cmd = net.command(&net.b, PEER, &["client", "deadpeer", "--dev", &net.dev_b(), "--peer", "server"]);
+    cmd.envs(env).env("VIA_HOSTS", &hosts);
+    let mut client = Proc::spawn("client", cmd);
+    first.expect_line("CONNECTED");
+    client.expect_line("STREAMING");
+    first.kill(); // mid-transfer: eight 64 KiB sends in flight
+    let lost = client.expect_line("LOST");
+    let (second, mac) = server(&net);
+    client.write_line(&format!("RESTARTED {mac}"));
+    let out = client.finish();
+    let _ = std::fs::remove_file(hosts);
+    assert_ok("client", &out);
+    assert_ok("server", &second.finish());
+    println!("CONN_LOST {lost} (ms after the last completion, configured timeout)");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("RECONNECTED 100"));
+}

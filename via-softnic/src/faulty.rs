@@ -196,6 +196,19 @@ impl FaultyDevice {
     }
 }
 
+impl Drop for FaultyDevice {
+    /// Frames on the link outlive their sender: what is still delayed goes
+    /// out at its time (so a process's last frames, a Disconnect or the
+    /// ACK of a final message, are not lost because it exited at once).
+    fn drop(&mut self) {
+        let _ = self.release_held();
+        while let Some((due, bytes)) = self.delayed.pop_front() {
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            let _ = self.inner.transmit(&[TxFrame::new(&bytes)]);
+        }
+    }
+}
+
 /// An epoll set of `inner` and a new timerfd: (epoll fd, timerfd).
 fn wait_set(inner: RawFd) -> io::Result<(OwnedFd, OwnedFd)> {
     let owned = |fd: i32| if fd < 0 { Err(io::Error::last_os_error()) } else { Ok(unsafe { OwnedFd::from_raw_fd(fd) }) };

@@ -5,6 +5,7 @@
 //! The server prints `READY <mac>` once it waits for connections. Each side
 //! exits 0 only when everything it checked held; failures print the reason.
 
+mod deadpeer;
 mod stream;
 
 use std::process::exit;
@@ -455,6 +456,7 @@ fn main() {
         "vanish" => vanish(&a),
         "oneway" => oneway(&a),
         "stream" => stream::stream(&a),
+        "deadpeer" => deadpeer::deadpeer(&a),
         s => fail(&format!("unknown scenario {s}")),
     }
 }
