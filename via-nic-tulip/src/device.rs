@@ -260,8 +260,10 @@ impl TulipDevice {
         // Only a reset NIC may master the bus. A process killed with the NIC
         // running leaves its receive and transmit processes started, with
         // ring addresses of the dead process's container: vfio-pci turns
-        // bus mastering off but cannot reset a 2114x (no FLR or PM reset;
-        // QEMU's sits on the root bus, so no bus reset either). CSR0 SWR
+        // bus mastering off but resets the NIC only if it has a way to
+        // (QEMU's 21143 has no FLR or power-management capability and sits
+        // on the root bus, so it has none: CSR6 still shows both processes
+        // started after the kill, as the guest suite prints). CSR0 SWR
         // (21143 HRM §3.2.2.1) stops both processes and clears the CSRs, so
         // no descriptor fetch uses a stale address once mastering is on.
         let cmd = self.vfio.config_read16(4)?;
