@@ -48,7 +48,7 @@ CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" 
     -p via-kernel-agent --bin via-agent -p via-user --bin via-pingpong \
     -p via-tests --bin via-testpeer --bin via-conform --bin via-guest-suite \
     -p nas-cg --bin cg
-BINDIR=$ROOT/target/$TARGET/guest
+BINDIR=${CARGO_TARGET_DIR:-$ROOT/target}/$TARGET/guest
 
 # 2. The initramfs.
 WORK=$(mktemp -d /tmp/via-qemu.XXXXXX)

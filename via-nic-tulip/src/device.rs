@@ -42,6 +42,10 @@ const ETH_HEADER: usize = 14;
 /// bring-up waits for the setup frame, before the NIC is declared stuck.
 const NIC_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// PCI command register bits: I/O and memory space decoding, bus master.
+const PCI_COMMAND_IO_MEMORY: u16 = 0x3;
+const PCI_COMMAND_MASTER: u16 = 0x4;
+
 const RX_RING_OFF: usize = 0;
 const TX_RING_OFF: usize = RX_RING * DESC_LEN;
 const RX_BUF_OFF: usize = TX_RING_OFF + TX_RING * DESC_LEN;
@@ -158,9 +162,10 @@ impl TulipDevice {
             Ok(base) => Csrs::Mapped(Mmio { base, len: bar.size as usize }),
             Err(_) => Csrs::Region(bar),
         };
-        // PCI command register: memory and I/O space on, bus master on.
+        // PCI command register: I/O and memory space on (the CSRs); bus
+        // mastering stays off until `bring_up` has reset the NIC.
         let cmd = vfio.config_read16(4)?;
-        vfio.config_write16(4, cmd | 0x7)?;
+        vfio.config_write16(4, (cmd | PCI_COMMAND_IO_MEMORY) & !PCI_COMMAND_MASTER)?;
         let mem = DmaMemory::new(DMA_LEN)?;
         let mut iovas = IovaSpace::default();
         let mem_iova = iovas.alloc(mem.len() as u64).ok_or_else(|| io::Error::other("no IOVA space for the rings"))?;
@@ -252,6 +257,17 @@ impl TulipDevice {
             }
             std::hint::spin_loop();
         }
+        // Only a reset NIC may master the bus. A process killed with the NIC
+        // running leaves its receive and transmit processes started, with
+        // ring addresses of the dead process's container: vfio-pci turns
+        // bus mastering off but resets the NIC only if it has a way to
+        // (QEMU's 21143 has no FLR or power-management capability and sits
+        // on the root bus, so it has none: CSR6 still shows both processes
+        // started after the kill, as the guest suite prints). CSR0 SWR
+        // (21143 HRM §3.2.2.1) stops both processes and clears the CSRs, so
+        // no descriptor fetch uses a stale address once mastering is on.
+        let cmd = self.vfio.config_read16(4)?;
+        self.vfio.config_write16(4, cmd | PCI_COMMAND_MASTER)?;
         self.write_csr(regs::BUS_MODE, regs::BUS_MODE_X86);
         self.mac = srom::read_mac(&mut Csr9Bus(self));
         if self.mac == MacAddr::ZERO || self.mac == MacAddr::BROADCAST {
@@ -496,7 +512,7 @@ impl Drop for TulipDevice {
     /// transmit off, software reset; then every DMA mapping is removed.
     /// (If the process dies instead, closing the VFIO files makes the kernel
     /// disable bus mastering and drop the container's mappings; the next
-    /// open resets the NIC.)
+    /// open resets the NIC before it turns bus mastering on again.)
     fn drop(&mut self) {
         self.write_csr(regs::INT_ENABLE, 0);
         self.write_csr(regs::OP_MODE, 0);
@@ -506,7 +522,7 @@ impl Drop for TulipDevice {
         }
         let _ = self.vfio.unmap_dma(self.mem_iova, self.mem.len());
         if let Ok(cmd) = self.vfio.config_read16(4) {
-            let _ = self.vfio.config_write16(4, cmd & !0x4);
+            let _ = self.vfio.config_write16(4, cmd & !PCI_COMMAND_MASTER);
         }
     }
 }
