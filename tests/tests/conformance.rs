@@ -58,6 +58,8 @@ rules! {
     rdma_write_into_region_of_another_ptag_is_refused,
     rdma_read_of_region_without_enable_bit_is_refused,
     unreliable_rdma_violation_is_dropped_and_reported_at_the_target,
+    rdma_with_a_forged_memory_handle_is_refused,
+    deregistration_revokes_rdma_access_at_once,
     segment_in_memory_of_another_ptag_gives_protection_error,
     descriptor_in_memory_of_another_ptag_gives_protection_error,
     ptag_in_use_cannot_be_destroyed,

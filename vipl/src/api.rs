@@ -651,20 +651,24 @@ pub extern "C" fn VipErrorCallback(nic: VipHandle, ctx: VipPvoid, f: Option<Erro
         };
         let (ctx, nh, vis) = (Context(ctx), Context(nic), n.vis.clone());
         n.nic.set_error_callback(Some(Box::new(move |e| {
-            let error_code = match e.kind {
-                via_user::AsyncErrorKind::ConnLost => error_code::CONN_LOST,
-                via_user::AsyncErrorKind::RecvQueueEmpty => error_code::RECVQ_EMPTY,
-                via_user::AsyncErrorKind::RdmaWriteProt => error_code::RDMAW_PROT,
-                via_user::AsyncErrorKind::RdmaReadProt => error_code::RDMAR_PROT,
-            };
             let (ctx, nh) = (ctx, nh);
+            let (error_code, resource, cq_handle) = match e.kind {
+                via_user::AsyncErrorKind::ConnLost => (error_code::CONN_LOST, resource_code::VI, std::ptr::null_mut()),
+                via_user::AsyncErrorKind::RecvQueueEmpty => (error_code::RECVQ_EMPTY, resource_code::VI, std::ptr::null_mut()),
+                via_user::AsyncErrorKind::RdmaWriteProt => (error_code::RDMAW_PROT, resource_code::VI, std::ptr::null_mut()),
+                via_user::AsyncErrorKind::RdmaReadProt => (error_code::RDMAR_PROT, resource_code::VI, std::ptr::null_mut()),
+                via_user::AsyncErrorKind::CqOverflow { cq, .. } => {
+                    let h = handles::find(|o| matches!(o, handles::Object::Cq { nic_handle, id, .. } if *nic_handle == nh.0 && *id == cq));
+                    (error_code::CATASTROPHIC, resource_code::CQ, h)
+                }
+            };
             let mut d = VipErrorDescriptor {
                 nic_handle: nh.0,
                 vi_handle: handles::vi_handle(&vis, e.vi),
-                cq_handle: std::ptr::null_mut(),
+                cq_handle,
                 descriptor_ptr: std::ptr::null_mut(),
                 op_code: 0,
-                resource_code: resource_code::VI,
+                resource_code: resource,
                 error_code,
             };
             f(ctx.0, &mut d);

@@ -7,7 +7,7 @@ use super::{fill, Ctx, Rule, T};
 use crate::check;
 use std::time::{Duration, Instant};
 use via_user::descriptor::status;
-use via_user::{AsyncErrorKind, Descriptor, MemoryRegion, Op, Reliability, Vi, ViPhase, VipReturn};
+use via_user::{AsyncErrorKind, Descriptor, MemAttributes, MemoryRegion, Op, Reliability, RemoteBuffer, Vi, ViPhase, VipReturn};
 
 macro_rules! rule {
     ($name:ident, $area:expr, $text:expr, $t:expr, $i:expr) => {
@@ -44,6 +44,12 @@ pub fn rules() -> Vec<Rule> {
         rule!(ptag_in_use_cannot_be_destroyed, "protection",
             "VipDestroyPtag of a tag still used by a VI or a region fails with INVALID_STATE; once unused it succeeds, and the destroyed tag is refused (INVALID_PTAG) when creating a VI.",
             idle_target, ptag_initiator),
+        rule!(rdma_with_a_forged_memory_handle_is_refused, "protection",
+            "A memory handle carries random bits beside its table slot: an RDMA write naming the right address and slot with other random bits is refused like any violation (RDMA_PROT_ERROR, RDMAW_PROT at the target, memory untouched, both ends in Error).",
+            |c| violation_target(c, (true, false), (true, false), false, AsyncErrorKind::RdmaWriteProt), forged_handle_initiator),
+        rule!(deregistration_revokes_rdma_access_at_once, "protection",
+            "Once VipDeregisterMem returns, the peer's RDMA with the old handle is refused: a write that landed before the deregistration fails after it (RDMA_PROT_ERROR, RDMAW_PROT), and the memory keeps what the first write put there.",
+            dereg_target, dereg_initiator),
         rule!(destroying_a_vi_with_posted_descriptors_fails, "errors",
             "VipDestroyVi fails with INVALID_STATE while the VI is connected or has descriptors posted; after disconnecting and collecting them it succeeds.",
             idle_target, destroy_initiator),
@@ -106,10 +112,17 @@ fn violation_target(c: &mut Ctx, vi_bits: (bool, bool), region_bits: (bool, bool
 }
 
 fn violation_initiator(c: &mut Ctx, read: bool, offset: u64) {
+    violation_initiator_at(c, read, |rb| rb.offset(offset))
+}
+
+/// Initiator of a violation: RDMA into what `aim` makes of the offered
+/// window; the violation must fail and break the connection.
+fn violation_initiator_at(c: &mut Ctx, read: bool, aim: impl Fn(RemoteBuffer) -> RemoteBuffer) {
     let (mut vi, rb) = attach(c, Reliability::ReliableDelivery, read);
+    let rb = aim(rb);
     let local = c.region(8192, false, false);
     local.write(0, &[0x55; 8192]).unwrap();
-    let op = if read { Op::RdmaRead(rb.offset(offset)) } else { Op::RdmaWrite(rb.offset(offset)) };
+    let op = if read { Op::RdmaRead(rb) } else { Op::RdmaWrite(rb) };
     vi.post_send(c.desc(op, &local, 0..4096, None, false)).unwrap();
     vi.post_send(c.desc(Op::SendRecv, &local, 0..10, None, false)).unwrap();
     let d = c.ok(vi.send_wait(T), "SendWait");
@@ -354,3 +367,58 @@ fn disconnect_initiator(c: &mut Ctx) {
     c.pass();
 }
 
+
+/// The offered window's handle with one of its random bits flipped (the
+/// slot, its low 16 bits, stays: the table finds the region, and the
+/// random bits must refuse it).
+fn forged_handle_initiator(c: &mut Ctx) {
+    violation_initiator_at(c, false, |rb| RemoteBuffer { handle: rb.handle ^ 0x0004_0000, ..rb })
+}
+
+/// Target: the window registered a second time (RDMA write enabled) over
+/// memory of a region without RDMA; offered, written once, deregistered.
+fn dereg_target(c: &mut Ctx) {
+    let errors = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let e2 = errors.clone();
+    c.nic.set_error_callback(Some(Box::new(move |e| e2.lock().unwrap().push(e.kind))));
+    let mut vi = c.vi(c.attrs(Reliability::ReliableDelivery, true, false));
+    let mem = c.region(REGION, false, false);
+    mem.write(0, &fill(7, REGION)).unwrap();
+    let addr = mem.as_ptr() as usize + PAGE;
+    // SAFETY: the window lies inside `mem`, which outlives the
+    // registration (deregistered below, before `mem` is dropped).
+    let handle = c.ok(unsafe { c.nic.register_raw(addr, WINDOW, MemAttributes { ptag: c.ptag, enable_rdma_write: true, enable_rdma_read: false }) }, "VipRegisterMem (the window)");
+    c.accept(&vi);
+    c.offer(&mut vi, RemoteBuffer { addr: addr as u64, handle, len: WINDOW as u64 });
+    check!(c, c.heard() == "written", "expected written");
+    let mut first = fill(7, REGION)[PAGE..PAGE + WINDOW].to_vec();
+    first[..4096].copy_from_slice(&[0x55; 4096]);
+    check_region(c, &mem, &first);
+    c.ok(c.nic.deregister_raw(addr, handle), "VipDeregisterMem");
+    c.tell("deregistered");
+    let deadline = Instant::now() + T.unwrap();
+    while vi.state() != ViPhase::Error && Instant::now() < deadline {
+        c.nic.progress();
+    }
+    check!(c, vi.state() == ViPhase::Error, "the target VI is {:?}, expected Error", vi.state());
+    check_region(c, &mem, &first);
+    let errs = errors.lock().unwrap().clone();
+    check!(c, errs.contains(&AsyncErrorKind::RdmaWriteProt), "asynchronous errors {errs:?}, expected RdmaWriteProt");
+    c.heard();
+}
+
+fn dereg_initiator(c: &mut Ctx) {
+    let (mut vi, rb) = attach(c, Reliability::ReliableDelivery, false);
+    let local = c.region(8192, false, false);
+    local.write(0, &[0x55; 4096]).unwrap();
+    local.write(4096, &[0x66; 4096]).unwrap();
+    vi.post_send(c.desc(Op::RdmaWrite(rb), &local, 0..4096, None, false)).unwrap();
+    c.ok(c.ok(vi.send_wait(T), "SendWait (the first write)").check_ok(), "the write before the deregistration");
+    c.tell("written");
+    check!(c, c.heard() == "deregistered", "expected deregistered");
+    vi.post_send(c.desc(Op::RdmaWrite(rb), &local, 4096..8192, None, false)).unwrap();
+    let d = c.ok(vi.send_wait(T), "SendWait (the write after)");
+    check!(c, d.errors() == status::RDMA_PROT_ERROR, "the write after the deregistration: status {:#x}, expected RDMA_PROT_ERROR", d.status());
+    check!(c, vi.state() == ViPhase::Error, "initiator VI {:?}, expected Error", vi.state());
+    c.pass();
+}

@@ -27,7 +27,7 @@ pub fn rules() -> Vec<Rule> {
             "VipSetMemAttributes turning EnableRdmaWrite on makes later RDMA writes into the region succeed; VipQueryMem reports the new attributes.",
             set_mem_target, set_mem_initiator),
         rule!(cq_keeps_completions_past_its_size_and_resizes,
-            "A CQ never loses a completion: past its size it keeps them (counted as overflows); VipResizeCQ below the number queued fails, a larger size succeeds.",
+            "A CQ never loses a completion: past its size it keeps them, counts the overflow and reports it once through the error callback (VIP_RESOURCE_CQ, VIP_ERROR_CATASTROPHIC, naming the CQ and its size); VipResizeCQ below the number queued fails, a larger size succeeds.",
             plain_target, cq_initiator),
     ]
 }
@@ -146,6 +146,9 @@ fn cq_initiator(c: &mut Ctx) {
         c.ok(c.ok(vi.send_wait(T), "SendWait").check_ok(), "send");
     }
     check!(c, c.nic.counters().cq_overflows == 1, "overflows counted: {}", c.nic.counters().cq_overflows);
+    let errs = c.nic.take_async_errors();
+    let want = via_user::AsyncErrorKind::CqOverflow { cq: cq.id(), entries: 2 };
+    check!(c, errs.iter().filter(|e| e.kind == want).count() == 1, "asynchronous errors {errs:?}, expected one {want:?}");
     check!(c, cq.resize(2).is_err(), "resizing to 2 with 3 queued succeeded");
     c.ok(cq.resize(8), "resizing to 8");
     for _ in 0..3 {

@@ -198,6 +198,11 @@ pub enum AsyncErrorKind {
     RdmaWriteProt,
     /// The peer's RDMA read broke our protection.
     RdmaReadProt,
+    /// Completion queue `cq` went past its `entries` (what VIA calls a
+    /// catastrophic CQ error). Reported once each time it goes past; no
+    /// completion is dropped: the queue keeps them, and `VipResizeCQ` can
+    /// make room.
+    CqOverflow { cq: u16, entries: usize },
 }
 
 /// Everything of an opened NIC except the device.

@@ -165,8 +165,13 @@ impl Core {
             if let Ok(c) = self.cq_mut(cq) {
                 let before = c.overflows;
                 c.push(id, q == Queue::Recv);
-                if c.overflows != before {
+                let (over, entries, len) = (c.overflows != before, c.capacity(), c.len());
+                if over {
                     self.counters.cq_overflows += 1;
+                    if len == entries + 1 {
+                        // Once each time it goes past (none is dropped).
+                        self.async_errors.push(super::AsyncError { vi: id, kind: super::AsyncErrorKind::CqOverflow { cq, entries } });
+                    }
                 }
             }
         }
