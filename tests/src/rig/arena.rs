@@ -69,9 +69,15 @@ impl Arena {
 
     /// A copy of the whole arena.
     pub fn snapshot(&self) -> Vec<u8> {
-        // SAFETY: the arena is `len` bytes we own; the engine only writes
-        // it inside its calls, never while this copy is taken.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len()) }.to_vec()
+        self.read(0..self.len())
+    }
+
+    /// A copy of bytes `range`.
+    pub fn read(&self, range: Range<usize>) -> Vec<u8> {
+        assert!(range.start <= range.end && range.end <= self.len(), "read past the arena");
+        // SAFETY: the range was just checked to be in the arena; the engine
+        // only writes it inside its calls, never while this copy is taken.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(range.start), range.len()) }.to_vec()
     }
 
     /// Copies `data` to offset `off`.

@@ -8,6 +8,8 @@
 //! so a test can check that nothing else changed.
 
 pub mod arena;
+pub mod input;
+pub mod scenarios;
 
 use arena::{page, pages, Arena, PAGE, SLOT_BYTES, SLOT_SEGMENTS};
 use std::ops::Range;
@@ -60,6 +62,9 @@ pub struct Host {
     /// Arena ranges the peer may change: the RDMA window, the segments of
     /// posted receives and every descriptor's completion fields.
     pub writable: Vec<Range<usize>>,
+    /// What the arena holds but for the engine's writes: the rig's own
+    /// writes go to both.
+    shadow: Vec<u8>,
 }
 
 /// The fill of arena byte `i` before the run: no two neighbours alike.
@@ -74,7 +79,8 @@ impl Host {
         let ptag = engine.core.mem.create_ptag().unwrap();
         let other = engine.core.mem.create_ptag().unwrap();
         let arena = Arena::new();
-        arena.write(0, &(0..arena.len()).map(fill).collect::<Vec<_>>());
+        let shadow: Vec<u8> = (0..arena.len()).map(fill).collect();
+        arena.write(0, &shadow);
         let mut reg = |first: usize, n: usize, ptag: Ptag, rdma: bool| {
             let attrs = MemAttributes { ptag, enable_rdma_write: rdma, enable_rdma_read: rdma };
             engine.register_memory(arena.addr(first * PAGE), n * PAGE, attrs).expect("registering rig memory")
@@ -90,7 +96,7 @@ impl Host {
         let vi = engine.core.create_vi(attrs, None, None).expect("creating the rig's VI");
         let mut writable = vec![pages(page::WINDOW, 2)];
         writable.extend((0..arena::SLOTS).map(|s| slot_offset(s) + 20..slot_offset(s) + 32));
-        Host { engine, vi, ptag, handles, arena, writable }
+        Host { engine, vi, ptag, handles, arena, writable, shadow }
     }
 
     /// The address of arena offset `off`.
@@ -98,8 +104,14 @@ impl Host {
         self.arena.addr(off) as u64
     }
 
+    /// Copies `data` to arena offset `off` (the rig's own write).
+    pub fn write(&mut self, off: usize, data: &[u8]) {
+        self.arena.write(off, data);
+        self.shadow[off..off + data.len()].copy_from_slice(data);
+    }
+
     /// Writes a descriptor into slot `slot`.
-    pub fn write_desc(&self, slot: usize, control: u16, imm: u32, length: u32, segs: &[Seg]) {
+    pub fn write_desc(&mut self, slot: usize, control: u16, imm: u32, length: u32, segs: &[Seg]) {
         assert!(segs.len() <= SLOT_SEGMENTS, "a slot holds {SLOT_SEGMENTS} segments");
         let mut d = vec![0u8; 32 + 16 * segs.len()];
         d[12..14].copy_from_slice(&(segs.len() as u16).to_ne_bytes());
@@ -112,7 +124,7 @@ impl Host {
             d[o + 8..o + 12].copy_from_slice(&s.handle.to_ne_bytes());
             d[o + 12..o + 16].copy_from_slice(&s.len.to_ne_bytes());
         }
-        self.arena.write(slot_offset(slot), &d);
+        self.write(slot_offset(slot), &d);
     }
 
     /// Posts the descriptor in slot `slot`.
@@ -134,7 +146,7 @@ impl Host {
     /// Posts a send of `data`, copied to `at` in [`page::BUFS`], from slot `slot`.
     pub fn post_send(&mut self, slot: usize, at: usize, data: &[u8], imm: Option<u32>) {
         let base = page::BUFS * PAGE + at;
-        self.arena.write(base, data);
+        self.write(base, data);
         let seg = Seg { addr: self.addr(base), handle: self.handles.bufs, len: data.len() as u32 };
         let ctl = if imm.is_some() { control::IMMEDIATE } else { 0 };
         self.write_desc(slot, ctl, imm.unwrap_or(0), data.len() as u32, &[seg]);
@@ -144,8 +156,8 @@ impl Host {
     /// The completion of the descriptor in slot `slot`: status, length, immediate data.
     pub fn completion(&self, slot: usize) -> (u32, u32, u32) {
         let o = slot_offset(slot);
-        let b = self.arena.snapshot();
-        let word = |at: usize| u32::from_ne_bytes(b[o + at..o + at + 4].try_into().unwrap());
+        let b = self.arena.read(o + 20..o + 32);
+        let word = |at: usize| u32::from_ne_bytes(b[at - 20..at - 16].try_into().unwrap());
         (word(28), word(24), word(20))
     }
 
@@ -158,14 +170,14 @@ impl Host {
     /// Bytes `range` of [`page::BUFS`].
     pub fn buf(&self, range: Range<usize>) -> Vec<u8> {
         let base = page::BUFS * PAGE;
-        self.arena.snapshot()[base + range.start..base + range.end].to_vec()
+        self.arena.read(base + range.start..base + range.end)
     }
 
-    /// The first arena offset that differs from `before` outside
+    /// The first arena offset the engine changed outside
     /// [`Host::writable`] (and outside `also`).
-    pub fn changed_outside(&self, before: &[u8], also: &[Range<usize>]) -> Option<usize> {
+    pub fn changed_outside(&self, also: &[Range<usize>]) -> Option<usize> {
         let allowed: Vec<Range<usize>> = self.writable.iter().chain(also).cloned().collect();
-        arena::first_change(before, &self.arena.snapshot(), &allowed)
+        arena::first_change(&self.shadow, &self.arena.snapshot(), &allowed)
     }
 }
 
