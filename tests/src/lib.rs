@@ -3,6 +3,9 @@
 //!
 //! Needs root (network namespaces, AF_PACKET). A test that cannot create
 //! its hosts fails with a message saying so; it never passes silently.
+//!
+//! [`rig`] is the exception: two engines on the in-process loopback wire,
+//! driven by hand, for the hostile-frame tests and the fuzz targets.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -11,6 +14,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use via_kernel_agent::netns::ip;
 
 pub mod conform;
+pub mod rig;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 

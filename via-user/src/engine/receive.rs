@@ -15,7 +15,7 @@ use crate::usermem;
 use crate::vi::{ReadJob, Reliability, RxMessage, ViPhase};
 use std::time::Instant;
 use via_kernel_agent::conn::CmHeader;
-use via_kernel_agent::wire::{flags, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT};
+use via_kernel_agent::wire::{flags, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT, FRAME_HEADER_LEN};
 use via_kernel_agent::LentPayload;
 
 /// A frame's payload: in the frame, or lent by its sender.
@@ -77,6 +77,13 @@ impl Core {
         // cannot vouch for what it delivers.
         if lent.is_none() && (self.checksum || f.flags() & flags::CHECKSUM != 0) && !f.checksum_ok() {
             self.counters.rx_bad_checksum += 1;
+            return;
+        }
+        // Longer than its header says: no sender pads a VIA frame (its
+        // headers alone exceed the Ethernet minimum), so the bytes past the
+        // payload are not ours to guess about.
+        if lent.is_none() && bytes.len() != FRAME_HEADER_LEN + f.payload().len() {
+            self.counters.rx_malformed += 1;
             return;
         }
         let payload = match lent {
@@ -155,16 +162,23 @@ impl Core {
 
     /// The peer disconnected: what it acknowledged completes, then the
     /// connection is lost.
+    /// Anything else (another host, VI or generation) is counted and dropped.
     fn on_disconnect<T: AsRef<[u8]>>(&mut self, f: &Frame<T>, now: Instant) {
         let id = f.dst_vi();
-        let Ok(vi) = self.vi(id) else { return };
-        let ours = vi.phase == ViPhase::Connected && vi.peer.as_ref().is_some_and(|p| p.mac == f.src_mac() && p.ep == f.src_ep() && p.generation == f.generation());
-        if ours {
-            if f.flags() & flags::ACK != 0 && vi.reliable() {
-                self.on_ack(id, f.ack(), false, None, now);
-            }
-            self.connection_lost(id);
+        let Ok(vi) = self.vi(id) else {
+            self.counters.rx_no_vi += 1;
+            return;
+        };
+        let ours = vi.phase == ViPhase::Connected
+            && vi.peer.as_ref().is_some_and(|p| p.mac == f.src_mac() && p.ep == f.src_ep() && p.vi == f.src_vi() && p.generation == f.generation());
+        if !ours {
+            self.counters.rx_stale += 1;
+            return;
         }
+        if f.flags() & flags::ACK != 0 && vi.reliable() {
+            self.on_ack(id, f.ack(), false, None, now);
+        }
+        self.connection_lost(id);
     }
 
     /// Puts VI `id` into the Error state: its connection is gone.

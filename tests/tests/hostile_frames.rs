@@ -1,0 +1,325 @@
+//! Hostile frames against a live VI (issue 8): a raw device on the
+//! loopback wire injects crafted frames at a VI connected to a genuine
+//! peer, on the rig of `via_tests::rig` (one thread, a clock moved by
+//! hand). Frames that are not the peer's (another host, endpoint, VI or
+//! generation) or not well formed are dropped and counted, and the genuine
+//! messages around them arrive intact. Frames that are the peer's in every
+//! respect but say inconsistent things are counted and break a reliable
+//! connection (or cost an unreliable VI that message) without touching a
+//! byte outside what the peer may write.
+
+use via_kernel_agent::wire::{self, flags, HeaderRepr, Kind, ANY_ENDPOINT, ETH_HEADER_LEN, FRAME_HEADER_LEN};
+use via_kernel_agent::MacAddr;
+use via_tests::rig::arena::{page, pages, PAGE};
+use via_tests::rig::{frame_bytes, Host, Rig};
+use via_user::descriptor::status;
+use via_user::engine::post::Queue;
+use via_user::{Reliability, ViPhase};
+
+const LEVELS: [Reliability; 3] = [Reliability::Unreliable, Reliability::ReliableDelivery, Reliability::ReliableReception];
+/// Bytes per posted receive (two segments) and per genuine message (two fragments).
+const RECV: usize = 2000;
+const MSG: usize = 1800;
+
+fn message(seed: u8, n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(37) ^ seed).collect()
+}
+
+/// Posts receives in slots `slots` of the victim, each `RECV` bytes of
+/// the buffer pages split over two segments.
+fn post_receives(a: &mut Host, slots: std::ops::Range<usize>) {
+    for k in slots {
+        let at = (k % 4) * RECV;
+        a.post_recv(k, &[at..at + 700, at + 700..at + RECV]);
+    }
+}
+
+/// Sends genuine message `k` from the peer (slot and buffer `k % 4`).
+fn send_genuine(rig: &mut Rig, k: usize) {
+    rig.b.post_send(k % 4, (k % 4) * RECV, &message(k as u8, MSG), None);
+    rig.b.engine.ring_doorbell();
+}
+
+/// Steps until the victim completes a receive; returns (slot, status, length).
+fn next_receive(rig: &mut Rig) -> (usize, u32, u32) {
+    let mut got = None;
+    let done = rig.step_until(5000, |r| {
+        got = r.a.done(Queue::Recv);
+        got.is_some()
+    });
+    assert!(done, "no receive completed");
+    let slot = got.unwrap();
+    let (st, len, _) = rig.a.completion(slot);
+    (slot, st, len)
+}
+
+/// Genuine message `k` is in the receive of slot `slot`, complete and intact.
+fn assert_intact(rig: &Rig, k: usize, (slot, st, len): (usize, u32, u32)) {
+    assert_eq!(st & status::ERROR_MASK, 0, "message {k}: status {st:#x}");
+    assert_eq!(len as usize, MSG, "message {k}");
+    let at = (slot % 4) * RECV;
+    assert_eq!(rig.a.buf(at..at + MSG), message(k as u8, MSG), "message {k} arrived corrupted");
+}
+
+/// A case of frames that are not the peer's: builds one frame per call.
+struct Foreign {
+    name: &'static str,
+    frame: fn(&Rig, u16) -> Vec<u8>,
+    /// The counter that must rise by one per frame.
+    counter: fn(&Host) -> u64,
+}
+
+fn spoil(rig: &Rig, len: usize, f: impl FnOnce(&mut HeaderRepr)) -> Vec<u8> {
+    let mut h = rig.genuine(len);
+    f(&mut h);
+    frame_bytes(&h, &message(0xEE, len))
+}
+
+fn device(h: &Host, name: &str) -> u64 {
+    h.engine.device_stats().into_iter().find(|s| s.0 == name).map_or(0, |s| s.1)
+}
+
+fn foreign_cases() -> Vec<Foreign> {
+    vec![
+        Foreign { name: "unknown source host", frame: |r, _| spoil(r, 64, |h| h.src_mac = MacAddr([2, 0xee, 0, 0, 0, 9])), counter: |h| h.engine.core.counters.rx_stale },
+        Foreign { name: "unknown source endpoint", frame: |r, _| spoil(r, 64, |h| h.src_ep ^= 0x10), counter: |h| h.engine.core.counters.rx_stale },
+        Foreign { name: "another source VI", frame: |r, _| spoil(r, 64, |h| h.src_vi += 1), counter: |h| h.engine.core.counters.rx_stale },
+        Foreign { name: "stale generation", frame: |r, _| spoil(r, 64, |h| h.generation = h.generation.wrapping_sub(1)), counter: |h| h.engine.core.counters.rx_stale },
+        Foreign { name: "VI that does not exist", frame: |r, _| spoil(r, 64, |h| h.dst_vi = 900), counter: |h| h.engine.core.counters.rx_no_vi },
+        Foreign { name: "VI zero", frame: |r, _| spoil(r, 64, |h| h.dst_vi = 0), counter: |h| h.engine.core.counters.rx_no_vi },
+        Foreign { name: "VI not connected", frame: |r, idle| spoil(r, 64, |h| h.dst_vi = idle), counter: |h| h.engine.core.counters.rx_stale },
+        Foreign { name: "data to any endpoint", frame: |r, _| spoil(r, 64, |h| (h.dst_ep, h.dst_mac) = (ANY_ENDPOINT, MacAddr::BROADCAST)), counter: |h| h.engine.core.counters.rx_not_for_us },
+        Foreign { name: "another endpoint (the device's filter)", frame: |r, _| spoil(r, 64, |h| h.dst_ep ^= 1), counter: |h| device(h, "rx_filtered") },
+        Foreign { name: "disconnect of a stale generation", frame: |r, _| spoil(r, 0, |h| (h.kind, h.generation) = (Kind::Disconnect as u8, h.generation ^ 1)), counter: |h| h.engine.core.counters.rx_stale },
+        Foreign { name: "disconnect from another host", frame: |r, _| spoil(r, 0, |h| (h.kind, h.src_mac) = (Kind::Disconnect as u8, MacAddr([2, 0xee, 0, 0, 0, 9]))), counter: |h| h.engine.core.counters.rx_stale },
+        Foreign { name: "disconnect of a VI that does not exist", frame: |r, _| spoil(r, 0, |h| (h.kind, h.dst_vi) = (Kind::Disconnect as u8, 900)), counter: |h| h.engine.core.counters.rx_no_vi },
+        Foreign { name: "header cut short", frame: |r, _| spoil(r, 64, |_| ())[..40].to_vec(), counter: |h| h.engine.core.counters.rx_malformed },
+        Foreign { name: "header one byte short", frame: |r, _| spoil(r, 0, |_| ())[..FRAME_HEADER_LEN - 1].to_vec(), counter: |h| h.engine.core.counters.rx_malformed },
+        Foreign { name: "payload_len beyond the frame", frame: |r, _| spoil(r, 64, |h| h.payload_len = 65)[..FRAME_HEADER_LEN + 64].to_vec(), counter: |h| h.engine.core.counters.rx_malformed },
+        Foreign {
+            name: "oversized: bytes past the payload",
+            frame: |r, _| {
+                let mut f = spoil(r, 64, |_| ());
+                f.resize(9000, 0xEE);
+                f
+            },
+            counter: |h| h.engine.core.counters.rx_malformed,
+        },
+        Foreign { name: "unknown version", frame: |r, _| with_byte(spoil(r, 64, |_| ()), ETH_HEADER_LEN, 2), counter: |h| h.engine.core.counters.rx_malformed },
+        Foreign { name: "unknown kind", frame: |r, _| spoil(r, 64, |h| h.kind = 99), counter: |h| h.engine.core.counters.rx_malformed },
+        Foreign { name: "kind 0", frame: |r, _| spoil(r, 64, |h| h.kind = 0), counter: |h| h.engine.core.counters.rx_malformed },
+        Foreign { name: "not VIA (the device's filter)", frame: |r, _| with_byte(spoil(r, 64, |_| ()), 12, 0x08), counter: |h| device(h, "rx_filtered") },
+        Foreign { name: "connection frame with a cut payload", frame: |r, _| spoil(r, 3, |h| h.kind = Kind::ConnAccept as u8), counter: |h| h.engine.core.counters.rx_malformed },
+        Foreign {
+            name: "wrong checksum",
+            frame: |r, _| {
+                let mut f = spoil(r, 64, |_| ());
+                let (head, payload) = f.split_at_mut(FRAME_HEADER_LEN);
+                wire::seal(head, [&*payload]);
+                payload[5] ^= 1;
+                f
+            },
+            counter: |h| h.engine.core.counters.rx_bad_checksum,
+        },
+    ]
+}
+
+fn with_byte(mut f: Vec<u8>, at: usize, v: u8) -> Vec<u8> {
+    f[at] = v;
+    f
+}
+
+/// Injects `frame` three times around three genuine messages and checks
+/// the counter, the messages, the RDMA window and the rest of the memory.
+fn survive(level: Reliability, case: &Foreign) {
+    let mut rig = Rig::new(level);
+    let attrs = rig.a.engine.core.vi(rig.a.vi).unwrap().attrs;
+    let idle = rig.a.engine.core.create_vi(attrs, None, None).unwrap();
+    post_receives(&mut rig.a, 0..3);
+    let before = rig.a.arena.snapshot();
+    let count0 = (case.counter)(&rig.a);
+    let lost0 = rig.a.engine.core.counters.connections_lost;
+    for k in 0..3 {
+        let f = (case.frame)(&rig, idle);
+        assert!(rig.inject(&f), "{}: the wire refused the frame", case.name);
+        send_genuine(&mut rig, k);
+        let got = next_receive(&mut rig);
+        assert_intact(&rig, k, got);
+    }
+    assert_eq!((case.counter)(&rig.a) - count0, 3, "{} ({level:?}): counted once per frame", case.name);
+    let vi = rig.a.engine.core.vi(rig.a.vi).unwrap();
+    assert_eq!(vi.phase, ViPhase::Connected, "{} ({level:?})", case.name);
+    assert_eq!(rig.a.engine.core.counters.connections_lost, lost0);
+    assert!(rig.a.engine.core.async_errors.is_empty(), "{}: {:?}", case.name, rig.a.engine.core.async_errors);
+    assert_eq!(rig.a.changed_outside(&[]), None, "{} ({level:?}): memory changed", case.name);
+    assert_eq!(rig.a.arena.snapshot()[pages(page::WINDOW, 2)], before[pages(page::WINDOW, 2)], "{}: the RDMA window changed", case.name);
+}
+
+#[test]
+fn frames_that_are_not_the_peers_are_dropped_and_counted() {
+    for level in LEVELS {
+        for case in foreign_cases() {
+            survive(level, &case);
+        }
+    }
+}
+
+#[test]
+fn out_of_window_sequence_numbers_are_dropped_and_counted() {
+    for level in [Reliability::ReliableDelivery, Reliability::ReliableReception] {
+        let cases: [Foreign; 2] = [
+            Foreign { name: "sequence number ahead", frame: |r, _| spoil(r, 64, |h| h.psn = h.psn.wrapping_add(1000)), counter: |h| h.engine.core.counters.rx_out_of_order },
+            Foreign { name: "sequence number behind", frame: |r, _| spoil(r, 64, |h| h.psn = h.psn.wrapping_sub(1000)), counter: |h| h.engine.core.counters.rx_duplicate },
+        ];
+        for case in &cases {
+            survive(level, case);
+        }
+    }
+}
+
+/// What a frame that is the peer's in every respect does to the VI.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Outcome {
+    /// The reliable connection breaks; an unreliable VI drops the message.
+    Breaks,
+    /// The receive it took completes with LENGTH_ERROR; the VI goes on.
+    LengthError,
+}
+
+struct Inconsistent {
+    name: &'static str,
+    header: fn(&mut HeaderRepr, &Host),
+    payload: usize,
+    counter: fn(&Host) -> u64,
+    outcome: Outcome,
+}
+
+fn inconsistent_cases() -> Vec<Inconsistent> {
+    let bad_offset = |h: &Host| h.engine.core.counters.rx_bad_offset;
+    let prot = |h: &Host| h.engine.core.counters.rdma_prot_errors;
+    vec![
+        Inconsistent { name: "payload past msg_len", header: |h, _| h.msg_len = 10, payload: 20, counter: bad_offset, outcome: Outcome::Breaks },
+        Inconsistent { name: "first fragment at an offset", header: |h, _| h.offset = 8, payload: 20, counter: bad_offset, outcome: Outcome::Breaks },
+        Inconsistent { name: "whole message without LAST", header: |h, _| h.flags &= !flags::LAST, payload: 20, counter: bad_offset, outcome: Outcome::Breaks },
+        Inconsistent { name: "LAST before the end", header: |h, _| h.msg_len = 500, payload: 20, counter: bad_offset, outcome: Outcome::Breaks },
+        Inconsistent { name: "msg_len beyond the receive buffer", header: |h, _| h.msg_len = 2500, payload: 2500, counter: |h| h.engine.core.counters.length_errors, outcome: Outcome::LengthError },
+        Inconsistent {
+            name: "oversized fragment beyond the receive buffer",
+            header: |h, _| h.msg_len = 9000,
+            payload: 9000,
+            counter: |h| h.engine.core.counters.length_errors,
+            outcome: Outcome::LengthError,
+        },
+        Inconsistent {
+            name: "RDMA write running past the window",
+            header: |h, a| (h.kind, h.rdma_handle, h.rdma_addr) = (Kind::RdmaWrite as u8, a.handles.window, a.addr(pages(page::WINDOW, 2).end) - 10),
+            payload: 20,
+            counter: prot,
+            outcome: Outcome::Breaks,
+        },
+        Inconsistent {
+            name: "RDMA write to memory with RDMA off",
+            header: |h, a| (h.kind, h.rdma_handle, h.rdma_addr) = (Kind::RdmaWrite as u8, a.handles.closed, a.addr(page::CLOSED * PAGE)),
+            payload: 20,
+            counter: prot,
+            outcome: Outcome::Breaks,
+        },
+        Inconsistent {
+            name: "RDMA write under another protection tag",
+            header: |h, a| (h.kind, h.rdma_handle, h.rdma_addr) = (Kind::RdmaWrite as u8, a.handles.foreign, a.addr(page::FOREIGN * PAGE)),
+            payload: 20,
+            counter: prot,
+            outcome: Outcome::Breaks,
+        },
+        Inconsistent {
+            name: "RDMA write with the window's handle at a guard page",
+            header: |h, a| (h.kind, h.rdma_handle, h.rdma_addr) = (Kind::RdmaWrite as u8, a.handles.window, a.addr(page::GUARD_HI * PAGE)),
+            payload: 20,
+            counter: prot,
+            outcome: Outcome::Breaks,
+        },
+    ]
+}
+
+/// Injects one frame that is the peer's but for `case`, then two genuine
+/// messages; checks the counter, the outcome and the memory.
+fn inconsistent(level: Reliability, case: &Inconsistent) {
+    let mut rig = Rig::new(level);
+    post_receives(&mut rig.a, 0..4);
+    let before = rig.a.arena.snapshot();
+    let count0 = (case.counter)(&rig.a);
+    let mut h = rig.genuine(case.payload);
+    (case.header)(&mut h, &rig.a);
+    assert!(rig.inject(&frame_bytes(&h, &message(0xEE, case.payload))));
+    rig.step();
+    let who = format!("{} ({level:?})", case.name);
+    assert_eq!((case.counter)(&rig.a) - count0, 1, "{who}: counted");
+    assert_eq!(rig.a.changed_outside(&[]), None, "{who}: memory changed outside what the peer may write");
+    assert_eq!(rig.a.arena.snapshot()[pages(page::WINDOW, 2)], before[pages(page::WINDOW, 2)], "{who}: the RDMA window changed");
+    let phase = rig.a.engine.core.vi(rig.a.vi).unwrap().phase;
+    match case.outcome {
+        Outcome::Breaks if level.is_reliable() => {
+            assert_eq!(phase, ViPhase::Error, "{who}");
+            for _ in 0..4 {
+                let (slot, st, len) = next_receive(&mut rig);
+                assert!(st & status::DESC_FLUSHED_ERROR != 0 && len == 0, "{who}: receive {slot} completed {st:#x}");
+            }
+            return;
+        }
+        Outcome::LengthError => {
+            let (slot, st, len) = next_receive(&mut rig);
+            assert_eq!((slot, st & status::ERROR_MASK, len), (0, status::LENGTH_ERROR, 0), "{who}");
+        }
+        Outcome::Breaks => {
+            // Unreliable: a message the frame began completes with an error.
+            if let Some(slot) = rig.a.done(Queue::Recv) {
+                let (st, _, _) = rig.a.completion(slot);
+                assert!(slot == 0 && st & status::PARTIAL_ERROR != 0, "{who}: {st:#x}");
+            }
+        }
+    }
+    assert_eq!(phase, ViPhase::Connected, "{who}");
+    // The genuine traffic goes on. A reliable VI took the frame's sequence
+    // number from the peer, so the peer's next message is a duplicate to
+    // it (the spoofer made it lose one message); the one after arrives.
+    send_genuine(&mut rig, 1);
+    if !level.is_reliable() {
+        let got = next_receive(&mut rig);
+        assert_intact(&rig, 1, got);
+    }
+    send_genuine(&mut rig, 2);
+    let got = next_receive(&mut rig);
+    assert_intact(&rig, 2, got);
+}
+
+#[test]
+fn inconsistent_frames_from_the_peer_are_counted_and_corrupt_nothing() {
+    for level in LEVELS {
+        for case in inconsistent_cases() {
+            inconsistent(level, &case);
+        }
+    }
+}
+
+#[test]
+fn reliable_middle_fragment_without_a_message_is_counted() {
+    for level in [Reliability::ReliableDelivery, Reliability::ReliableReception] {
+        let mut rig = Rig::new(level);
+        post_receives(&mut rig.a, 0..2);
+        let before = rig.a.arena.snapshot();
+        let mut h = rig.genuine(564);
+        (h.flags, h.offset, h.msg_len) = (h.flags & !flags::FIRST, 1436, 2000);
+        assert!(rig.inject(&frame_bytes(&h, &message(0xEE, 564))));
+        rig.step();
+        assert_eq!(rig.a.engine.core.counters.rx_bad_offset, 1, "{level:?}");
+        assert_eq!(rig.a.changed_outside(&[]), None);
+        let bufs = page::BUFS * PAGE;
+        assert_eq!(rig.a.buf(0..2 * RECV), before[bufs..bufs + 2 * RECV], "{level:?}: nothing placed");
+        // The frame took the peer's next sequence number: the peer's next
+        // message is a duplicate here, the one after arrives.
+        send_genuine(&mut rig, 1);
+        send_genuine(&mut rig, 2);
+        let got = next_receive(&mut rig);
+        assert_intact(&rig, 2, got);
+    }
+}
