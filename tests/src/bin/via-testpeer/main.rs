@@ -6,6 +6,7 @@
 //! exits 0 only when everything it checked held; failures print the reason.
 
 mod deadpeer;
+mod soak;
 mod stream;
 
 use std::process::exit;
@@ -29,6 +30,8 @@ struct Args {
     count: usize,
     /// Sends kept in flight (`--window`, the `stream` scenario).
     window: usize,
+    /// How long the `soak` scenario runs (`--seconds`).
+    seconds: f64,
 }
 
 impl Args {
@@ -51,7 +54,7 @@ fn parse() -> Args {
     let mut a = std::env::args().skip(1);
     let role = a.next().unwrap_or_default();
     let scenario = a.next().unwrap_or_default();
-    let mut args = Args { role, scenario, dev: String::new(), peer: String::new(), level: Reliability::ReliableDelivery, sizes: vec![], random_max: None, count: 1000, window: 16 };
+    let mut args = Args { role, scenario, dev: String::new(), peer: String::new(), level: Reliability::ReliableDelivery, sizes: vec![], random_max: None, count: 1000, window: 16, seconds: 10.0 };
     while let Some(k) = a.next() {
         let v = a.next().unwrap_or_else(|| fail(&format!("{k} needs a value")));
         match k.as_str() {
@@ -62,6 +65,7 @@ fn parse() -> Args {
                 Some(max) => args.random_max = Some(max.parse().unwrap_or_else(|_| fail("bad --sizes random:MAX"))),
                 None => args.sizes = v.split(',').map(|s| s.parse().unwrap_or_else(|_| fail("bad size"))).collect(),
             },
+            "--seconds" => args.seconds = v.parse().ok().filter(|s: &f64| *s > 0.0).unwrap_or_else(|| fail("bad --seconds")),
             "--window" => args.window = v.parse().ok().filter(|w| *w > 0).unwrap_or_else(|| fail("bad --window")),
             "--count" => args.count = v.parse().unwrap_or_else(|_| fail("bad --count")),
             _ => fail(&format!("unknown option {k}")),
@@ -457,6 +461,7 @@ fn main() {
         "oneway" => oneway(&a),
         "stream" => stream::stream(&a),
         "deadpeer" => deadpeer::deadpeer(&a),
+        "soak" => soak::soak(&a),
         s => fail(&format!("unknown scenario {s}")),
     }
 }
