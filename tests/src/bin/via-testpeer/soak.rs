@@ -35,7 +35,7 @@ const CREDIT_EVERY: u32 = 4;
 const CREDIT_RECVS: usize = 8;
 
 fn attrs(s: &Side, i: usize) -> ViAttributes {
-    let reliability = if i % 2 == 0 { Reliability::ReliableDelivery } else { Reliability::ReliableReception };
+    let reliability = if i.is_multiple_of(2) { Reliability::ReliableDelivery } else { Reliability::ReliableReception };
     ViAttributes { reliability, max_transfer_size: 1 << 20, ptag: s.ptag, enable_rdma_write: true, enable_rdma_read: true }
 }
 
