@@ -39,12 +39,7 @@ fn server(a: &Args) {
     let rbuf = s.region(RECVS * LEN);
     let sbuf = s.region(LEN);
     let mut vi = s.vi(None);
-    let mut at = std::collections::HashMap::new();
-    for i in 0..RECVS {
-        let d = s.desc(&rbuf, i * LEN, LEN, None);
-        at.insert(d.addr(), i * LEN);
-        vi.post_recv(d).or_fail("post recv");
-    }
+    let at = s.post_slots(&mut vi, &rbuf, 0, RECVS, LEN);
     s.ready();
     s.accept(&vi, b"deadpeer");
     println!("CONNECTED");

@@ -115,6 +115,18 @@ impl Side {
         d.set(&[(r, off..off + len)], imm).or_fail("set descriptor");
         d
     }
+    /// Posts `count` receives of `size` bytes on `vi`, in consecutive
+    /// slots of `r` from `base`; returns each descriptor's slot offset by
+    /// its address (what a completed receive is found by).
+    fn post_slots(&self, vi: &mut Vi, r: &MemoryRegion, base: usize, count: usize, size: usize) -> std::collections::HashMap<usize, usize> {
+        let mut at = std::collections::HashMap::new();
+        for i in 0..count {
+            let d = self.desc(r, base + i * size, size, None);
+            at.insert(d.addr(), base + i * size);
+            vi.post_recv(d).or_fail("post recv");
+        }
+        at
+    }
     fn ready(&self) {
         println!("READY {}", self.nic.mac());
     }
@@ -203,12 +215,7 @@ fn oneway(a: &Args) {
     let mut vi = s.vi(None);
     if a.role == "server" {
         let buf = s.region(RECVS * max);
-        let mut at = std::collections::HashMap::new();
-        for i in 0..RECVS {
-            let d = s.desc(&buf, i * max, max, None);
-            at.insert(d.addr(), i * max);
-            vi.post_recv(d).or_fail("post recv");
-        }
+        let at = s.post_slots(&mut vi, &buf, 0, RECVS, max);
         s.ready();
         s.accept(&vi, b"oneway");
         let (mut delivered, mut failed) = (0u64, 0u64);

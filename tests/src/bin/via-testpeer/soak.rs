@@ -66,12 +66,7 @@ fn server(a: &Args) {
     let mut vis: Vec<Vi> = (0..VIS).map(|i| s.nic.create_vi(&attrs(&s, i), None, Some(&cq)).or_fail("create VI")).collect();
     let mut at = std::collections::HashMap::new();
     for (i, vi) in vis.iter_mut().enumerate() {
-        for k in 0..RECVS {
-            let off = (i * RECVS + k) * MAX;
-            let d = s.desc(&rbuf, off, MAX, None);
-            at.insert(d.addr(), off);
-            vi.post_recv(d).or_fail("post recv");
-        }
+        at.extend(s.post_slots(vi, &rbuf, i * RECVS * MAX, RECVS, MAX));
     }
     let index: std::collections::HashMap<u16, usize> = vis.iter().enumerate().map(|(i, v)| (v.id(), i)).collect();
     s.ready();

@@ -41,12 +41,7 @@ fn server(a: &Args) {
     let buf = s.region(RECVS * max);
     let credit = s.region(64);
     let mut vi = s.vi(None);
-    let mut at = std::collections::HashMap::new();
-    for i in 0..RECVS {
-        let d = s.desc(&buf, i * max, max, None);
-        at.insert(d.addr(), i * max);
-        vi.post_recv(d).or_fail("post recv");
-    }
+    let at = s.post_slots(&mut vi, &buf, 0, RECVS, max);
     s.ready();
     s.accept(&vi, b"stream");
     let (mut next, mut bytes, mut credits_out) = (0usize, 0u64, 0usize);
