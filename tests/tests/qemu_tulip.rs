@@ -1,7 +1,7 @@
 //! The tulip/VFIO path for real: runs `qemu/run.sh`, which boots a q35 guest
 //! with the emulated intel-iommu and 2, then 4, emulated tulip NICs, binds
 //! them to vfio-pci with via-agent and runs `via-guest-suite` in it (see
-//! qemu/run.sh and tests/src/bin/via-guest-suite.rs). Needs
+//! qemu/run.sh and tests/src/bin/via-guest-suite/). Needs
 //! qemu-system-x86, linux-image-amd64 and busybox-static (.ci/run installs
 //! them); without them this test fails and says what is missing.
 

@@ -5,6 +5,7 @@
 //!   and the table of drivers that opens a device by its VIA name;
 //! - [`wire`]: the on-the-wire header of VIA frames (typed views, parse/emit);
 //! - [`memory`]: the memory registration table and protection tags;
+//! - [`memlock`]: explaining a pin refused by `RLIMIT_MEMLOCK`;
 //! - [`backoff`]: the retransmission schedule of control-plane requests;
 //! - [`conn`]: the connection manager of the client/server model (sans-IO);
 //! - [`peer`]: peer-to-peer connections (sans-IO);
@@ -18,6 +19,7 @@ pub mod conn;
 pub mod crc32c;
 pub mod device;
 pub mod mac;
+pub mod memlock;
 pub mod memory;
 pub mod names;
 pub mod netns;

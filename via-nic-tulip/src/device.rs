@@ -8,7 +8,9 @@
 //! buffer (buffer 1); a payload that lies in registered memory goes
 //! straight from there (buffer 2), anything else is copied behind the
 //! header. Registered memory is mapped into the IOMMU by
-//! [`FrameDevice::map_memory`] and unmapped by `unmap_memory`.
+//! [`FrameDevice::map_memory`] and unmapped by `unmap_memory`. VFIO pins
+//! what is mapped and charges it to `RLIMIT_MEMLOCK`; a mapping refused for
+//! that names the limit (`via_kernel_agent::memlock`).
 //!
 //! Transmit completion is polled (OWN clears); a batch that sends from user
 //! memory returns only once the NIC has released it, so the caller may
@@ -25,6 +27,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
+use via_kernel_agent::memlock::explain_pin_error;
 use via_kernel_agent::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
 
 /// Receive descriptors (frames the NIC can take while the process is busy).
@@ -169,7 +172,7 @@ impl TulipDevice {
         let mem = DmaMemory::new(DMA_LEN)?;
         let mut iovas = IovaSpace::default();
         let mem_iova = iovas.alloc(mem.len() as u64).ok_or_else(|| io::Error::other("no IOVA space for the rings"))?;
-        vfio.map_dma(mem.addr(), mem_iova, mem.len())?;
+        vfio.map_dma(mem.addr(), mem_iova, mem.len()).map_err(|e| explain_pin_error(e, mem.len(), "the NIC's rings and buffers"))?;
         let mut d = TulipDevice {
             address: address.to_string(),
             mac: MacAddr::ZERO,
@@ -474,7 +477,7 @@ impl FrameDevice for TulipDevice {
         })?;
         if let Err(e) = self.vfio.map_dma(start, iova, size) {
             self.iovas.release(iova, size as u64);
-            return Err(e);
+            return Err(explain_pin_error(e, size, "the NIC"));
         }
         self.mappings.push(Mapping { addr, len, start, size, iova });
         Ok(())

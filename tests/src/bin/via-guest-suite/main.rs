@@ -3,11 +3,15 @@
 //! `guest: N passed, N failed` and exits non-zero when anything failed.
 //!
 //! `via-guest-suite` runs the suite; `via-guest-suite rank R DEV [--forever]`
-//! is one process of the all-to-all exchange (started by the suite).
+//! is one process of the all-to-all exchange and `via-guest-suite memlock
+//! DEV` the process of the RLIMIT_MEMLOCK check (both started by the suite).
 //!
 //! What it runs, with every process owning one tulip through VFIO:
 //! - opening every NIC (distinct station addresses from the SROM) and
 //!   reopening it; registration mapping and unmapping memory for the NIC;
+//! - a process without CAP_IPC_LOCK under a low RLIMIT_MEMLOCK: the open or
+//!   registration that does not fit fails naming the limit, leaves nothing
+//!   mapped, and what fits still registers (`memlock.rs`);
 //! - `via-pingpong --verify` between two NICs: send/receive on both
 //!   reliability levels, RDMA write and RDMA read, over a sweep of sizes;
 //! - the two-host scenarios of `via-testpeer` and every rule of the
@@ -18,6 +22,8 @@
 //!   IOMMU fault, then the same NICs open reset and carry verified traffic;
 //! - with `VIA_GUEST_ONLY=bench` (`qemu/run.sh --only bench`): VIA against
 //!   raw frames on the same two tulips, latency and bandwidth.
+
+mod memlock;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -809,6 +815,14 @@ fn main() {
         }
         return;
     }
+    if args.first().map(String::as_str) == Some("memlock") {
+        let dev = args.get(1).cloned().unwrap_or_default();
+        if let Err(e) = memlock::child(&dev) {
+            eprintln!("{e}");
+            exit(1);
+        }
+        return;
+    }
     let devs = tulips();
     println!("guest: tulips bound to vfio-pci: {devs:?}");
     let (mut passed, mut failed) = (0, 0);
@@ -846,6 +860,7 @@ fn main() {
         };
         run("open_every_nic", &|| open_every_nic(d));
         run("registration_maps_memory_for_the_nic", &|| registration_maps_memory(d));
+        run("memlock_too_low_names_the_limit", &|| memlock::memlock_too_low_names_the_limit(d));
         run("via_agent_unbinds_and_binds", &|| via_agent_unbinds_and_binds(d));
         run("sleeping_waits_wake_on_interrupts", &|| sleeping_waits_wake_on_interrupts(d));
         run("pingpong_send_receive_reliable", &|| pingpong(d, &[]));
