@@ -102,7 +102,9 @@ pub struct NicAttributes {
     pub thread_safe: bool,
     pub hardware_version: u64,
     pub provider_version: u64,
-    /// Registration is bounded by the address space, not by pinning.
+    /// Registration is bounded by the address space; on a device that pins
+    /// registered memory (the tulip), also by RLIMIT_MEMLOCK, unless the
+    /// process has CAP_IPC_LOCK (the other devices pin nothing).
     pub max_register_bytes: u64,
     pub max_register_block_bytes: u64,
     pub max_descriptors_per_queue: usize,
@@ -130,7 +132,12 @@ pub struct Completion {
 impl Nic {
     /// Opens a device by its VIA name (see [`crate::open_device`]).
     pub fn open(name: &str) -> Result<Nic> {
-        let dev = crate::open_device(name).map_err(|e| ViaError::new(VipReturn::InvalidParameter, e.to_string()))?;
+        let dev = crate::open_device(name).map_err(|e| {
+            // Out of memory (the rings could not be pinned: RLIMIT_MEMLOCK)
+            // is a resource the caller may raise; anything else is the name.
+            let code = if e.kind() == std::io::ErrorKind::OutOfMemory { VipReturn::ErrorResource } else { VipReturn::InvalidParameter };
+            ViaError::new(code, e.to_string())
+        })?;
         Self::with_device(name, dev, Config::from_env())
     }
 

@@ -107,8 +107,8 @@ pub fn child(dev: &str) -> Result<(), String> {
     set_memlock(Some(below))?;
     match Nic::open(dev) {
         Ok(_) => return Err(format!("{dev} opened under RLIMIT_MEMLOCK {below}, below the {rings} bytes its rings pin")),
-        Err(e) if e.message.contains("RLIMIT_MEMLOCK") && e.message.contains(&format!("is {below} bytes")) => println!("open under {below} bytes: {e}"),
-        Err(e) => return Err(format!("opening under RLIMIT_MEMLOCK {below} failed without naming the limit: {e}")),
+        Err(e) if e.code == VipReturn::ErrorResource && e.message.contains("RLIMIT_MEMLOCK") && e.message.contains(&format!("is {below} bytes")) => println!("open under {below} bytes: {e}"),
+        Err(e) => return Err(format!("opening under RLIMIT_MEMLOCK {below} failed without naming the limit, or not as VIP_ERROR_RESOURCE: {e}")),
     }
     if locked()? != base {
         return Err(format!("the failed open left {} bytes locked (before: {base})", locked()?));
