@@ -14,7 +14,8 @@ use via_tests::rig::arena::{page, pages, PAGE};
 use via_tests::rig::{frame_bytes, Host, Rig};
 use via_user::descriptor::status;
 use via_user::engine::post::Queue;
-use via_user::{Reliability, ViPhase};
+use via_user::engine::UNRELIABLE_VIOLATION_LIMIT;
+use via_user::{AsyncErrorKind, Reliability, ViPhase};
 
 const LEVELS: [Reliability; 3] = [Reliability::Unreliable, Reliability::ReliableDelivery, Reliability::ReliableReception];
 /// Bytes per posted receive (two segments) and per genuine message (two fragments).
@@ -321,5 +322,35 @@ fn reliable_middle_fragment_without_a_message_is_counted() {
         send_genuine(&mut rig, 2);
         let got = next_receive(&mut rig);
         assert_intact(&rig, 2, got);
+    }
+}
+
+/// A peer guessing memory handles: RDMA writes at the window's address with
+/// the window's slot and other random bits. A reliable VI breaks at the
+/// first; an unreliable one drops and reports each, and breaks when its
+/// peer has tried [`UNRELIABLE_VIOLATION_LIMIT`] times. Nothing is written.
+#[test]
+fn guessing_memory_handles_breaks_the_connection() {
+    for level in LEVELS {
+        let mut rig = Rig::new(level);
+        post_receives(&mut rig.a, 0..2);
+        let before = rig.a.arena.snapshot();
+        let mut tries = 0;
+        while rig.a.engine.core.vi(rig.a.vi).unwrap().phase == ViPhase::Connected {
+            tries += 1;
+            assert!(tries <= UNRELIABLE_VIOLATION_LIMIT, "{level:?}: still connected after {tries} guesses");
+            let mut h = rig.genuine(20);
+            let guess = rig.a.handles.window ^ (tries << 16);
+            (h.kind, h.rdma_handle, h.rdma_addr) = (Kind::RdmaWrite as u8, guess, rig.a.addr(page::WINDOW * PAGE));
+            assert!(rig.inject(&frame_bytes(&h, &message(0xEE, 20))));
+            rig.step();
+        }
+        let want = if level.is_reliable() { 1 } else { UNRELIABLE_VIOLATION_LIMIT };
+        assert_eq!(tries, want, "{level:?}: guesses before the connection broke");
+        assert_eq!(rig.a.engine.core.counters.rdma_prot_errors, want as u64, "{level:?}");
+        assert_eq!(rig.a.arena.snapshot()[pages(page::WINDOW, 2)], before[pages(page::WINDOW, 2)], "{level:?}: the window changed");
+        assert_eq!(rig.a.changed_outside(&[]), None, "{level:?}");
+        let errs = &rig.a.engine.core.async_errors;
+        assert!(errs.iter().any(|e| e.kind == AsyncErrorKind::RdmaWriteProt), "{level:?}: {errs:?}");
     }
 }

@@ -172,6 +172,8 @@ pub struct ViState {
     pub nak: bool,
     /// The `rx_expected` a NAK was last sent for.
     pub nak_sent_for: Option<u32>,
+    /// RDMA protection violations by the peer on this connection.
+    pub prot_violations: u32,
     /// The last message that failed here and was reported to the sender:
     /// (first PSN, one past its last PSN, message number, status bits). A
     /// retransmission of it is answered with the report again.
@@ -217,6 +219,7 @@ impl ViState {
             nak: false,
             nak_sent_for: None,
             last_rx_error: None,
+            prot_violations: 0,
         }
     }
 
@@ -280,6 +283,7 @@ impl ViState {
         self.read_resume = false;
         self.read_jobs.clear();
         self.last_rx_error = None;
+        self.prot_violations = 0;
     }
 
     /// The earliest timer of this VI.

@@ -21,6 +21,7 @@ mod timers;
 mod transmit;
 
 pub use connect::IncomingRequest;
+pub use receive::UNRELIABLE_VIOLATION_LIMIT;
 
 use crate::error::{Result, ViaError};
 use crate::vi::{ViAttributes, ViPhase, ViState};

@@ -18,6 +18,10 @@ use via_kernel_agent::conn::CmHeader;
 use via_kernel_agent::wire::{flags, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT, FRAME_HEADER_LEN};
 use via_kernel_agent::LentPayload;
 
+/// RDMA protection violations an unreliable VI's peer may commit before
+/// the connection is broken (a reliable VI breaks at the first).
+pub const UNRELIABLE_VIOLATION_LIMIT: u32 = 16;
+
 /// A frame's payload: in the frame, or lent by its sender.
 #[derive(Clone, Copy)]
 enum Payload<'a> {
@@ -435,6 +439,15 @@ impl Core {
         let reliable = self.vi(id).is_ok_and(|v| v.reliable());
         if reliable {
             self.queue_report(id, psn, msg_seq, status::RDMA_PROT_ERROR, true);
+            self.enter_error(id, why);
+            return false;
+        }
+        // Unreliable: dropped and reported, and the connection goes on;
+        // but a peer that keeps trying (guessing memory handles, whose
+        // random bits are what stands in its way) loses it.
+        let vi = vi_at(&mut self.vis, id).unwrap();
+        vi.prot_violations += 1;
+        if vi.prot_violations >= UNRELIABLE_VIOLATION_LIMIT {
             self.enter_error(id, why);
             return false;
         }
