@@ -149,6 +149,8 @@ pub struct Counters {
     pub rx_lent_failed: u64,
     /// Frames whose checksum was missing or wrong (corrupted on the way).
     pub rx_bad_checksum: u64,
+    /// Frames an unreliable VI never received: gaps in its sequence.
+    pub rx_lost: u64,
 }
 
 impl Counters {
@@ -178,6 +180,7 @@ impl Counters {
             ("rx_lent", self.rx_lent),
             ("rx_lent_failed", self.rx_lent_failed),
             ("rx_bad_checksum", self.rx_bad_checksum),
+            ("rx_lost", self.rx_lost),
         ]
     }
 }

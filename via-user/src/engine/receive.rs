@@ -374,7 +374,11 @@ impl Core {
             } else {
                 if psn != vi.rx_expected {
                     // Unreliable: a gap loses the rest of the message being
-                    // reassembled; a descriptor it had consumed completes PARTIAL.
+                    // reassembled; a descriptor it had consumed completes
+                    // PARTIAL. The frames it skips are counted as lost.
+                    if seq_lt(vi.rx_expected, psn) {
+                        self.counters.rx_lost += psn.wrapping_sub(vi.rx_expected) as u64;
+                    }
                     self.abandon_partial(id);
                 }
                 vi_at(&mut self.vis, id).unwrap().rx_expected = psn.wrapping_add(1);

@@ -1,7 +1,7 @@
 //! One side of a two-host VIA test scenario, run as a real process in a
 //! test namespace by the integration tests.
 //!
-//! `via-testpeer server|client SCENARIO --dev DEVICE [--peer HOST] [--level rel|unrel] [--sizes a,b,..]`
+//! `via-testpeer server|client SCENARIO --dev DEVICE [--peer HOST] [--level unrel|rel|rr] [--sizes a,b,..|random:MAX]`
 //! The server prints `READY <mac>` once it waits for connections. Each side
 //! exits 0 only when everything it checked held; failures print the reason.
 
@@ -60,7 +60,14 @@ fn parse() -> Args {
         match k.as_str() {
             "--dev" => args.dev = v,
             "--peer" => args.peer = v,
-            "--level" => args.level = if v == "unrel" { Reliability::Unreliable } else { Reliability::ReliableDelivery },
+            "--level" => {
+                args.level = match v.as_str() {
+                    "unrel" => Reliability::Unreliable,
+                    "rel" => Reliability::ReliableDelivery,
+                    "rr" => Reliability::ReliableReception,
+                    _ => fail("--level is unrel, rel or rr"),
+                }
+            }
             "--sizes" => match v.strip_prefix("random:") {
                 Some(max) => args.random_max = Some(max.parse().unwrap_or_else(|_| fail("bad --sizes random:MAX"))),
                 None => args.sizes = v.split(',').map(|s| s.parse().unwrap_or_else(|_| fail("bad size"))).collect(),
@@ -210,8 +217,7 @@ fn sizes(a: &Args) {
 fn oneway(a: &Args) {
     const RECVS: usize = 64;
     let s = Side::new(&a.dev, a.level);
-    let sizes = if a.sizes.is_empty() { vec![100] } else { a.sizes.clone() };
-    let max = sizes.iter().copied().max().unwrap_or(1).max(1);
+    let max = a.max_size();
     let mut vi = s.vi(None);
     if a.role == "server" {
         let buf = s.region(RECVS * max);
@@ -229,7 +235,7 @@ fn oneway(a: &Args) {
                 let seq = d.immediate().unwrap_or_else(|| fail("a message without its number"));
                 let len = d.length() as usize;
                 let off = at[&d.addr()];
-                if len != sizes[seq as usize % sizes.len()] || buf.to_vec(off..off + len).or_fail("read") != pattern(seq, len) {
+                if len != a.size_of(seq as usize) || buf.to_vec(off..off + len).or_fail("read") != pattern(seq, len) {
                     fail(&format!("message {seq} was delivered ({len} bytes) but differs from what was sent"));
                 }
                 delivered += 1;
@@ -239,17 +245,21 @@ fn oneway(a: &Args) {
             vi.post_recv(d).or_fail("repost");
         }
         let c = s.nic.counters();
-        println!("DELIVERED {delivered} FAILED {failed} BAD_CHECKSUM {} NO_RECEIVE {}", c.rx_bad_checksum, c.rx_no_receive_posted);
+        // Frames the kernel dropped before we read them (our ring was full).
+        let ring = s.nic.device_counters().iter().find(|(k, _)| *k == "kernel_rx_drops").map_or(0, |(_, v)| *v);
+        println!("DELIVERED {delivered} FAILED {failed} BAD_CHECKSUM {} NO_RECEIVE {} LOST {} RING_DROPS {ring}", c.rx_bad_checksum, c.rx_no_receive_posted, c.rx_lost);
     } else {
         let sbuf = s.region(max);
         s.connect(&mut vi, &a.peer, b"oneway");
         for i in 0..a.count {
-            let len = sizes[i % sizes.len()];
+            let len = a.size_of(i);
             sbuf.write(0, &pattern(i as u32, len)).or_fail("fill");
             vi.post_send(s.desc(&sbuf, 0, len, Some(i as u32))).or_fail("post send");
             vi.send_wait(T).or_fail("send completion").check_ok().or_fail("send status");
         }
-        println!("SENT {}", a.count);
+        let dev = s.nic.device_counters();
+        let fault = |name: &str| dev.iter().find(|(k, _)| *k == name).map_or(0, |(_, v)| *v);
+        println!("SENT {} LINK_LOST {} LINK_CORRUPTED {}", a.count, fault("faults_lost"), fault("faults_corrupted"));
     }
 }
 
