@@ -20,6 +20,12 @@ impl Backoff {
         Backoff { next_send: now, interval: first, max, deadline }
     }
 
+    /// Lowers the ceiling of the interval to `max`.
+    pub fn cap(&mut self, max: Duration) {
+        self.max = self.max.min(max);
+        self.interval = self.interval.min(self.max);
+    }
+
     /// Has the deadline passed at `now`?
     pub fn expired(&self, now: Instant) -> bool {
         now >= self.deadline

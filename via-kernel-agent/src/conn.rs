@@ -136,6 +136,9 @@ struct Request {
     /// A positive sign (pending) was heard: keep waiting until the deadline.
     pending: bool,
     no_match_since: Option<Instant>,
+    /// NO_MATCH does not end it: the same request is repeated until a
+    /// ConnectWait matches it or the deadline passes.
+    until_matched: bool,
     state: RequestState,
 }
 
@@ -243,8 +246,22 @@ impl ConnectionManager {
         self.requests.retain(|r| r.vi != vi);
         attrs.request_id = random_u32();
         let backoff = Backoff::new(now, deadline, REQUEST_RTO, REQUEST_RTO_MAX);
-        self.requests.push(Request { vi, mac, attrs, backoff, pending: false, no_match_since: None, state: RequestState::InProgress });
+        self.requests.push(Request { vi, mac, attrs, backoff, pending: false, no_match_since: None, until_matched: false, state: RequestState::InProgress });
         self.on_timer(now);
+    }
+
+    /// Makes the request of `vi` outlast NO_MATCH answers: it is repeated
+    /// (at least every [`NO_MATCH_GRACE`]) until a ConnectWait matches it or
+    /// its deadline passes. Retrying with one request, rather than a new
+    /// one after each NO_MATCH, means a late copy of an earlier attempt
+    /// cannot be matched and accepted at the server after the client has
+    /// given that attempt up (which left the server's VI connected to
+    /// nobody).
+    pub fn request_until_matched(&mut self, vi: u16) {
+        if let Some(r) = self.requests.iter_mut().find(|r| r.vi == vi) {
+            r.until_matched = true;
+            r.backoff.cap(NO_MATCH_GRACE);
+        }
     }
 
     /// Where the request of `vi` stands; a finished request is forgotten.
@@ -329,10 +346,11 @@ impl ConnectionManager {
                 continue;
             }
             if r.backoff.expired(now) {
-                r.state = RequestState::TimedOut;
+                // Heard only NO_MATCH until the end: say so.
+                r.state = if r.until_matched && r.no_match_since.is_some() && !r.pending { RequestState::NoMatch } else { RequestState::TimedOut };
                 continue;
             }
-            if let Some(t) = r.no_match_since {
+            if let Some(t) = r.no_match_since.filter(|_| !r.until_matched) {
                 if !r.pending && now >= t + NO_MATCH_GRACE {
                     r.state = RequestState::NoMatch;
                     continue;
@@ -442,6 +460,39 @@ mod tests {
         client.request_begin(4, A, attrs(b"svc"), t0, t0 + Duration::from_millis(50));
         client.outgoing().clear();
         assert_eq!(client.request_poll(4, t0 + Duration::from_millis(50)), RequestState::TimedOut);
+    }
+
+    /// A request kept until matched outlasts NO_MATCH: the server starts
+    /// waiting later, and the same request (one id) is matched and
+    /// accepted; with nobody waiting to the end, it ends NO_MATCH.
+    #[test]
+    fn request_until_matched_outlasts_no_match() {
+        let t0 = Instant::now();
+        let mut server = ConnectionManager::new(A, 10);
+        let mut client = ConnectionManager::new(B, 20);
+        client.request_begin(5, A, attrs(b"svc"), t0, t0 + Duration::from_secs(1));
+        client.request_until_matched(5);
+        let id = client.requests[0].attrs.request_id;
+        let mut t = t0;
+        for _ in 0..5 {
+            pump(&mut client, B, &mut server, t);
+            pump(&mut server, A, &mut client, t); // NO_MATCH
+            t += NO_MATCH_GRACE;
+            assert_eq!(client.request_poll(5, t), RequestState::InProgress, "NO_MATCH does not end it");
+        }
+        let w = server.wait_begin(b"svc");
+        assert_eq!(pump(&mut client, B, &mut server, t), 1, "repeated within the grace");
+        let inc = server.wait_take(w).unwrap().clone();
+        assert_eq!(inc.attrs.request_id, id, "the same request");
+        server.accept(inc.id, 7, &attrs(b"")).unwrap();
+        pump(&mut server, A, &mut client, t);
+        assert!(matches!(client.request_poll(5, t), RequestState::Accepted(_)));
+
+        client.request_begin(6, A, attrs(b"nobody"), t, t + Duration::from_millis(100));
+        client.request_until_matched(6);
+        pump(&mut client, B, &mut server, t);
+        pump(&mut server, A, &mut client, t);
+        assert_eq!(client.request_poll(6, t + Duration::from_millis(100)), RequestState::NoMatch);
     }
 
     /// One opened NIC's two connection managers, as the engine holds them.

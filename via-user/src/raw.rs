@@ -125,8 +125,24 @@ impl Nic {
     /// `VipConnectRequest` from VI `id` to the server at `mac` waiting on
     /// `discriminator`: NO_MATCH when nobody waits there, REJECT, TIMEOUT.
     pub fn vi_connect(&self, id: u16, mac: MacAddr, discriminator: &[u8], timeout: Option<Duration>) -> Result<()> {
+        self.connect_request(id, mac, discriminator, timeout, false)
+    }
+
+    /// [`Nic::vi_connect`] whose one request is repeated while the server
+    /// answers NO_MATCH, until it matches or `timeout` passes.
+    pub fn vi_connect_until_matched(&self, id: u16, mac: MacAddr, discriminator: &[u8], timeout: Option<Duration>) -> Result<()> {
+        self.connect_request(id, mac, discriminator, timeout, true)
+    }
+
+    fn connect_request(&self, id: u16, mac: MacAddr, discriminator: &[u8], timeout: Option<Duration>, until_matched: bool) -> Result<()> {
         let limit = timeout.unwrap_or(FOREVER);
-        self.lock().core.connect_request_begin(id, mac, discriminator, Instant::now() + limit)?;
+        {
+            let mut e = self.lock();
+            e.core.connect_request_begin(id, mac, discriminator, Instant::now() + limit)?;
+            if until_matched {
+                e.core.connect_request_until_matched(id);
+            }
+        }
         let r = self.wait(Some(limit + Duration::from_millis(50)), "ConnectRequest", |e| e.core.connect_request_poll(id).transpose());
         if r.as_ref().is_err_and(|e| e.code == VipReturn::Timeout) {
             self.lock().core.connect_request_cancel(id);

@@ -14,7 +14,7 @@ use crate::notify::{Notice, NotifyTarget};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use via_kernel_agent::MacAddr;
 
 /// A virtual interface (`VIP_VI_HANDLE`).
@@ -110,17 +110,14 @@ impl Vi {
         self.nic.vi_connect(self.id, mac, discriminator, timeout)
     }
 
-    /// [`Vi::connect`], retried while the answer is NO_MATCH (the server
-    /// is not waiting yet), as VIA programs do, until `timeout` in all.
+    /// [`Vi::connect`] that waits for the server to wait: its one request
+    /// is repeated while the answer is NO_MATCH (the server is not in
+    /// ConnectWait yet), until `timeout` in all. (A program retrying
+    /// `VipConnectRequest` after NO_MATCH sends a new request each time; a
+    /// late copy of an abandoned one could then be accepted at the server
+    /// for nobody. One request cannot be.)
     pub fn connect_retrying(&mut self, mac: MacAddr, discriminator: &[u8], timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.connect(mac, discriminator, Some(left)) {
-                Err(e) if e.code == crate::VipReturn::NoMatch && Instant::now() < deadline => continue,
-                r => return r,
-            }
-        }
+        self.nic.vi_connect_until_matched(self.id, mac, discriminator, Some(timeout))
     }
 
     /// `VipConnectPeerRequest`: starts connecting to the peer at `mac`

@@ -113,6 +113,12 @@ impl Core {
         Ok(())
     }
 
+    /// Makes the request of VI `id` outlast NO_MATCH answers (see
+    /// [`ConnectionManager::request_until_matched`]).
+    pub fn connect_request_until_matched(&mut self, id: u16) {
+        self.cm.request_until_matched(id);
+    }
+
     /// Where `VipConnectRequest` of VI `id` stands: `None` while pending.
     pub fn connect_request_poll(&mut self, id: u16) -> Option<Result<()>> {
         let st = self.cm.request_poll(id, Instant::now());
