@@ -8,20 +8,23 @@
 //! public API calls progress inside every call that posts, polls or waits.
 //!
 //! Submodules: [`post`] (posting and completing descriptors), [`receive`]
-//! (frame dispatch, reassembly, ACK processing), [`transmit`] (building and
+//! (frame dispatch, reassembly, ACK processing), [`rdma_target`] (the
+//! peer's RDMA into our memory, read requests and responses),
+//! [`transmit`] (building and
 //! sending frame batches), [`timers`] (retransmission, delayed ACKs),
 //! [`reorder`] (frames held past a gap for selective repeat),
 //! [`connect`] (the connection calls).
 
 mod connect;
 pub mod post;
+mod rdma_target;
 mod receive;
 pub(crate) mod reorder;
 mod timers;
 mod transmit;
 
 pub use connect::IncomingRequest;
-pub use receive::UNRELIABLE_VIOLATION_LIMIT;
+pub use rdma_target::UNRELIABLE_VIOLATION_LIMIT;
 
 use crate::error::{Result, ViaError};
 use crate::vi::{ViAttributes, ViPhase, ViState};

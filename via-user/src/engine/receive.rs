@@ -12,26 +12,22 @@ use super::reorder::{self, Stored};
 use super::{vi_at, AsyncError, AsyncErrorKind, Core};
 use crate::descriptor::status;
 use crate::usermem;
-use crate::vi::{ReadJob, Reliability, RxMessage, ViPhase};
+use crate::vi::{Reliability, RxMessage, ViPhase};
 use std::time::Instant;
 use via_kernel_agent::conn::CmHeader;
 use via_kernel_agent::wire::{flags, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT, FRAME_HEADER_LEN};
 use via_kernel_agent::LentPayload;
 
-/// RDMA protection violations an unreliable VI's peer may commit before
-/// the connection is broken (a reliable VI breaks at the first).
-pub const UNRELIABLE_VIOLATION_LIMIT: u32 = 16;
-
 /// A frame's payload: in the frame, or lent by its sender.
 #[derive(Clone, Copy)]
-enum Payload<'a> {
+pub(super) enum Payload<'a> {
     Inline(&'a [u8]),
     Lent(&'a LentPayload),
 }
 
 /// Why a payload could not be placed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PlaceError {
+pub(super) enum PlaceError {
     /// Our memory is not registered for it (any more).
     Protection,
     /// A lent payload could not be read: its sender is gone or broke its
@@ -40,7 +36,7 @@ enum PlaceError {
 }
 
 impl Payload<'_> {
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         match self {
             Payload::Inline(b) => b.len(),
             Payload::Lent(l) => l.len(),
@@ -208,7 +204,7 @@ impl Core {
     /// that the peer saw a gap: the holes below the highest frame it holds
     /// go again (selective repeat), or, when it holds none, everything from
     /// `ack` (go-back-N).
-    fn on_ack(&mut self, id: u16, ack: u32, nak: bool, sack: Option<u64>, now: Instant) {
+    pub(super) fn on_ack(&mut self, id: u16, ack: u32, nak: bool, sack: Option<u64>, now: Instant) {
         let Some(vi) = vi_at(&mut self.vis, id) else { return };
         // Older than what we know, or acknowledging frames never sent: ignore.
         if !seq_le(vi.una, ack) || !seq_le(ack, vi.sent_hi) {
@@ -268,7 +264,7 @@ impl Core {
 
     /// Completes send descriptors whose every frame is acknowledged.
     #[inline]
-    fn complete_acked(&mut self, id: u16) {
+    pub(super) fn complete_acked(&mut self, id: u16) {
         loop {
             let Ok(vi) = self.vi(id) else { return };
             if vi.sq.done == vi.sq.tail {
@@ -415,130 +411,6 @@ impl Core {
         if m.entry.is_some() {
             let op = if m.rdma.is_some() { status::OP_REMOTE_RDMA_WRITE } else { 0 };
             self.complete_next(id, Queue::Recv, m.got, m.error | status::PARTIAL_ERROR | op, m.imm);
-        }
-    }
-
-    /// Checks an RDMA access by the peer to `[addr, addr + len)` of our
-    /// memory under `handle`: the VI's and the region's enable bit, the
-    /// VI's protection tag, the region's bounds. Returns the address.
-    fn rdma_target(&self, id: u16, addr: u64, handle: u32, len: u32, write: bool) -> Option<usize> {
-        let vi = self.vi(id).ok()?;
-        let vi_enabled = if write { vi.attrs.enable_rdma_write } else { vi.attrs.enable_rdma_read };
-        if !vi_enabled {
-            return None;
-        }
-        let addr = usize::try_from(addr).ok()?;
-        let r = self.mem.check(handle, addr, len as usize, vi.attrs.ptag).ok()?;
-        let enabled = if write { r.attrs.enable_rdma_write } else { r.attrs.enable_rdma_read };
-        enabled.then_some(addr)
-    }
-
-    /// The peer's RDMA access `msg_seq` (first PSN `psn`) broke our
-    /// protection. Reliable VIs report it to the initiator, whose descriptor
-    /// completes with RDMA_PROT_ERROR, and break the connection (false);
-    /// unreliable ones drop the message and go on (true). Either way our
-    /// memory is untouched and the error is reported here.
-    fn rdma_violation(&mut self, id: u16, psn: u32, msg_seq: u32, why: AsyncErrorKind) -> bool {
-        self.counters.rdma_prot_errors += 1;
-        let reliable = self.vi(id).is_ok_and(|v| v.reliable());
-        if reliable {
-            self.queue_report(id, psn, msg_seq, status::RDMA_PROT_ERROR, true);
-            self.enter_error(id, why);
-            return false;
-        }
-        // Unreliable: dropped and reported, and the connection goes on;
-        // but a peer that keeps trying (guessing memory handles, whose
-        // random bits are what stands in its way) loses it.
-        let vi = vi_at(&mut self.vis, id).unwrap();
-        vi.prot_violations += 1;
-        if vi.prot_violations >= UNRELIABLE_VIOLATION_LIMIT {
-            self.enter_error(id, why);
-            return false;
-        }
-        self.async_errors.push(AsyncError { vi: id, kind: why });
-        true
-    }
-
-    /// An RDMA read request from the peer (reliable VIs only). `again`:
-    /// a retransmission asking for the rest from `offset`. False when the
-    /// VI broke.
-    fn on_read_request<T: AsRef<[u8]>>(&mut self, id: u16, f: &Frame<T>, again: bool) -> bool {
-        let (psn, seq, len, off, handle) = (f.psn(), f.msg_seq(), f.msg_len(), f.offset(), f.rdma_handle());
-        let Some(addr) = self.rdma_target(id, f.rdma_addr(), handle, len, false) else {
-            if again {
-                return true; // reported the first time
-            }
-            return self.rdma_violation(id, psn, seq, AsyncErrorKind::RdmaReadProt);
-        };
-        let max_jobs = self.config.queue_depth;
-        let vi = vi_at(&mut self.vis, id).unwrap();
-        if off > len || vi.read_jobs.iter().any(|j| j.psn == psn) {
-            return true;
-        }
-        if vi.read_jobs.len() >= max_jobs {
-            self.counters.read_responses_dropped += 1; // the requester asks again
-            return true;
-        }
-        vi.read_jobs.push_back(ReadJob { psn, msg_seq: seq, addr, handle, len, off });
-        self.doorbell.ring(id);
-        true
-    }
-
-    /// Response data for one of our RDMA reads.
-    fn on_read_response<T: AsRef<[u8]>>(&mut self, id: u16, f: &Frame<T>, payload: Payload<'_>, now: Instant) {
-        let (psn, seq, off) = (f.psn(), f.msg_seq(), f.offset());
-        let vi = vi_at(&mut self.vis, id).unwrap();
-        let mut idx = vi.sq.done;
-        let found = loop {
-            if idx == vi.sq.tail {
-                break None;
-            }
-            let e = vi.sq.get(idx);
-            if e.nframes != 0 && e.is_read() && e.first_psn == psn && e.msg_seq == seq {
-                break Some(*e);
-            }
-            idx = idx.wrapping_add(1);
-        };
-        let Some(e) = found else {
-            self.counters.rx_duplicate += 1; // an old read, already complete
-            return;
-        };
-        let end = off as u64 + payload.len() as u64;
-        let last = f.flags() & flags::LAST != 0;
-        if e.read_done || off != e.got || f.msg_len() != e.len || end > e.len as u64 || last != (end == e.len as u64) {
-            self.counters.rx_out_of_order += 1; // a gap: a later resume asks again
-            return;
-        }
-        // A response means the request arrived: an implicit acknowledgement.
-        if seq_le(vi.una, psn) {
-            self.on_ack(id, psn.wrapping_add(1), false, None, now);
-        }
-        let ptag = self.vi(id).unwrap().attrs.ptag;
-        let mut cur = segment_cursor(e.desc, e.seg0 as usize, e.segs as usize, off);
-        let placed = match self.scatter(e.desc, e.segs as usize, ptag, &mut cur, payload) {
-            Err(PlaceError::SourceGone) => {
-                // Not placed: the read asks again for it, or times out.
-                self.counters.rx_lent_failed += 1;
-                return;
-            }
-            r => r.is_ok(),
-        };
-        self.count_lent(payload);
-        let vi = vi_at(&mut self.vis, id).unwrap();
-        let rto = vi.base_rto(self.config.rto_initial, self.config.rto_max);
-        let en = vi.sq.get_mut(idx);
-        en.got += payload.len() as u32;
-        if !placed {
-            en.remote_status |= status::PROTECTION_ERROR; // our memory went away
-        }
-        en.read_done |= last || !placed;
-        let done = en.read_done;
-        vi.retries = 0;
-        vi.rto = rto;
-        vi.rto_at = Some(now + rto);
-        self.arm(now + rto);
-        if done {
-            self.complete_acked(id);
         }
     }
 
@@ -716,7 +588,7 @@ impl Core {
         }
     }
 
-    fn count_lent(&mut self, payload: Payload<'_>) {
+    pub(super) fn count_lent(&mut self, payload: Payload<'_>) {
         if let Payload::Lent(_) = payload {
             self.counters.rx_lent += 1;
         }
@@ -726,7 +598,7 @@ impl Core {
     /// cursor `cur` (segment, offset in it) on. `segs` is the segment
     /// count validated when it was posted.
     #[inline]
-    fn scatter(&self, desc: usize, segs: usize, ptag: via_kernel_agent::memory::Ptag, cur: &mut (u16, u32), payload: Payload<'_>) -> Result<(), PlaceError> {
+    pub(super) fn scatter(&self, desc: usize, segs: usize, ptag: via_kernel_agent::memory::Ptag, cur: &mut (u16, u32), payload: Payload<'_>) -> Result<(), PlaceError> {
         let mut from = 0;
         while from < payload.len() {
             if cur.0 as usize >= segs {
@@ -766,7 +638,7 @@ impl Core {
 
 /// The scatter cursor (segment, offset in it) for byte `off` of the data
 /// segments `seg0..segs` of the descriptor at `desc`.
-fn segment_cursor(desc: usize, seg0: usize, segs: usize, mut off: u32) -> (u16, u32) {
+pub(super) fn segment_cursor(desc: usize, seg0: usize, segs: usize, mut off: u32) -> (u16, u32) {
     for i in seg0..segs {
         let len = usermem::read_segment(desc, i).length;
         if off < len {
