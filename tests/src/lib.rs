@@ -239,3 +239,10 @@ pub fn random_size(seq: u32, max: usize) -> usize {
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     ((z ^ (z >> 31)) % (max as u64 + 1)) as usize
 }
+
+/// A `kB` field of `/proc/meminfo` or `/proc/<pid>/status` (`VmRSS`,
+/// `VmLck`, `MemFree`...).
+pub fn proc_kib(file: &str, field: &str) -> Result<u64, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+    text.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.trim().strip_suffix("kB")?.trim().parse().ok()).ok_or(format!("no {field} in {file}"))
+}

@@ -9,7 +9,7 @@
 use std::io;
 
 /// `CAP_IPC_LOCK` (linux/capability.h): pinning past the limit is allowed.
-const CAP_IPC_LOCK: u32 = 14;
+pub const CAP_IPC_LOCK: u32 = 14;
 
 /// What `/proc/self/status` says about locked memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

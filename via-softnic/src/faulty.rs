@@ -131,15 +131,6 @@ impl FaultyDevice {
         Ok(true)
     }
 
-    /// [`FaultyDevice::emit`] of a frame already in one piece.
-    fn emit_bytes(&mut self, bytes: Vec<u8>) -> io::Result<bool> {
-        if self.faults.delay_us == 0 {
-            return Ok(self.inner.transmit(&[TxFrame::new(&bytes)])? == 1);
-        }
-        self.delay(bytes)?;
-        Ok(true)
-    }
-
     /// Queues a frame to go out after the delay.
     fn delay(&mut self, bytes: Vec<u8>) -> io::Result<()> {
         let due = Instant::now() + Duration::from_micros(self.faults.delay_us);
@@ -188,7 +179,7 @@ impl FaultyDevice {
     /// lost, which the faults allow).
     fn release_held(&mut self) -> io::Result<()> {
         if let Some(h) = self.held.take() {
-            if !self.emit_bytes(h)? {
+            if !self.emit(&TxFrame::new(&h))? {
                 self.lost += 1;
             }
         }
@@ -293,7 +284,7 @@ impl FrameDevice for FaultyDevice {
                 f.append_to(&mut bytes);
                 let bit = (self.next() % ((bytes.len() as u64 - 12) * 8)) as usize;
                 bytes[12 + bit / 8] ^= 1 << (bit % 8);
-                if !self.emit_bytes(bytes)? {
+                if !self.emit(&TxFrame::new(&bytes))? {
                     return Ok(i);
                 }
                 self.corrupted += 1;

@@ -241,8 +241,7 @@ impl Core {
         let vi = vi_at(&mut self.vis, id).unwrap();
         if let Some(s) = sack {
             // The peer's bit i is PSN ack + 1 + i; only frames we sent count.
-            let sent = vi.sent_hi.wrapping_sub(vi.una);
-            vi.sacked = (s << 1) & if sent >= 64 { u64::MAX } else { (1u64 << sent) - 1 };
+            vi.sacked = (s << 1) & reorder::sent_mask(vi.sent_hi.wrapping_sub(vi.una));
         }
         if nak {
             vi.rtt_probe = None; // what follows is sent twice (Karn)

@@ -136,8 +136,16 @@ pub fn holes(sacked: u64, sent: u32) -> u64 {
     }
     let top = 63 - sacked.leading_zeros(); // highest held, relative to una
     let below = (1u64 << top) - 1; // bits 0..top
-    let sent_mask = if sent >= 64 { u64::MAX } else { (1u64 << sent) - 1 };
-    !sacked & below & sent_mask
+    !sacked & below & sent_mask(sent)
+}
+
+/// The bits (relative to `una`) of the `sent` frames transmitted.
+pub fn sent_mask(sent: u32) -> u64 {
+    if sent >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << sent) - 1
+    }
 }
 
 #[cfg(test)]

@@ -74,11 +74,6 @@ fn group_busy(addr: &str) -> Result<bool, String> {
     }
 }
 
-/// A `kB` field of `/proc/meminfo` or `/proc/<pid>/status`.
-fn kib(file: &str, field: &str) -> Result<u64, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
-    text.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':')?.trim().strip_suffix("kB")?.trim().parse().ok()).ok_or(format!("no {field} in {file}"))
-}
 
 /// Kernel log records after sequence number `after` that report an IOMMU
 /// (DMAR) fault, and the last sequence number in the log.
@@ -128,7 +123,7 @@ fn fresh_progress(rank: &mut Child2) -> Result<String, String> {
 pub(crate) fn killed_processes_leave_clean_nics(devs: &[String]) -> Result<(), String> {
     let addrs: Vec<String> = devs[..2].iter().map(|d| d.trim_start_matches("tulip:").to_string()).collect();
     let ballast_kib = (PINNED_BALLAST / 1024) as u64;
-    let free_before = kib("/proc/meminfo", "MemFree")?;
+    let free_before = via_tests::proc_kib("/proc/meminfo", "MemFree")?;
     let (log_start, _) = dmar_faults(0)?;
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut ranks = Vec::new();
@@ -149,7 +144,7 @@ pub(crate) fn killed_processes_leave_clean_nics(devs: &[String]) -> Result<(), S
     // the container pins the rank's registered pages.
     for (r, a) in ranks.iter().zip(&addrs) {
         let st = NicState::read(a)?;
-        let locked = kib(&format!("/proc/{}/status", r.child.id()), "VmLck")?;
+        let locked = via_tests::proc_kib(&format!("/proc/{}/status", r.child.id()), "VmLck")?;
         println!("  {a} streaming: CSR5 {:#010x} CSR6 {:#010x} bus master {}; rank pins {locked} kB", st.csr5, st.csr6, st.bus_master);
         if !st.dma_started() || !st.bus_master {
             return Err(format!("{a} while its rank streams: {st:x?}, expected both DMA processes started and bus mastering on"));
@@ -161,7 +156,7 @@ pub(crate) fn killed_processes_leave_clean_nics(devs: &[String]) -> Result<(), S
             return Err(format!("the rank on {a} has {locked} kB pinned (VmLck), less than the {ballast_kib} kB it registered"));
         }
     }
-    let free_during = kib("/proc/meminfo", "MemFree")?;
+    let free_during = via_tests::proc_kib("/proc/meminfo", "MemFree")?;
     if free_before.saturating_sub(free_during) < ballast_kib * 3 / 2 {
         return Err(format!("MemFree {free_before} kB before the ranks, {free_during} kB while they pin 2 x {ballast_kib} kB: the pinned pages do not show"));
     }
@@ -189,7 +184,7 @@ pub(crate) fn killed_processes_leave_clean_nics(devs: &[String]) -> Result<(), S
             leaks.push(format!("{a}: its VFIO group is still busy after its process was killed and reaped"));
         }
     }
-    let free_after = kib("/proc/meminfo", "MemFree")?;
+    let free_after = via_tests::proc_kib("/proc/meminfo", "MemFree")?;
     println!("  MemFree: {free_before} kB before, {free_during} kB streaming, {free_after} kB after the kill");
     if free_before.saturating_sub(free_after) > ballast_kib / 2 {
         leaks.push(format!("MemFree {free_after} kB after the kill, {free_before} kB before: pinned pages were not released"));

@@ -5,11 +5,9 @@
 
 use super::{stat, Child2};
 use std::process::Command;
-use via_kernel_agent::memlock::LockedMemory;
+use via_kernel_agent::memlock::{LockedMemory, CAP_IPC_LOCK};
 use via_user::{MemAttributes, MemoryRegion, Nic, VipReturn};
 
-/// `CAP_IPC_LOCK` (linux/capability.h).
-const CAP_IPC_LOCK: u32 = 14;
 /// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
 const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 /// Bytes of each region that must fit under the limit.

@@ -41,8 +41,7 @@ fn attrs(s: &Side, i: usize) -> ViAttributes {
 
 /// This process's resident set, kB.
 fn rss_kb() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").or_fail("/proc/self/status");
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or_else(|| fail("no VmRSS"))
+    via_tests::proc_kib("/proc/self/status", "VmRSS").or_fail("resident set")
 }
 
 pub fn soak(a: &Args) {
