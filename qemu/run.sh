@@ -12,6 +12,14 @@
 # it boots twice: with 2 NICs and with 4. Exits non-zero on any failure,
 # a missing result line, or a time-out. Needs qemu-system-x86,
 # linux-image-amd64 and busybox-static (.ci/run installs them).
+#
+# A guest that prints nothing for VIA_QEMU_SILENCE seconds (default 120;
+# the suite prints a line at least every minute) has stopped as a whole:
+# this happened under TCG on a loaded 2-core host, once inside SeaBIOS
+# before any of our code ran. run.sh then saves QEMU's view of the vCPUs
+# (monitor: info status, info cpus, info registers -a) into the log, stops
+# that boot and boots it once more, and says so; a check that fails is
+# never retried.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 NICS=()
@@ -87,32 +95,86 @@ printf '%s\n' "${order[@]}" > "$IRD/lib/modules/order"
 (cd "$IRD" && find . | cpio -o -H newc --quiet | gzip -1) > "$WORK/initrd.gz"
 
 # 3. Boot, once per NIC count.
-status=0
-for n in "${NICS[@]}"; do
-    args=(-accel tcg -machine q35 -cpu max -smp 2 -m 1024 -device intel-iommu
+SILENCE=${VIA_QEMU_SILENCE:-120}
+# boot N LOG: one guest run; returns 0 if the guest printed its result,
+# 3 if it fell silent (state saved in LOG), 1 otherwise.
+boot() {
+    local n=$1 log=$2 mon=$WORK/monitor i
+    local args=(-accel tcg -machine q35 -cpu max -smp 2 -m 1024 -device intel-iommu
           -kernel "$KERNEL" -initrd "$WORK/initrd.gz"
           -append "console=ttyS0 intel_iommu=on panic=-1 quiet loglevel=3 via_only=$ONLY$ENVS"
-          -nographic -no-reboot -nodefaults -serial stdio)
+          -nographic -no-reboot -nodefaults -serial stdio -monitor "pipe:$mon")
     for i in $(seq 0 $((n - 1))); do
         args+=(-netdev "hubport,id=p$i,hubid=0" -device "tulip,netdev=p$i,mac=52:54:00:00:00:$(printf %02x $((i + 1)))")
     done
-    log=$WORK/guest-$n.log
-    echo "qemu/run.sh: booting a guest with $n tulip NICs (time limit ${TIMEOUT}s)"
-    t0=$(date +%s)
+    rm -f "$mon.in" "$mon.out" "$WORK/silent"
+    mkfifo "$mon.in" "$mon.out"
+    : > "$log"
+    # The monitor's answers, read all along so that its pipe never fills.
+    cat "$mon.out" > "$log.monitor" &
+    local reader=$!
+    # The watchdog: the log's size every 5 s; after SILENCE s unchanged,
+    # ask the monitor what the vCPUs are doing, then quit QEMU.
+    (
+        last=-1; quiet=0
+        while sleep 5; do
+            size=$(stat -c %s "$log" 2>/dev/null || echo 0)
+            if [ "$size" != "$last" ]; then last=$size; quiet=0; continue; fi
+            quiet=$((quiet + 5))
+            [ "$quiet" -ge "$SILENCE" ] || continue
+            touch "$WORK/silent"
+            printf 'info status\ninfo cpus\ninfo registers -a\n' > "$mon.in"
+            sleep 5
+            {
+                echo "qemu/run.sh: the guest printed nothing for ${quiet} s; QEMU's monitor says:"
+                tr -d '\r' < "$log.monitor" | grep -avE '^(QEMU .* monitor|\(qemu\)|YMM|FPR)' | sed 's/^/monitor: /'
+            } > "$log.silent"
+            echo quit > "$mon.in"
+            sleep 10
+            pkill -KILL -f -- "pipe:$mon" || true
+            break
+        done
+    ) &
+    local watchdog=$!
     set +e
     timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 "${args[@]}" </dev/null 2>&1 | sed -u 's/\r$//' | tee "$log"
     set -e
-    t1=$(date +%s)
+    kill "$watchdog" "$reader" 2>/dev/null; wait "$watchdog" "$reader" 2>/dev/null || true
+    if [ -e "$WORK/silent" ]; then
+        cat "$log.silent"; cat "$log.silent" >> "$log"; rm -f "$log.silent"
+        return 3
+    fi
+    grep -qE '^guest: [0-9]+ passed, [0-9]+ failed' "$log" && return 0
+    return 1
+}
+
+status=0
+for n in "${NICS[@]}"; do
+    log=$WORK/guest-$n.log
+    for attempt in 1 2; do
+        echo "qemu/run.sh: booting a guest with $n tulip NICs (time limit ${TIMEOUT}s, attempt $attempt)"
+        t0=$(date +%s)
+        rc=0; boot "$n" "$log" || rc=$?
+        t1=$(date +%s)
+        [ -n "${VIA_QEMU_LOGDIR:-}" ] && cp "$log" "$VIA_QEMU_LOGDIR/guest-$n-attempt$attempt.log"
+        if [ "$rc" = 3 ] && [ "$attempt" = 1 ]; then
+            echo "qemu/run.sh: $n NICs: the guest stopped (silent for ${SILENCE} s after $((t1 - t0)) s; state above); booting it again"
+            continue
+        fi
+        break
+    done
     result=$(grep -E '^guest: [0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1 || true)
-    if [ -z "$result" ]; then
+    if [ "$rc" = 3 ]; then
+        echo "qemu/run.sh: $n NICs: the guest stopped again (silent for ${SILENCE} s; state above)"
+        status=1
+    elif [ -z "$result" ]; then
         echo "qemu/run.sh: $n NICs: no result from the guest after $((t1 - t0)) s (crash or time-out)"
         status=1
     elif ! grep -q '^GUEST-EXIT 0' "$log"; then
         echo "qemu/run.sh: $n NICs: $result (failures above), $((t1 - t0)) s"
         status=1
     else
-        echo "qemu/run.sh: $n NICs: $result in $((t1 - t0)) s"
+        echo "qemu/run.sh: $n NICs: $result in $((t1 - t0)) s (attempt $attempt)"
     fi
-    [ -n "${VIA_QEMU_LOGDIR:-}" ] && cp "$log" "$VIA_QEMU_LOGDIR/"
 done
 exit $status
