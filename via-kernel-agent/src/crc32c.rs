@@ -3,6 +3,16 @@
 //! SSE4.2 `crc32` instruction where the CPU has it, a table otherwise.
 //! Incremental: `finish(update(update(START, a), b))` is the CRC of `a`
 //! followed by `b`.
+//!
+//! The instruction takes 3 cycles and can start every cycle, so one
+//! running CRC uses a third of it. Pieces of [`ROUND`] bytes and more are
+//! cut into three lanes computed side by side, then joined: the raw state
+//! is linear, so the CRC of `a` then `b` is the state after `a` advanced
+//! over `|b|` zero bytes, XOR the state of `b` alone from zero. Advancing
+//! over a lane's length is a 32x32 bit matrix, applied by four byte
+//! tables ([`ShiftTables`]) built at compile time. Same results, about
+//! 2.5x the speed on 56 KiB (`cargo bench -p via-kernel-agent --bench
+//! crc32c`).
 
 /// The state before any bytes.
 pub const START: u32 = !0;
@@ -26,8 +36,79 @@ const TABLE: [u32; 256] = {
     t
 };
 
+/// Bytes of one lane of the three-lane loop (a multiple of 8).
+const LANE: usize = 512;
+/// Bytes the three-lane loop takes at a time; shorter rests go one lane.
+pub const ROUND: usize = 3 * LANE;
+
+/// The raw state after `n` zero bytes from state `c` (linear in `c`).
+const fn advance_over_zeros(mut c: u32, n: usize) -> u32 {
+    let mut i = 0;
+    while i < n {
+        c = TABLE[(c & 0xff) as usize] ^ (c >> 8);
+        i += 1;
+    }
+    c
+}
+
+/// "Advance the state over `n` zero bytes" as four tables, one per byte
+/// of the state: the result is the XOR of the four entries.
+struct ShiftTables([[u32; 256]; 4]);
+
+impl ShiftTables {
+    const fn over(n: usize) -> ShiftTables {
+        // The matrix's columns: where each single state bit goes.
+        let mut col = [0u32; 32];
+        let mut i = 0;
+        while i < 32 {
+            col[i] = advance_over_zeros(1 << i, n);
+            i += 1;
+        }
+        let mut t = [[0u32; 256]; 4];
+        let mut k = 0;
+        while k < 4 {
+            let mut v = 0;
+            while v < 256 {
+                let mut x = 0;
+                let mut j = 0;
+                while j < 8 {
+                    if v & (1 << j) != 0 {
+                        x ^= col[8 * k + j];
+                    }
+                    j += 1;
+                }
+                t[k][v] = x;
+                v += 1;
+            }
+            k += 1;
+        }
+        ShiftTables(t)
+    }
+
+    #[inline(always)]
+    fn apply(&self, c: u32) -> u32 {
+        let t = &self.0;
+        t[0][(c & 0xff) as usize] ^ t[1][((c >> 8) & 0xff) as usize] ^ t[2][((c >> 16) & 0xff) as usize] ^ t[3][(c >> 24) as usize]
+    }
+}
+
+static OVER_ONE_LANE: ShiftTables = ShiftTables::over(LANE);
+static OVER_TWO_LANES: ShiftTables = ShiftTables::over(2 * LANE);
+
 /// Feeds `bytes` into the running state `crc`.
 pub fn update(crc: u32, bytes: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("sse4.2") {
+            // SAFETY: the CPU has SSE4.2 (checked just above).
+            return unsafe { update_sse42_three_lanes(crc, bytes) };
+        }
+    }
+    update_table(crc, bytes)
+}
+
+/// [`update`] with one running CRC only: the baseline of the benchmark.
+pub fn update_one_lane(crc: u32, bytes: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("sse4.2") {
@@ -53,6 +134,30 @@ fn update_table(mut crc: u32, bytes: &[u8]) -> u32 {
         crc = TABLE[((crc ^ b as u32) & 0xff) as usize] ^ (crc >> 8);
     }
     crc
+}
+
+/// Three lanes of [`LANE`] bytes side by side per [`ROUND`], joined with
+/// the shift tables; the rest one lane.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+unsafe fn update_sse42_three_lanes(crc: u32, mut bytes: &[u8]) -> u32 {
+    use std::arch::x86_64::_mm_crc32_u64;
+    let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap());
+    let mut c = crc;
+    while bytes.len() >= ROUND {
+        let (a, rest) = bytes.split_at(LANE);
+        let (b, rest) = rest.split_at(LANE);
+        let (z, rest) = rest.split_at(LANE);
+        let (mut ca, mut cb, mut cz) = (u64::from(c), 0u64, 0u64);
+        for ((x, y), w) in a.chunks_exact(8).zip(b.chunks_exact(8)).zip(z.chunks_exact(8)) {
+            ca = _mm_crc32_u64(ca, word(x));
+            cb = _mm_crc32_u64(cb, word(y));
+            cz = _mm_crc32_u64(cz, word(w));
+        }
+        c = OVER_TWO_LANES.apply(ca as u32) ^ OVER_ONE_LANE.apply(cb as u32) ^ cz as u32;
+        bytes = rest;
+    }
+    update_sse42(c, bytes)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -84,5 +189,30 @@ mod tests {
         let whole = checksum(&data);
         assert_eq!(finish(update(update(START, &data[..333]), &data[333..])), whole);
         assert_eq!(finish(update_table(START, &data)), whole, "table and instruction agree");
+    }
+
+    #[test]
+    fn three_lanes_agree_with_the_table_at_every_boundary() {
+        let data: Vec<u8> = (0..4 * ROUND as u32 + 100).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let lengths = [0, 1, 7, 8, LANE, ROUND - 1, ROUND, ROUND + 1, ROUND + 8, 2 * ROUND - 1, 2 * ROUND, 3 * ROUND + 5, data.len()];
+        for len in lengths {
+            for start in [START, 0, 0x1234_5678] {
+                let want = update_table(start, &data[..len]);
+                assert_eq!(update(start, &data[..len]), want, "length {len}, state {start:#x}");
+                assert_eq!(update_one_lane(start, &data[..len]), want, "length {len}, state {start:#x}");
+            }
+        }
+        // Unaligned starts: the lanes read words from any address.
+        for off in 1..8 {
+            assert_eq!(update(START, &data[off..off + 2 * ROUND]), update_table(START, &data[off..off + 2 * ROUND]), "offset {off}");
+        }
+    }
+
+    #[test]
+    fn shift_tables_advance_over_zeros() {
+        for c in [1u32, 0x8000_0000, 0xdead_beef, !0] {
+            assert_eq!(OVER_ONE_LANE.apply(c), advance_over_zeros(c, LANE));
+            assert_eq!(OVER_TWO_LANES.apply(c), update_table(c, &[0u8; 2 * LANE]));
+        }
     }
 }
