@@ -5,8 +5,9 @@
 //! followed by `b`.
 //!
 //! The instruction takes 3 cycles and can start every cycle, so one
-//! running CRC uses a third of it. Pieces of [`ROUND`] bytes and more are
-//! cut into three lanes computed side by side, then joined: the raw state
+//! running CRC uses a third of it. Pieces of [`ROUND`] bytes and more
+//! (and, for the rest, of [`SHORT_ROUND`]) are cut into three lanes
+//! computed side by side, then joined: the raw state
 //! is linear, so the CRC of `a` then `b` is the state after `a` advanced
 //! over `|b|` zero bytes, XOR the state of `b` alone from zero. Advancing
 //! over a lane's length is a 32x32 bit matrix, applied by four byte
@@ -36,10 +37,15 @@ const TABLE: [u32; 256] = {
     t
 };
 
-/// Bytes of one lane of the three-lane loop (a multiple of 8).
+/// Bytes of one lane of the three-lane loop (a multiple of 8); what is
+/// left after it goes through lanes of [`SHORT_LANE`] bytes (MTU-1500
+/// frames are shorter than one round of the long lanes).
 const LANE: usize = 512;
-/// Bytes the three-lane loop takes at a time; shorter rests go one lane.
+const SHORT_LANE: usize = 128;
+/// Bytes the three-lane loop takes at a time; shorter rests go in short
+/// lanes, then one lane.
 pub const ROUND: usize = 3 * LANE;
+pub const SHORT_ROUND: usize = 3 * SHORT_LANE;
 
 /// The raw state after `n` zero bytes from state `c` (linear in `c`).
 const fn advance_over_zeros(mut c: u32, n: usize) -> u32 {
@@ -92,8 +98,14 @@ impl ShiftTables {
     }
 }
 
-static OVER_ONE_LANE: ShiftTables = ShiftTables::over(LANE);
-static OVER_TWO_LANES: ShiftTables = ShiftTables::over(2 * LANE);
+/// Advancing over one lane and over two, for each lane length.
+struct LaneShifts {
+    one: ShiftTables,
+    two: ShiftTables,
+}
+
+static LONG: LaneShifts = LaneShifts { one: ShiftTables::over(LANE), two: ShiftTables::over(2 * LANE) };
+static SHORT: LaneShifts = LaneShifts { one: ShiftTables::over(SHORT_LANE), two: ShiftTables::over(2 * SHORT_LANE) };
 
 /// Feeds `bytes` into the running state `crc`.
 pub fn update(crc: u32, bytes: &[u8]) -> u32 {
@@ -136,28 +148,39 @@ fn update_table(mut crc: u32, bytes: &[u8]) -> u32 {
     crc
 }
 
-/// Three lanes of [`LANE`] bytes side by side per [`ROUND`], joined with
-/// the shift tables; the rest one lane.
+/// Long lanes while a [`ROUND`] is left, then short ones, then the rest
+/// one lane.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2")]
-unsafe fn update_sse42_three_lanes(crc: u32, mut bytes: &[u8]) -> u32 {
+unsafe fn update_sse42_three_lanes(crc: u32, bytes: &[u8]) -> u32 {
+    let (c, rest) = three_lanes::<LANE>(crc, bytes, &LONG);
+    let (c, rest) = three_lanes::<SHORT_LANE>(c, rest, &SHORT);
+    update_sse42(c, rest)
+}
+
+/// Three lanes of `L` bytes side by side while `3 * L` bytes are left,
+/// each round joined with `shifts` (made for `L`); returns the state and
+/// what is left.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+unsafe fn three_lanes<'a, const L: usize>(crc: u32, mut bytes: &'a [u8], shifts: &LaneShifts) -> (u32, &'a [u8]) {
     use std::arch::x86_64::_mm_crc32_u64;
     let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap());
     let mut c = crc;
-    while bytes.len() >= ROUND {
-        let (a, rest) = bytes.split_at(LANE);
-        let (b, rest) = rest.split_at(LANE);
-        let (z, rest) = rest.split_at(LANE);
+    while bytes.len() >= 3 * L {
+        let (a, rest) = bytes.split_at(L);
+        let (b, rest) = rest.split_at(L);
+        let (z, rest) = rest.split_at(L);
         let (mut ca, mut cb, mut cz) = (u64::from(c), 0u64, 0u64);
         for ((x, y), w) in a.chunks_exact(8).zip(b.chunks_exact(8)).zip(z.chunks_exact(8)) {
             ca = _mm_crc32_u64(ca, word(x));
             cb = _mm_crc32_u64(cb, word(y));
             cz = _mm_crc32_u64(cz, word(w));
         }
-        c = OVER_TWO_LANES.apply(ca as u32) ^ OVER_ONE_LANE.apply(cb as u32) ^ cz as u32;
+        c = shifts.two.apply(ca as u32) ^ shifts.one.apply(cb as u32) ^ cz as u32;
         bytes = rest;
     }
-    update_sse42(c, bytes)
+    (c, bytes)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -194,7 +217,7 @@ mod tests {
     #[test]
     fn three_lanes_agree_with_the_table_at_every_boundary() {
         let data: Vec<u8> = (0..4 * ROUND as u32 + 100).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
-        let lengths = [0, 1, 7, 8, LANE, ROUND - 1, ROUND, ROUND + 1, ROUND + 8, 2 * ROUND - 1, 2 * ROUND, 3 * ROUND + 5, data.len()];
+        let lengths = [0, 1, 7, 8, SHORT_ROUND - 1, SHORT_ROUND, SHORT_ROUND + 3, 2 * SHORT_ROUND, LANE, ROUND - 1, ROUND, ROUND + 1, ROUND + SHORT_ROUND + 8, 2 * ROUND - 1, 2 * ROUND, 3 * ROUND + 5, data.len()];
         for len in lengths {
             for start in [START, 0, 0x1234_5678] {
                 let want = update_table(start, &data[..len]);
@@ -211,8 +234,10 @@ mod tests {
     #[test]
     fn shift_tables_advance_over_zeros() {
         for c in [1u32, 0x8000_0000, 0xdead_beef, !0] {
-            assert_eq!(OVER_ONE_LANE.apply(c), advance_over_zeros(c, LANE));
-            assert_eq!(OVER_TWO_LANES.apply(c), update_table(c, &[0u8; 2 * LANE]));
+            for (shifts, lane) in [(&LONG, LANE), (&SHORT, SHORT_LANE)] {
+                assert_eq!(shifts.one.apply(c), advance_over_zeros(c, lane));
+                assert_eq!(shifts.two.apply(c), update_table(c, &vec![0u8; 2 * lane]));
+            }
         }
     }
 }
