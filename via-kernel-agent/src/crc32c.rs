@@ -98,14 +98,21 @@ impl ShiftTables {
     }
 }
 
-/// Advancing over one lane and over two, for each lane length.
+/// Advancing over one lane and over two, for lanes of `lane` bytes.
 struct LaneShifts {
+    lane: usize,
     one: ShiftTables,
     two: ShiftTables,
 }
 
-static LONG: LaneShifts = LaneShifts { one: ShiftTables::over(LANE), two: ShiftTables::over(2 * LANE) };
-static SHORT: LaneShifts = LaneShifts { one: ShiftTables::over(SHORT_LANE), two: ShiftTables::over(2 * SHORT_LANE) };
+impl LaneShifts {
+    const fn for_lane(lane: usize) -> LaneShifts {
+        LaneShifts { lane, one: ShiftTables::over(lane), two: ShiftTables::over(2 * lane) }
+    }
+}
+
+static LONG: LaneShifts = LaneShifts::for_lane(LANE);
+static SHORT: LaneShifts = LaneShifts::for_lane(SHORT_LANE);
 
 /// Feeds `bytes` into the running state `crc`.
 pub fn update(crc: u32, bytes: &[u8]) -> u32 {
@@ -165,6 +172,7 @@ unsafe fn update_sse42_three_lanes(crc: u32, bytes: &[u8]) -> u32 {
 #[target_feature(enable = "sse4.2")]
 unsafe fn three_lanes<'a, const L: usize>(crc: u32, mut bytes: &'a [u8], shifts: &LaneShifts) -> (u32, &'a [u8]) {
     use std::arch::x86_64::_mm_crc32_u64;
+    debug_assert_eq!(shifts.lane, L, "shift tables made for another lane length");
     let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap());
     let mut c = crc;
     while bytes.len() >= 3 * L {
