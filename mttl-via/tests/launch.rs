@@ -176,3 +176,29 @@ fn ranks_from_a_cluster_launcher_and_different_programs_refused() {
         assert!(text(o).contains("runs a different program than rank 0"), "{}", text(o));
     }
 }
+
+/// The spin of blocking waits that mttl-run hands its ranks: with more
+/// ranks than CPUs they sleep at once (`VIA_SPIN_US=0`, read by both
+/// layers), since a spinning rank holds a CPU that a rank with work needs;
+/// with no more ranks than CPUs the default spin stays; a spin the caller
+/// set is kept either way.
+#[test]
+fn waits_sleep_at_once_when_ranks_outnumber_cpus() {
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let spins = |n: usize, caller: Option<&str>| -> Vec<String> {
+        let mut cmd = Command::new(RUN);
+        cmd.args(["-n", &n.to_string(), "--timeout", "60", "--", "sh", "-c", "echo spin=${VIA_SPIN_US-default}"]).env_remove("VIA_SPIN_US").env_remove("MTTL_TCP_SPIN_US");
+        if let Some(us) = caller {
+            cmd.env("VIA_SPIN_US", us);
+        }
+        let out = cmd.output().expect("mttl-run");
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{text}");
+        let spins: Vec<String> = text.lines().filter_map(|l| l.split_once("spin=")).map(|(_, s)| s.to_string()).collect();
+        assert_eq!(spins.len(), n, "every rank answers:\n{text}");
+        spins
+    };
+    assert!(spins(cpus + 1, None).iter().all(|s| s == "0"), "oversubscribed: sleep at once");
+    assert!(spins(cpus, None).iter().all(|s| s == "default"), "one rank per CPU: the default spin");
+    assert!(spins(cpus + 1, Some("50")).iter().all(|s| s == "50"), "the caller's spin is kept");
+}

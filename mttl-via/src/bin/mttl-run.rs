@@ -9,6 +9,11 @@
 //! Needs root. On a cluster, start the program with `srun` or `mpirun`
 //! instead: ranks read their number from that launcher's environment.
 //!
+//! With no more ranks than CPUs each rank is pinned to its own CPU and
+//! waits spin for `VIA_SPIN_US` (200 µs) before sleeping; with more, waits
+//! sleep at once (`VIA_SPIN_US=0`, unless set by the caller): a spinning
+//! rank would hold a CPU that a rank with work needs.
+//!
 //! The links carry jumbo frames (MTU 9000) unless `--mtu` says otherwise,
 //! as cluster Ethernet for message passing usually does: the VIA layer
 //! cuts messages into frames of the MTU, each a trip through the kernel on
@@ -229,6 +234,10 @@ fn main() -> ExitCode {
     // this off): no migrations, and each rank's caches stay warm.
     let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
     let pin = o.n <= cpus && std::env::var("MTTL_PIN").map_or(true, |v| v != "0");
+    // With more ranks than CPUs, a rank spinning in a wait holds a CPU that
+    // a rank with work needs: waits then sleep at once (VIA_SPIN_US=0 for
+    // both layers), unless the caller chose a spin.
+    let sleep_at_once = o.n > cpus && ["VIA_SPIN_US", "MTTL_TCP_SPIN_US"].iter().all(|v| std::env::var_os(v).is_none());
     for i in 0..o.n {
         let mut cmd = Command::new("ip");
         if pin {
@@ -242,6 +251,9 @@ fn main() -> ExitCode {
                     Ok(())
                 });
             }
+        }
+        if sleep_at_once {
+            cmd.env("VIA_SPIN_US", "0");
         }
         let spawned = cmd
             .args(["netns", "exec", &net.rank(i)])
