@@ -148,9 +148,14 @@ pub fn seal<'a>(head: &mut [u8], payload: impl IntoIterator<Item = &'a [u8]>) {
 /// whose payload is `payload`, in pieces.
 fn frame_checksum<'a>(head: &[u8], payload: impl IntoIterator<Item = &'a [u8]>) -> u32 {
     use crate::crc32c::{finish, update, START};
-    let mut c = update(START, &head[12..CHECK_OFFSET]);
-    c = update(c, &[0; 4]);
-    c = update(c, &head[CHECK_OFFSET + 4..FRAME_HEADER_LEN]);
+    // The covered header bytes in one piece, `check` zeroed: one call of
+    // whole words where three pieces each ended in single bytes (this is
+    // on every frame's path, both ends).
+    const COVERED: usize = FRAME_HEADER_LEN - 12;
+    let mut covered = [0u8; COVERED];
+    covered.copy_from_slice(&head[12..FRAME_HEADER_LEN]);
+    covered[CHECK_OFFSET - 12..CHECK_OFFSET - 8].fill(0);
+    let mut c = update(START, &covered);
     for p in payload {
         c = update(c, p);
     }
@@ -562,6 +567,30 @@ mod tests {
         let mut b = hdr;
         b[ETH_HEADER_LEN + 1] = 200;
         assert_eq!(Frame::new_checked(&b[..]).unwrap_err(), WireError::BadKind);
+    }
+
+    #[test]
+    fn the_checksum_covers_what_it_says() {
+        // What the checksum is, spelled out: from the EtherType to the end
+        // of the headers with `check` as zero, then the payload; the MAC
+        // addresses are not covered and `check` itself does not count.
+        let reference = |h: &[u8], payload: &[u8]| {
+            use crate::crc32c::{finish, update, START};
+            let c = update(update(update(START, &h[12..CHECK_OFFSET]), &[0; 4]), &h[CHECK_OFFSET + 4..FRAME_HEADER_LEN]);
+            finish(update(c, payload))
+        };
+        let mut hdr = [0u8; FRAME_HEADER_LEN];
+        sample().emit(&mut hdr);
+        let payload: Vec<u8> = (0..200u8).collect();
+        seal(&mut hdr, [&payload[..70], &payload[70..]]);
+        let check = u32::from_be_bytes(hdr[CHECK_OFFSET..CHECK_OFFSET + 4].try_into().unwrap());
+        assert_eq!(check, reference(&hdr, &payload));
+        let mut other_macs = hdr;
+        other_macs[..12].fill(0xab);
+        assert_eq!(frame_checksum(&other_macs, [&payload[..]]), check);
+        let mut other_ep = hdr;
+        other_ep[DST_EP_OFFSET] ^= 1;
+        assert_ne!(frame_checksum(&other_ep, [&payload[..]]), check);
     }
 
     #[test]
