@@ -44,20 +44,28 @@ impl Drop for Shared {
     }
 }
 
+/// Rounds a wait keeps spinning after frames arrived that did not
+/// complete it (a round is a look at the device: well under a
+/// microsecond when nothing is there).
+const BURST_ROUNDS: u32 = 64;
+
 impl Shared {
     /// One round of progress; wakes sleeping waiters when frames arrived.
     pub(crate) fn run(&self, e: &mut Engine) {
-        self.run_at(e, Instant::now())
+        self.run_at(e, Instant::now());
     }
 
-    /// [`Shared::run`] with the time already read.
-    pub(crate) fn run_at(&self, e: &mut Engine, now: Instant) {
-        if e.progress_at(now) && self.sleepers.load(Ordering::Relaxed) > 0 {
+    /// [`Shared::run`] with the time already read; true when frames
+    /// arrived.
+    pub(crate) fn run_at(&self, e: &mut Engine, now: Instant) -> bool {
+        let got = e.progress_at(now);
+        if got && self.sleepers.load(Ordering::Relaxed) > 0 {
             let one: u64 = 1;
             // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
             unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
         }
         self.notifier.collect(e);
+        got
     }
 
 }
@@ -231,6 +239,11 @@ impl Nic {
         let mut start: Option<Instant> = None;
         let mut last_read: Option<Instant> = None;
         let mut round: u32 = 0;
+        // Rounds still to spin because frames arrived without completing
+        // the wait: the rest of a message comes right behind its first
+        // frame, and sleeping between them (at once when VIA_SPIN_US=0,
+        // as in oversubscribed runs) costs a wake-up per frame.
+        let mut burst: u32 = 0;
         loop {
             let sleep = {
                 let mut e = self.lock();
@@ -246,14 +259,17 @@ impl Nic {
                 let start = *start.get_or_insert(now);
                 let deadline = timeout.map(|t| start + t);
                 round = round.wrapping_add(1);
-                self.shared.run_at(&mut e, now);
+                if self.shared.run_at(&mut e, now) {
+                    burst = BURST_ROUNDS;
+                }
                 if let Some(v) = f(&mut e)? {
                     return Ok(v);
                 }
                 if deadline.is_some_and(|d| now >= d) {
                     return Err(ViaError::timeout(format!("{what}: timed out after {:?}", timeout.unwrap())));
                 }
-                if now.duration_since(start) < self.shared.spin {
+                if burst > 0 || now.duration_since(start) < self.shared.spin {
+                    burst = burst.saturating_sub(1);
                     None
                 } else {
                     let now = *last_read.insert(Instant::now());
