@@ -121,19 +121,14 @@ impl Core {
             r => r.is_ok(),
         };
         self.count_lent(payload);
-        let vi = vi_at(&mut self.vis, id).unwrap();
-        let rto = vi.base_rto(self.config.rto_initial, self.config.rto_max);
-        let en = vi.sq.get_mut(idx);
+        let en = vi_at(&mut self.vis, id).unwrap().sq.get_mut(idx);
         en.got += payload.len() as u32;
         if !placed {
             en.remote_status |= status::PROTECTION_ERROR; // our memory went away
         }
         en.read_done |= last || !placed;
         let done = en.read_done;
-        vi.retries = 0;
-        vi.rto = rto;
-        vi.rto_at = Some(now + rto);
-        self.arm(now + rto);
+        self.restart_rto(id, now, true);
         if done {
             self.complete_acked(id);
         }

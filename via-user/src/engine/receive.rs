@@ -216,18 +216,14 @@ impl Core {
                 *bits = bits.checked_shr(shift).unwrap_or(0);
             }
             vi.una = ack;
-            vi.retries = 0;
             if let Some((_, sent)) = vi.rtt_probe.filter(|&(psn, _)| seq_lt(psn, ack)) {
                 vi.rtt_sample(now.saturating_duration_since(sent));
                 vi.rtt_probe = None;
             }
-            vi.rto = vi.base_rto(self.config.rto_initial, self.config.rto_max);
             vi.nak_rewound = None;
-            vi.rto_at = if vi.una == vi.sent_hi && vi.reads_outstanding == 0 { None } else { Some(now + vi.rto) };
-            let (rto_at, behind) = (vi.rto_at, seq_lt(vi.tx_psn, ack));
-            if let Some(t) = rto_at {
-                self.arm(t);
-            }
+            let outstanding = vi.una != vi.sent_hi || vi.reads_outstanding != 0;
+            let behind = seq_lt(vi.tx_psn, ack);
+            self.restart_rto(id, now, outstanding);
             if behind {
                 // Frames sent before a rewind got through: skip past them.
                 self.seek(id, ack);
@@ -258,6 +254,21 @@ impl Core {
             let una = vi.una;
             self.seek(id, una);
             self.doorbell.ring(id);
+        }
+    }
+
+    /// The peer made progress on VI `id` (an ACK moved, or a read
+    /// response came): the retries and the RTO start over, and the
+    /// retransmission timer runs again from `now` while anything is
+    /// `outstanding`.
+    pub(super) fn restart_rto(&mut self, id: u16, now: Instant, outstanding: bool) {
+        let (initial, max) = (self.config.rto_initial, self.config.rto_max);
+        let Some(vi) = vi_at(&mut self.vis, id) else { return };
+        vi.retries = 0;
+        vi.rto = vi.base_rto(initial, max);
+        vi.rto_at = outstanding.then(|| now + vi.rto);
+        if let Some(t) = vi.rto_at {
+            self.arm(t);
         }
     }
 
