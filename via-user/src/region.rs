@@ -107,9 +107,25 @@ impl MemoryRegion {
 
     /// A copy of `range`.
     pub fn to_vec(&self, range: Range<usize>) -> Result<Vec<u8>> {
-        let mut v = vec![0u8; range.len()];
-        self.read(range.start, &mut v)?;
+        let mut v = Vec::new();
+        self.append_to(range, &mut v)?;
         Ok(v)
+    }
+
+    /// Appends the bytes of `range` to `out` (one copy, no zero-filling
+    /// first: a message of tens of KB costs one pass over it, not two).
+    pub fn append_to(&self, range: Range<usize>, out: &mut Vec<u8>) -> Result<()> {
+        self.check(range.start, range.len())?;
+        out.reserve(range.len());
+        let at = out.len();
+        // SAFETY: the source is in bounds (checked); `reserve` made room
+        // for `range.len()` bytes after `at`, which the copy initialises
+        // before `set_len` covers them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.inner.ptr.add(range.start), out.as_mut_ptr().add(at), range.len());
+            out.set_len(at + range.len());
+        }
+        Ok(())
     }
 
     fn same(&self, other: &MemoryRegion) -> bool {

@@ -196,3 +196,20 @@ fn waits_time_out() {
     assert_eq!(cq.wait(Some(Duration::from_millis(20))).unwrap_err().code, VipReturn::Timeout);
     assert!(cq.done().unwrap().is_none());
 }
+
+#[test]
+fn region_reads_append_and_check_their_range() {
+    let h = Host::new("region-append");
+    let r = h.region(4096);
+    r.write(100, &data(9, 300)).unwrap();
+    let mut out = b"head".to_vec();
+    r.append_to(100..400, &mut out).unwrap();
+    assert_eq!(&out[..4], b"head");
+    assert_eq!(&out[4..], &data(9, 300)[..]);
+    assert_eq!(r.to_vec(100..400).unwrap(), data(9, 300));
+    // Past the end: an error, and `out` as it was.
+    let before = out.clone();
+    let e = r.append_to(4000..4097, &mut out).unwrap_err();
+    assert_eq!(e.code, VipReturn::InvalidParameter, "{e}");
+    assert_eq!(out, before);
+}

@@ -261,8 +261,13 @@ struct Inbox {
     bye: Vec<bool>,
 }
 
-const SIZES: [usize; 8] = [0, 1, 8, 100, 8184, 8185, 20_000, 100_000];
-const PER: usize = 40;
+/// Message sizes, among them the edges of the VIA layer's default 32 KiB
+/// slots (32 760 bytes of payload): half a slot and one byte more (the
+/// smallest message copied straight into send slots), one slot, one slot
+/// and a byte, two slots. An odd count, so that every size is sent each
+/// of the ways below.
+const SIZES: [usize; 13] = [0, 1, 8, 100, 8184, 8185, 16_380, 16_381, 32_760, 32_761, 49_000, 65_520, 100_000];
+const PER: usize = 52;
 
 fn comm_msg(from: usize, to: usize, k: usize) -> Vec<u8> {
     (0..SIZES[k % SIZES.len()]).map(|i| (i * 7 + from * 13 + to * 17 + k) as u8).collect()
@@ -302,9 +307,9 @@ fn wait_probe(t: &mut dyn Transport, inbox: &Inbox) -> usize {
 }
 
 /// The eight primitives directly, without the runtime: every rank sends
-/// every other rank messages of many sizes (nsend for half, with senddone
-/// checked) and one bulk put to the next rank; receives take half of each
-/// node's messages by brecnode, highest node first (leaving the others
+/// every other rank messages of many sizes (nsend or nsendv of three parts
+/// for half, with senddone checked) and one bulk put to the next rank;
+/// receives take half of each node's messages by brecnode, highest node first (leaving the others
 /// pending), and the rest by prob + brecany. Per node, messages must come
 /// in order and intact.
 fn check_comm() {
@@ -314,10 +319,16 @@ fn check_comm() {
     let mut handles = Vec::new();
     for k in 0..PER {
         for j in (0..n).filter(|&j| j != me) {
+            let m = comm_msg(me, j, k);
             if k % 2 == 0 {
-                t.asend(j, &comm_msg(me, j, k)).unwrap();
+                t.asend(j, &m).unwrap();
+            } else if k % 4 == 1 {
+                handles.push(t.nsend(j, &m).unwrap());
             } else {
-                handles.push(t.nsend(j, &comm_msg(me, j, k)).unwrap());
+                // Gathered from three parts (the middle one may be empty).
+                let (a, rest) = m.split_at(m.len() / 3);
+                let (b, c) = rest.split_at(rest.len() / 2 * (k % 8 / 4));
+                handles.push(t.nsendv(j, &[a, b, c]).unwrap());
             }
         }
     }

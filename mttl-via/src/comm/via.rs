@@ -62,6 +62,10 @@ fn err(what: impl std::fmt::Display) -> CommError {
 
 enum Out {
     Msg { bytes: Vec<u8>, at: usize, seq: u64 },
+    /// A message copied straight into send slots when it was queued, one
+    /// `(slot, payload bytes)` per fragment; the frame headers are written
+    /// when each is posted (they carry the credit report of that moment).
+    Staged { frags: VecDeque<(usize, usize)>, seq: u64 },
     Put { src: usize, dst: usize, len: usize, imm: u32, seq: u64 },
 }
 
@@ -317,6 +321,26 @@ impl ViaTransport {
                     batch.push(d);
                     recs.push(Posted { slot: Some(s), seq });
                 }
+                Out::Staged { frags, seq } => {
+                    if !p.credits.can_send_data() {
+                        break;
+                    }
+                    let Some((s, n)) = frags.pop_front() else { break };
+                    let last = frags.is_empty();
+                    let seq = last.then_some(*seq);
+                    let base = s * self.slot;
+                    let mut hdr = [0u8; HDR];
+                    hdr[..4].copy_from_slice(&p.credits.on_send().to_le_bytes());
+                    hdr[4] = if last { frame::LAST } else { frame::MORE };
+                    self.send_mem.write(base, &hdr).map_err(err)?;
+                    if last {
+                        p.backlog.pop_front();
+                    }
+                    let mut d = self.desc()?;
+                    d.set(&[(&self.send_mem, base..base + HDR + n)], None).map_err(err)?;
+                    batch.push(d);
+                    recs.push(Posted { slot: Some(s), seq });
+                }
                 Out::Put { src, dst, len, imm, seq } => {
                     let n = (*len).min(self.max_xfer);
                     let last = n == *len;
@@ -495,35 +519,36 @@ impl ViaTransport {
             match hdr[4] {
                 frame::CREDIT => false,
                 frame::MORE => {
-                    let at = p.partial.len();
-                    p.partial.resize(at + body.len(), 0);
-                    self.recv_mem.read(body.start, &mut p.partial[at..]).map_err(err)?;
+                    self.recv_mem.append_to(body, &mut p.partial).map_err(err)?;
                     false
                 }
                 frame::PACKED => {
-                    let mut body = self.recv_mem.to_vec(body).map_err(err)?;
-                    let mut msgs = Vec::new();
-                    let mut at = 0;
-                    while at < body.len() {
-                        let n = body.get(at..at + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()) as usize);
-                        match n {
-                            Some(n) if at + 4 + n <= body.len() => {
-                                msgs.push(at + 4..at + 4 + n);
-                                at += 4 + n;
-                            }
-                            _ => return Err(err(format!("rank {rank}: a packed frame from rank {node} with an inconsistent length at byte {at}"))),
+                    // Each message is copied once, straight from the slot
+                    // into its own buffer (the first into `out`).
+                    let mut at = body.start;
+                    let mut first = true;
+                    while at < body.end {
+                        let mut len = [0u8; 4];
+                        let n = match self.recv_mem.read(at, &mut len) {
+                            Ok(()) if at + 4 <= body.end => u32::from_le_bytes(len) as usize,
+                            _ => usize::MAX,
+                        };
+                        let Some(msg) = (at + 4).checked_add(n).filter(|&end| end <= body.end).map(|end| at + 4..end) else {
+                            return Err(err(format!("rank {rank}: a packed frame from rank {node} with an inconsistent length at byte {}", at - body.start)));
+                        };
+                        if first {
+                            out.clear();
+                            self.recv_mem.append_to(msg.clone(), out).map_err(err)?;
+                            first = false;
+                        } else {
+                            p.unpacked.push_back(self.recv_mem.to_vec(msg.clone()).map_err(err)?);
+                            self.pending.push_back(node);
                         }
+                        at = msg.end;
                     }
-                    let Some(first) = msgs.first().cloned() else {
+                    if first {
                         return Err(err(format!("rank {rank}: an empty packed frame from rank {node}")));
-                    };
-                    for r in &msgs[1..] {
-                        p.unpacked.push_back(body[r.clone()].to_vec());
-                        self.pending.push_back(node);
                     }
-                    body.truncate(first.end);
-                    body.drain(..first.start);
-                    *out = body;
                     true
                 }
                 frame::LAST => {
@@ -531,9 +556,7 @@ impl ViaTransport {
                     // swap, not a copy); the last one is appended.
                     out.clear();
                     std::mem::swap(out, &mut p.partial);
-                    let at = out.len();
-                    out.resize(at + body.len(), 0);
-                    self.recv_mem.read(body.start, &mut out[at..]).map_err(err)?;
+                    self.recv_mem.append_to(body, out).map_err(err)?;
                     true
                 }
                 k => return Err(err(format!("rank {rank}: a frame of unknown kind {k} from rank {node}"))),
@@ -546,6 +569,43 @@ impl ViaTransport {
         p.recv_slots.push_back(s);
         self.maybe_report(node)?;
         Ok(got)
+    }
+
+    /// Gathers a message of more than half a slot straight into send
+    /// slots (one copy instead of two), if it may take them: staged slots
+    /// wait for credits in the backlog, so staging never takes the last
+    /// half of the slots, which stay for other peers and credit reports.
+    /// `None`: the message is queued as bytes (small ones are packed
+    /// together when they are posted).
+    fn stage(&mut self, node: usize, parts: &[&[u8]]) -> Result<Option<VecDeque<(usize, usize)>>> {
+        let payload = self.slot - HDR;
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let fragments = len.div_ceil(payload);
+        if len <= payload / 2 || self.free_slots.len() < fragments + SEND_SLOTS / 2 || self.peer(node)?.closed {
+            return Ok(None);
+        }
+        let mut frags = VecDeque::with_capacity(fragments);
+        let mut rest = parts.iter().copied().filter(|p| !p.is_empty());
+        let mut part: &[u8] = rest.next().unwrap_or_default();
+        while frags.len() < fragments {
+            let s = self.free_slots.pop().expect("counted above");
+            let start = s * self.slot + HDR;
+            let mut fill = 0;
+            while fill < payload {
+                if part.is_empty() {
+                    match rest.next() {
+                        Some(p) => part = p,
+                        None => break,
+                    }
+                }
+                let n = part.len().min(payload - fill);
+                self.send_mem.write(start + fill, &part[..n]).map_err(err)?;
+                part = &part[n..];
+                fill += n;
+            }
+            frags.push_back((s, fill));
+        }
+        Ok(Some(frags))
     }
 
     /// Queues what `make` builds from the send's sequence number.
@@ -585,6 +645,11 @@ impl Transport for ViaTransport {
             while let Some(n) = self.pending.pop_front() {
                 self.consume(n, &mut scratch)?;
             }
+        }
+        if std::env::var_os("MTTL_VIA_COUNTERS").is_some_and(|v| v != "0") {
+            let c = self.nic.counters();
+            let shown: Vec<String> = c.pairs().iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k} {v}")).collect();
+            eprintln!("via rank {}: engine counters: {}", self.rank, shown.join(", "));
         }
         for p in self.peers.iter_mut().flatten() {
             let _ = p.vi.disconnect();
@@ -642,7 +707,10 @@ impl Transport for ViaTransport {
     }
 
     fn nsendv(&mut self, node: usize, parts: &[&[u8]]) -> Result<SendHandle> {
-        self.enqueue(node, |seq| Out::Msg { bytes: parts.concat(), at: 0, seq })
+        match self.stage(node, parts)? {
+            Some(frags) => self.enqueue(node, |seq| Out::Staged { frags, seq }),
+            None => self.enqueue(node, |seq| Out::Msg { bytes: parts.concat(), at: 0, seq }),
+        }
     }
 
     fn senddone(&mut self, h: SendHandle) -> Result<bool> {
