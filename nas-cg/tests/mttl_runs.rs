@@ -1,6 +1,7 @@
 //! CG on MTTL as real processes: `mttl-run -n N -- cg --class X` for
 //! classes S and W at 1 to 32 ranks and class A at 1, 2 and 4 ranks over
-//! VIA (the software NIC; 32 ranks on this 2-core machine are heavily
+//! VIA (the software NIC alone, `--nic-only`; class S also once through
+//! mttl-run's default composite device; 32 ranks on this 2-core machine are heavily
 //! oversubscribed, so blocking waits must sleep), and class S over TCP.
 //! Each run must print NPB's "VERIFICATION SUCCESSFUL". Needs root.
 
@@ -24,9 +25,14 @@ fn mttl_run() -> PathBuf {
     path
 }
 
-fn cg(n: usize, transport: &str, class: &str) {
+/// A run over `transport`; over VIA on the software NIC alone unless
+/// `composite` (mttl-run's default: shared memory between its ranks).
+fn cg_on(n: usize, transport: &str, class: &str, composite: bool) {
+    let device: &[&str] = if transport == "via" && !composite { &["--nic-only"] } else { &[] };
     let out = Command::new(mttl_run())
-        .args(["-n", &n.to_string(), "--transport", transport, "--timeout", "600", "--", CG, "--class", class])
+        .args(["-n", &n.to_string(), "--transport", transport, "--timeout", "600"])
+        .args(device)
+        .args(["--", CG, "--class", class])
         .env("RUST_BACKTRACE", "0")
         .output()
         .expect("running mttl-run");
@@ -35,6 +41,10 @@ fn cg(n: usize, transport: &str, class: &str) {
     assert!(text.contains("[0]  VERIFICATION SUCCESSFUL"), "class {class} at {n} ranks over {transport}:\n{text}");
     let procs = text.lines().find(|l| l.contains("Total processes")).and_then(|l| l.split('=').nth(1)).map(|v| v.trim().to_string());
     assert_eq!(procs.as_deref(), Some(n.to_string().as_str()), "{text}");
+}
+
+fn cg(n: usize, transport: &str, class: &str) {
+    cg_on(n, transport, class, false)
 }
 
 #[test]
@@ -58,4 +68,25 @@ fn class_s_verifies_over_tcp() {
     for n in [1, 2, 4, 8] {
         cg(n, "tcp", "S");
     }
+}
+
+#[test]
+fn class_s_verifies_over_the_composite_device() {
+    cg_on(4, "via", "S", true);
+}
+
+/// The benchmark table's program: one round of class S at 1 and 2 ranks
+/// gives a row per cell (both layers verified, or it fails) and the
+/// speed-up line.
+#[test]
+fn cg_bench_prints_the_table() {
+    mttl_run();
+    let out = Command::new(env!("CARGO_BIN_EXE_cg-bench")).args(["--classes", "S", "--ranks", "1,2", "--rounds", "1"]).output().expect("running cg-bench");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("S ")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert_eq!(rows[1].split_whitespace().nth(1), Some("2"), "{text}");
+    assert!(rows[1].contains(" of 1 "), "one round compared: {text}");
+    assert!(text.contains("class S: speed-up of 2 ranks over 1 (medians): VIA "), "{text}");
 }

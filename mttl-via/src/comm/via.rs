@@ -31,8 +31,11 @@ use via_user::{Completion, Cq, Descriptor, MacAddr, MemAttributes, MemoryRegion,
 /// Bytes of one receive or send slot (`MTTL_VIA_SLOT`): a message up to
 /// this size is one VIA send, larger ones go in slot-sized fragments.
 /// Fewer, larger fragments cost fewer descriptors, completions and
-/// credits per byte (a 56 KB collective step is two sends).
+/// credits per byte: 32 KiB, or 64 KiB on a device whose frames carry
+/// more than 32 KiB (a 56 KB collective step is then one send in one
+/// frame; on a 9000-byte MTU the larger slot measured no better).
 const SLOT_DEFAULT: usize = 32 << 10;
+const SLOT_JUMBO: usize = 64 << 10;
 /// Receives kept posted per peer (`MTTL_VIA_RECVS`): at most this many,
 /// fewer when many peers would make the receive slots exceed
 /// [`RECV_BUDGET`], never fewer than [`RECVS_MIN`].
@@ -149,7 +152,8 @@ impl ViaTransport {
             .map_err(|e| err(format!("opening {dev}: {e} (MTTL_VIA_DEVICE names the VIA device)")))?;
         let ptag = nic.create_ptag().map_err(err)?;
         let (rank, size) = (boot.rank, boot.size);
-        let slot = env_usize("MTTL_VIA_SLOT", SLOT_DEFAULT).max(256);
+        let slot_default = if nic.attributes().native_mtu > SLOT_DEFAULT { SLOT_JUMBO } else { SLOT_DEFAULT };
+        let slot = env_usize("MTTL_VIA_SLOT", slot_default).max(256);
         let recvs_default = (RECV_BUDGET / slot / size.saturating_sub(1).max(1)).clamp(RECVS_MIN, RECVS_MAX);
         let recvs = env_usize("MTTL_VIA_RECVS", recvs_default).max(4) as u32;
         let max_xfer = nic.attributes().max_transfer_size as usize;
