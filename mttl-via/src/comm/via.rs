@@ -308,21 +308,13 @@ impl ViaTransport {
                     let Some(s) = self.free_slots.pop() else { break };
                     let n = (bytes.len() - *at).min(payload);
                     let last = *at + n == bytes.len();
-                    let report = p.credits.on_send();
-                    let base = s * self.slot;
-                    let mut hdr = [0u8; HDR];
-                    hdr[..4].copy_from_slice(&report.to_le_bytes());
-                    hdr[4] = if last { frame::LAST } else { frame::MORE };
-                    self.send_mem.write(base, &hdr).map_err(err)?;
-                    self.send_mem.write(base + HDR, &bytes[*at..*at + n]).map_err(err)?;
+                    self.send_mem.write(s * self.slot + HDR, &bytes[*at..*at + n]).map_err(err)?;
                     *at += n;
-                    let seq = last.then_some(*seq);
+                    let (report, seq) = (p.credits.on_send(), last.then_some(*seq));
                     if last {
                         p.backlog.pop_front();
                     }
-                    let mut d = self.desc()?;
-                    d.set(&[(&self.send_mem, base..base + HDR + n)], None).map_err(err)?;
-                    batch.push(d);
+                    batch.push(self.fragment(s, n, report, last)?);
                     recs.push(Posted { slot: Some(s), seq });
                 }
                 Out::Staged { frags, seq } => {
@@ -331,18 +323,11 @@ impl ViaTransport {
                     }
                     let Some((s, n)) = frags.pop_front() else { break };
                     let last = frags.is_empty();
-                    let seq = last.then_some(*seq);
-                    let base = s * self.slot;
-                    let mut hdr = [0u8; HDR];
-                    hdr[..4].copy_from_slice(&p.credits.on_send().to_le_bytes());
-                    hdr[4] = if last { frame::LAST } else { frame::MORE };
-                    self.send_mem.write(base, &hdr).map_err(err)?;
+                    let (report, seq) = (p.credits.on_send(), last.then_some(*seq));
                     if last {
                         p.backlog.pop_front();
                     }
-                    let mut d = self.desc()?;
-                    d.set(&[(&self.send_mem, base..base + HDR + n)], None).map_err(err)?;
-                    batch.push(d);
+                    batch.push(self.fragment(s, n, report, last)?);
                     recs.push(Posted { slot: Some(s), seq });
                 }
                 Out::Put { src, dst, len, imm, seq } => {
@@ -373,6 +358,19 @@ impl ViaTransport {
             return Ok(());
         }
         self.post(node, batch, recs)
+    }
+
+    /// The descriptor of a MORE or LAST fragment whose `n` payload bytes
+    /// are in send slot `s`; writes its header (credit `report`) first.
+    fn fragment(&mut self, s: usize, n: usize, report: u32, last: bool) -> Result<Descriptor> {
+        let base = s * self.slot;
+        let mut hdr = [0u8; HDR];
+        hdr[..4].copy_from_slice(&report.to_le_bytes());
+        hdr[4] = if last { frame::LAST } else { frame::MORE };
+        self.send_mem.write(base, &hdr).map_err(err)?;
+        let mut d = self.desc()?;
+        d.set(&[(&self.send_mem, base..base + HDR + n)], None).map_err(err)?;
+        Ok(d)
     }
 
     /// Posts every peer's backlog (sends are queued by `asend` and go out
