@@ -309,9 +309,9 @@ fn wait_probe(t: &mut dyn Transport, inbox: &Inbox) -> usize {
 /// The eight primitives directly, without the runtime: every rank sends
 /// every other rank messages of many sizes (nsend or nsendv of three parts
 /// for half, with senddone checked) and one bulk put to the next rank;
-/// receives take half of each node's messages by brecnode, highest node first (leaving the others
-/// pending), and the rest by prob + brecany. Per node, messages must come
-/// in order and intact.
+/// receives take half of each node's messages by brecnode, highest node
+/// first (leaving the others pending), and the rest by prob + brecany. Per
+/// node, messages must come in order and intact.
 fn check_comm() {
     let mut boot = mttl_via::boot::Boot::from_env().unwrap_or_else(|e| panic!("{e}"));
     let mut t: Box<dyn Transport> = comm::cominit(&mut boot, 1 << 20).unwrap_or_else(|e| panic!("{e}"));

@@ -152,11 +152,12 @@ impl ViaTransport {
             .map_err(|e| err(format!("opening {dev}: {e} (MTTL_VIA_DEVICE names the VIA device)")))?;
         let ptag = nic.create_ptag().map_err(err)?;
         let (rank, size) = (boot.rank, boot.size);
-        let slot_default = if nic.attributes().native_mtu > SLOT_DEFAULT { SLOT_JUMBO } else { SLOT_DEFAULT };
+        let nic_attrs = nic.attributes();
+        let slot_default = if nic_attrs.native_mtu > SLOT_DEFAULT { SLOT_JUMBO } else { SLOT_DEFAULT };
         let slot = env_usize("MTTL_VIA_SLOT", slot_default).max(256);
         let recvs_default = (RECV_BUDGET / slot / size.saturating_sub(1).max(1)).clamp(RECVS_MIN, RECVS_MAX);
         let recvs = env_usize("MTTL_VIA_RECVS", recvs_default).max(4) as u32;
-        let max_xfer = nic.attributes().max_transfer_size as usize;
+        let max_xfer = nic_attrs.max_transfer_size as usize;
         let plain = MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false };
         let heap = MemoryRegion::new(&nic, heap_bytes.max(4096), 4096, MemAttributes { ptag, enable_rdma_write: true, enable_rdma_read: false })
             .map_err(|e| err(format!("registering a {} MiB heap: {e} (MTTL_HEAP_MB sets its size)", heap_bytes >> 20)))?;
