@@ -222,20 +222,42 @@ pub fn spin_budget() -> Duration {
     Duration::from_micros(std::env::var("VIA_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(200))
 }
 
-/// Calls `attempt` until it yields a value: spinning for the spin budget,
-/// then sleeping in poll() on `fd` for `events` between attempts.
-pub fn spin_then_poll<T>(fd: RawFd, events: i16, timeout: Duration, mut attempt: impl FnMut() -> io::Result<Option<T>>) -> io::Result<T> {
-    let start = Instant::now();
+/// What one attempt of a wait found.
+pub enum Step<T> {
+    /// The wait is over.
+    Done(T),
+    /// Data arrived, but not all the wait needs (a message's first frames).
+    Partial,
+    /// Nothing arrived.
+    Empty,
+}
+
+/// Rounds a wait keeps spinning after data arrived that did not complete
+/// it: the VIA engine's rule (via-user/src/nic.rs, `BURST_ROUNDS`), so the
+/// rest of a message is not waited for in poll().
+const BURST_ROUNDS: u32 = 64;
+
+/// Calls `attempt` until it is done: spinning for the spin budget and for
+/// [`BURST_ROUNDS`] more after each partial arrival, then sleeping in
+/// poll() on `fd` for `events` between attempts. The same rule as VIA's
+/// waits, so no transport is favoured by its wait.
+pub fn spin_then_poll<T>(fd: RawFd, events: i16, timeout: Duration, mut attempt: impl FnMut() -> io::Result<Step<T>>) -> io::Result<T> {
+    let mut start: Option<Instant> = None;
     let spin = spin_budget();
+    let mut burst = 0u32;
     loop {
-        if let Some(v) = attempt()? {
-            return Ok(v);
+        match attempt()? {
+            Step::Done(v) => return Ok(v),
+            Step::Partial => burst = BURST_ROUNDS,
+            Step::Empty => {}
         }
+        let start = *start.get_or_insert_with(Instant::now);
         let el = start.elapsed();
         if el >= timeout {
             return Err(io::Error::new(io::ErrorKind::TimedOut, "timed out waiting for the peer"));
         }
-        if el < spin {
+        if burst > 0 || el < spin {
+            burst = burst.saturating_sub(1);
             std::hint::spin_loop();
             continue;
         }
@@ -260,15 +282,20 @@ pub trait Link {
     fn send(&mut self, msg: &[u8]) -> io::Result<()>;
     /// Receives one message into `buf`; returns its length.
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize>;
+    /// Bytes the receiver holds without loss when the sender runs ahead
+    /// (its ring or socket buffer); None when the transport has flow
+    /// control of its own (TCP).
+    fn lossless_bytes(&self) -> Option<usize>;
 }
 
 const OP_LAT: u32 = 1;
 const OP_BW: u32 = 2;
 const OP_END: u32 = 3;
-/// Bytes a bandwidth sender may have unconfirmed (the receiver grants
-/// credit every half window), so a link without flow control of its own
-/// does not overrun the receiver.
-const WINDOW: usize = 2 << 20;
+/// Messages a bandwidth sender may have unconfirmed; the receiver grants
+/// credit every half window. The VIA transport's window (its 64 posted
+/// receives, `via.rs` `RECVS`), so every transport streams under the same
+/// credits.
+pub const WINDOW_MSGS: usize = 64;
 
 fn words(b: &[u8]) -> [u32; 3] {
     let w = |i: usize| b.get(4 * i..4 * i + 4).map_or(0, |x| u32::from_le_bytes(x.try_into().unwrap()));
@@ -279,9 +306,15 @@ fn msg(w: &[u32]) -> Vec<u8> {
     w.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-/// Messages of `size` the window holds.
-fn window_msgs(size: usize) -> usize {
-    (WINDOW / size.max(64)).clamp(2, 256)
+/// Messages of `size` in the window of `link`: [`WINDOW_MSGS`], fewer
+/// where a link without flow control of its own could not hold them all
+/// (its receiver would drop what overflows, and nothing resends it).
+/// Both ends compute it from their own link; the server's grants rule.
+fn window_msgs(link: &dyn Link, size: usize) -> usize {
+    match link.lossless_bytes() {
+        None => WINDOW_MSGS,
+        Some(b) => (b / size.max(1)).clamp(2, WINDOW_MSGS),
+    }
 }
 
 /// The server side of the protocol over `link`, until the client ends it.
@@ -303,7 +336,7 @@ pub fn serve_link(link: &mut dyn Link, max: usize) -> io::Result<()> {
                 }
             }
             OP_BW => {
-                let half = (window_msgs(size) / 2).max(1);
+                let half = (window_msgs(link, size) / 2).max(1);
                 let mut since = 0;
                 for _ in 0..count {
                     link.recv(&mut buf)?;
@@ -363,7 +396,7 @@ impl<'a> LinkClient<'a> {
     pub fn bandwidth(&mut self, size: usize, count: usize) -> io::Result<Duration> {
         self.control(OP_BW, size, count)?;
         let out_msg = vec![0xa5u8; size];
-        let mut credits = window_msgs(size);
+        let mut credits = window_msgs(self.link, size);
         let mut sent = 0;
         let t0 = Instant::now();
         loop {

@@ -3,11 +3,13 @@
 //!
 //! Modules: `common` (options, rows, statistics, the protocol over a
 //! message link), `via` (the VIA transport), `raw` and `sock` (baselines),
-//! `demo` (two namespaces on one machine), `plot` (SVG curves).
+//! `probe` (the C reference ping-pong), `demo` (two namespaces on one
+//! machine), `plot` (SVG curves).
 
 mod common;
 mod demo;
 mod plot;
+mod probe;
 mod raw;
 mod sock;
 mod via;
@@ -62,7 +64,7 @@ USAGE:
     --plot DIR        write DIR/latency.svg and DIR/bandwidth.svg
     --cpu N           run on CPU N only (the demo pins the server to CPU 0 and the client
                       to CPU 1 when there are two or more, for every transport alike)
-    --mtu N           demo: veth MTU (default 1500)
+    --mtu N           demo: veth MTU (default 1500); udp: datagrams fit this MTU
     --rounds N        demo: after the sweeps, N alternating rounds of every transport at 64 B
                       latency and 1 MiB bandwidth; the ratios use their medians (default 5)
     --discriminator S VIA connection discriminator (default pingpong)
@@ -154,7 +156,7 @@ fn server(o: &Options) -> io::Result<()> {
             common::serve_link(&mut l, max)
         }
         "udp" => {
-            let mut l = sock::UdpLink::server(&o.bind_ip, o.port)?;
+            let mut l = sock::UdpLink::server(&o.bind_ip, o.port, o.mtu)?;
             ready(&o.bind_ip);
             common::serve_link(&mut l, max)
         }
@@ -181,7 +183,7 @@ fn client(o: &Options) -> io::Result<Vec<Row>> {
     match o.transport.as_str() {
         "via" => via::client(o),
         "raw" => run(&mut raw::RawLink::open(&o.device, Some(peer_mac(o)?))?, "raw"),
-        "udp" => run(&mut sock::UdpLink::client(&o.peer, o.port)?, "udp"),
+        "udp" => run(&mut sock::UdpLink::client(&o.peer, o.port, o.mtu)?, "udp"),
         _ => run(&mut sock::TcpLink::client(&o.peer, o.port)?, "tcp"),
     }
 }
