@@ -67,8 +67,14 @@ fn link_name(p: &Path) -> Option<String> {
 
 /// Reads one device from sysfs.
 pub fn device(address: &str) -> io::Result<PciDevice> {
+    device_in(Path::new(DEVICES), address)
+}
+
+/// Reads one device from `devices`, a directory laid out like
+/// `/sys/bus/pci/devices`.
+fn device_in(devices: &Path, address: &str) -> io::Result<PciDevice> {
     let address = normalize_address(address);
-    let dir = Path::new(DEVICES).join(&address);
+    let dir = devices.join(&address);
     if !dir.exists() {
         return Err(io::Error::new(io::ErrorKind::NotFound, format!("no PCI device {address} (`via-agent list` shows the network devices)")));
     }
@@ -84,10 +90,16 @@ pub fn device(address: &str) -> io::Result<PciDevice> {
 
 /// Every PCI function, sorted by address.
 pub fn list_all() -> io::Result<Vec<PciDevice>> {
+    list_all_in(Path::new(DEVICES))
+}
+
+/// Every PCI function of `devices` (laid out like `/sys/bus/pci/devices`),
+/// sorted by address.
+fn list_all_in(devices: &Path) -> io::Result<Vec<PciDevice>> {
     let mut v = Vec::new();
-    for e in fs::read_dir(DEVICES)? {
+    for e in fs::read_dir(devices).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", devices.display())))? {
         let name = e?.file_name().to_string_lossy().into_owned();
-        if let Ok(d) = device(&name) {
+        if let Ok(d) = device_in(devices, &name) {
             v.push(d);
         }
     }
@@ -97,7 +109,11 @@ pub fn list_all() -> io::Result<Vec<PciDevice>> {
 
 /// The network PCI devices, sorted by address.
 pub fn list() -> io::Result<Vec<PciDevice>> {
-    Ok(list_all()?.into_iter().filter(PciDevice::is_network).collect())
+    list_in(Path::new(DEVICES))
+}
+
+fn list_in(devices: &Path) -> io::Result<Vec<PciDevice>> {
+    Ok(list_all_in(devices)?.into_iter().filter(PciDevice::is_network).collect())
 }
 
 /// The devices in IOMMU group `group`.
@@ -199,13 +215,90 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
     }
 
-    #[test]
-    fn listing_reads_sysfs() {
-        // Whatever this machine has, every listed device is a network one
-        // and the list is sorted.
-        if let Ok(v) = list() {
-            assert!(v.iter().all(PciDevice::is_network));
-            assert!(v.windows(2).all(|w| w[0].address < w[1].address));
+    /// A directory laid out like `/sys/bus/pci/devices`, removed on drop.
+    struct FakeSysfs(PathBuf);
+
+    impl FakeSysfs {
+        fn new(name: &str) -> FakeSysfs {
+            let root = std::env::temp_dir().join(format!("via-pci-{name}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&root);
+            fs::create_dir_all(root.join("devices")).unwrap();
+            fs::create_dir_all(root.join("drivers/tulip")).unwrap();
+            fs::create_dir_all(root.join("iommu_groups/7")).unwrap();
+            FakeSysfs(root)
         }
+
+        fn devices(&self) -> PathBuf {
+            self.0.join("devices")
+        }
+
+        /// One function as sysfs shows it (ids in the kernel's `0x%04x` form).
+        fn add(&self, address: &str, vendor: u16, device: u16, class: u32, driver: Option<&str>, group: Option<&str>) {
+            let dir = self.devices().join(address);
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join("vendor"), format!("0x{vendor:04x}\n")).unwrap();
+            fs::write(dir.join("device"), format!("0x{device:04x}\n")).unwrap();
+            fs::write(dir.join("class"), format!("0x{class:06x}\n")).unwrap();
+            if let Some(d) = driver {
+                std::os::unix::fs::symlink(self.0.join("drivers").join(d), dir.join("driver")).unwrap();
+            }
+            if let Some(g) = group {
+                std::os::unix::fs::symlink(self.0.join("iommu_groups").join(g), dir.join("iommu_group")).unwrap();
+            }
+        }
+    }
+
+    impl Drop for FakeSysfs {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn listing_reads_a_sysfs_tree() {
+        let sys = FakeSysfs::new("list");
+        sys.add("0000:00:04.0", 0x1011, 0x0019, 0x020000, Some("tulip"), Some("7"));
+        sys.add("0000:00:01.0", 0x8086, 0x7000, 0x060100, None, None); // an ISA bridge
+        sys.add("0000:00:03.0", 0x8086, 0x100e, 0x020000, None, None);
+        // A function whose files cannot be read is left out, not fatal.
+        fs::create_dir_all(sys.devices().join("0000:00:05.0")).unwrap();
+        let all = list_all_in(&sys.devices()).unwrap();
+        assert_eq!(all.iter().map(|d| d.address.as_str()).collect::<Vec<_>>(), ["0000:00:01.0", "0000:00:03.0", "0000:00:04.0"]);
+        let net = list_in(&sys.devices()).unwrap();
+        let tulip = PciDevice { address: "0000:00:04.0".into(), vendor: 0x1011, device: 0x0019, class: 0x020000, driver: Some("tulip".into()), iommu_group: Some("7".into()) };
+        let e1000 = PciDevice { address: "0000:00:03.0".into(), vendor: 0x8086, device: 0x100e, class: 0x020000, driver: None, iommu_group: None };
+        assert_eq!(net, [e1000, tulip.clone()]);
+        assert_eq!(device_in(&sys.devices(), "00:04.0").unwrap(), tulip);
+        let e = device_in(&sys.devices(), "00:09.0").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("no PCI device 0000:00:09.0"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_sysfs_is_an_error_naming_it() {
+        let sys = FakeSysfs::new("missing");
+        let gone = sys.0.join("no-such-dir");
+        let e = list_in(&gone).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().contains("no-such-dir"), "{e}");
+    }
+
+    #[test]
+    fn listing_reads_this_machines_sysfs() {
+        // Any Linux with sysfs has PCI devices to read (the tests run on
+        // one): the list must succeed and agree with the directory.
+        let entries: Vec<String> = fs::read_dir(DEVICES).expect("this machine has /sys/bus/pci/devices").map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let all = list_all().expect("listing every PCI function");
+        assert_eq!(all.len(), entries.len(), "every function of {DEVICES} is listed: {entries:?}");
+        assert!(all.windows(2).all(|w| w[0].address < w[1].address), "sorted by address");
+        for d in &all {
+            let class = fs::read_to_string(Path::new(DEVICES).join(&d.address).join("class")).unwrap();
+            assert_eq!(d.class, u32::from_str_radix(class.trim().trim_start_matches("0x"), 16).unwrap(), "{}", d.address);
+            let driver = fs::read_link(Path::new(DEVICES).join(&d.address).join("driver")).ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+            assert_eq!(d.driver, driver, "{}", d.address);
+        }
+        let net = list().expect("listing the network functions");
+        let want: Vec<PciDevice> = all.into_iter().filter(|d| d.class >> 16 == 0x02).collect();
+        assert_eq!(net, want);
     }
 }

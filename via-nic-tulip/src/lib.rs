@@ -74,9 +74,22 @@ mod tests {
         assert_eq!(TulipOpener::address_of("tulip:00:03.0").unwrap().unwrap(), "0000:00:03.0");
         assert!(TulipOpener::address_of("/dev/via_eth0").is_none());
         assert!(TulipOpener::address_of("/dev/via_tulipX").is_none());
-        // No tulip on a test machine: the name is recognised but resolves to nothing.
-        if !pci::list().unwrap_or_default().iter().any(|d| d.is_tulip()) {
-            assert!(TulipOpener::address_of("/dev/via_tulip0").unwrap().is_err());
+    }
+
+    #[test]
+    fn numbered_names_are_the_tulips_in_address_order() {
+        // Whatever this machine has (none on a test host, two or four in
+        // the QEMU guest): /dev/via_tulipN is the N-th tulip by PCI
+        // address, and the name one past the last is a clear error.
+        let tulips: Vec<String> = pci::list().expect("listing the PCI network devices").into_iter().filter(|d| d.is_tulip()).map(|d| d.address).collect();
+        for (n, address) in tulips.iter().enumerate() {
+            let got = TulipOpener::address_of(&format!("/dev/via_tulip{n}")).expect("a tulip name").expect("a present tulip");
+            assert_eq!(&got, address, "/dev/via_tulip{n}");
         }
+        let past = format!("/dev/via_tulip{}", tulips.len());
+        let e = TulipOpener::address_of(&past).expect("a tulip name").expect_err("one past the last tulip");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        let want = format!("there are {} tulip NICs; {past} needs at least {}", tulips.len(), tulips.len() + 1);
+        assert!(e.to_string().contains(&want), "{e}");
     }
 }

@@ -36,11 +36,11 @@ pub fn rules() -> Vec<Rule> {
             "On an unreliable VI a refused RDMA write is dropped: the target's memory is untouched and RDMAW_PROT is reported there, and the connection goes on.",
             unrel_violation_target, unrel_violation_initiator),
         rule!(segment_in_memory_of_another_ptag_gives_protection_error, "protection",
-            "A data segment in memory registered under another protection tag than the VI's completes the descriptor with PROTECTION_ERROR, in posting order, and the connection goes on.",
-            idle_target, segment_ptag_initiator),
+            "A data segment in memory registered under another protection tag than the VI's completes the descriptor with PROTECTION_ERROR, in posting order, and the connection goes on; nothing of it reaches the peer: no receive completes for it and the peer's buffers are untouched.",
+            refused_send_target, segment_ptag_initiator),
         rule!(descriptor_in_memory_of_another_ptag_gives_protection_error, "protection",
-            "The descriptor's own memory must carry the VI's protection tag too: otherwise the descriptor completes with PROTECTION_ERROR.",
-            idle_target, descriptor_ptag_initiator),
+            "The descriptor's own memory must carry the VI's protection tag too: otherwise the descriptor completes with PROTECTION_ERROR, and nothing of it reaches the peer.",
+            refused_send_target, descriptor_ptag_initiator),
         rule!(ptag_in_use_cannot_be_destroyed, "protection",
             "VipDestroyPtag of a tag still used by a VI or a region fails with INVALID_STATE; once unused it succeeds, and the destroyed tag is refused (INVALID_PTAG) when creating a VI.",
             idle_target, ptag_initiator),
@@ -51,7 +51,7 @@ pub fn rules() -> Vec<Rule> {
             "Once VipDeregisterMem returns, the peer's RDMA with the old handle is refused: a write that landed before the deregistration fails after it (RDMA_PROT_ERROR, RDMAW_PROT), and the memory keeps what the first write put there.",
             dereg_target, dereg_initiator),
         rule!(destroying_a_vi_with_posted_descriptors_fails, "errors",
-            "VipDestroyVi fails with INVALID_STATE while the VI is connected or has descriptors posted; after disconnecting and collecting them it succeeds.",
+            "VipDestroyVi fails with INVALID_STATE while the VI is connected (even with nothing posted) or has descriptors posted; after disconnecting and collecting them it succeeds.",
             idle_target, destroy_initiator),
         rule!(malformed_descriptors_complete_with_format_error, "errors",
             "A descriptor with reserved control bits set, a send whose Length differs from the sum of its segments, or an RDMA operation on the receive queue completes with FORMAT_ERROR, in posting order, without breaking the connection.",
@@ -157,18 +157,63 @@ fn unrel_violation_initiator(c: &mut Ctx) {
     c.pass();
 }
 
+/// What the initiators of the refused sends send after the refusal: the
+/// one message the target may receive.
+const MARKER: &[u8] = b"the marker";
+/// Receives the target of the refused sends posts, and their size.
+const REFUSED_RECVS: usize = 4;
+const REFUSED_RECV_LEN: usize = 1024;
+
+/// Target of the refused sends: its receive buffers hold a known pattern;
+/// the one receive that may complete is the initiator's marker (sent after
+/// the refused descriptor, so on a reliable VI everything before it has
+/// arrived by then), the rest of the buffers keep the pattern, and no
+/// other receive completes.
+fn refused_send_target(c: &mut Ctx) {
+    let mut vi = c.vi(c.attrs(Reliability::ReliableDelivery, false, false));
+    let buf = c.region(REFUSED_RECVS * REFUSED_RECV_LEN, false, false);
+    let pattern = fill(3, REFUSED_RECVS * REFUSED_RECV_LEN);
+    buf.write(0, &pattern).unwrap();
+    for i in 0..REFUSED_RECVS {
+        vi.post_recv(c.desc(Op::SendRecv, &buf, i * REFUSED_RECV_LEN..(i + 1) * REFUSED_RECV_LEN, None, false)).unwrap();
+    }
+    c.accept(&vi);
+    let d = c.ok(vi.recv_wait(T), "RecvWait (the marker)");
+    c.ok(d.check_ok(), "the first receive");
+    let got = buf.to_vec(0..MARKER.len()).unwrap();
+    check!(c, d.length() as usize == MARKER.len() && got == MARKER, "the first receive holds {} bytes {:?}, not the marker: the refused send reached the target", d.length(), String::from_utf8_lossy(&got));
+    let extra = c.ok(vi.recv_done(), "RecvDone");
+    check!(c, extra.is_none(), "a second receive completed (status {:#x}, {} bytes): the refused send reached the target", extra.as_ref().map_or(0, |d| d.status()), extra.as_ref().map_or(0, |d| d.length()));
+    let now = buf.to_vec(0..REFUSED_RECVS * REFUSED_RECV_LEN).unwrap();
+    if let Some(i) = (MARKER.len()..now.len()).find(|&i| now[i] != pattern[i]) {
+        check!(c, false, "receive buffer byte {i} changed ({:#x}, was {:#x}): the refused send reached the target", now[i], pattern[i]);
+    }
+    check!(c, vi.state() == ViPhase::Connected, "target VI {:?}, expected Connected", vi.state());
+    c.tell("checked"); // the initiator stays connected until now
+    c.heard();
+}
+
+/// Sends the marker on `vi` and waits until the target has checked that
+/// nothing but the marker arrived.
+fn send_marker_and_wait_for_checks(c: &Ctx, vi: &mut Vi) {
+    let own = c.region(4096, false, false);
+    own.write(0, MARKER).unwrap();
+    vi.post_send(c.desc(Op::SendRecv, &own, 0..MARKER.len(), None, false)).unwrap();
+    c.ok(c.ok(vi.send_wait(T), "SendWait (the marker)").check_ok(), "the send after the refused one");
+    check!(c, vi.state() == ViPhase::Connected, "state {:?}", vi.state());
+    check!(c, c.heard() == "checked", "the target's checks");
+}
+
 fn segment_ptag_initiator(c: &mut Ctx) {
     let mut vi = c.vi(c.attrs(Reliability::ReliableDelivery, false, false));
     c.connect(&mut vi);
     let other = c.ok(c.nic.create_ptag(), "ptag");
     let foreign = c.region_in(other, 4096, false, false);
-    let own = c.region(4096, false, false);
-    vi.post_send(c.desc(Op::SendRecv, &foreign, 0..10, None, false)).unwrap();
-    vi.post_send(c.desc(Op::SendRecv, &own, 0..10, None, false)).unwrap();
+    foreign.write(0, &[0xee; 4096]).unwrap();
+    vi.post_send(c.desc(Op::SendRecv, &foreign, 0..100, None, false)).unwrap();
     let d = c.ok(vi.send_wait(T), "SendWait");
     check!(c, d.errors() == status::PROTECTION_ERROR, "status {:#x}", d.status());
-    c.ok(c.ok(vi.send_wait(T), "SendWait").check_ok(), "the next send");
-    check!(c, vi.state() == ViPhase::Connected, "state {:?}", vi.state());
+    send_marker_and_wait_for_checks(c, &mut vi);
     c.pass();
 }
 
@@ -201,11 +246,13 @@ fn descriptor_ptag_initiator(c: &mut Ctx) {
     c.connect(&mut vi);
     let other = c.ok(c.nic.create_ptag(), "ptag");
     let own = c.region(4096, false, false);
+    own.write(0, &[0xee; 4096]).unwrap();
     let mut d = c.ok(Descriptor::new(&c.nic, other, 1), "descriptor under another tag");
-    c.ok(d.set(&[(&own, 0..10)], None), "set");
+    c.ok(d.set(&[(&own, 0..100)], None), "set");
     vi.post_send(d).unwrap();
     let d = c.ok(vi.send_wait(T), "SendWait");
     check!(c, d.errors() == status::PROTECTION_ERROR, "status {:#x}", d.status());
+    send_marker_and_wait_for_checks(c, &mut vi);
     c.pass();
 }
 
@@ -229,11 +276,16 @@ fn ptag_initiator(c: &mut Ctx) {
 
 fn destroy_initiator(c: &mut Ctx) {
     let mut vi = c.vi(c.attrs(Reliability::ReliableDelivery, false, false));
+    c.connect(&mut vi);
+    let (_, _, sq_empty, rq_empty) = vi.query();
+    check!(c, sq_empty && rq_empty, "a fresh connected VI has descriptors posted (send empty {sq_empty}, receive empty {rq_empty})");
+    let (mut vi, e) = vi.destroy().err().unwrap_or_else(|| super::fail(c.rule, "destroying a connected VI with nothing posted succeeded"));
+    check!(c, e.code == VipReturn::InvalidState, "destroying a connected VI with nothing posted: {e}");
+    check!(c, vi.state() == ViPhase::Connected, "the refused destroy left the VI {:?}", vi.state());
     let buf = c.region(4096, false, false);
     vi.post_recv(c.desc(Op::SendRecv, &buf, 0..100, None, false)).unwrap();
-    c.connect(&mut vi);
-    let (mut vi, e) = vi.destroy().err().unwrap_or_else(|| super::fail(c.rule, "destroying a connected VI succeeded"));
-    check!(c, e.code == VipReturn::InvalidState, "destroying a connected VI: {e}");
+    let (mut vi, e) = vi.destroy().err().unwrap_or_else(|| super::fail(c.rule, "destroying a connected VI with a receive posted succeeded"));
+    check!(c, e.code == VipReturn::InvalidState, "destroying a connected VI with a receive posted: {e}");
     c.ok(vi.disconnect(), "VipDisconnect");
     let (mut vi, e) = vi.destroy().err().unwrap_or_else(|| super::fail(c.rule, "destroying a VI with a posted (flushed, not collected) receive succeeded"));
     check!(c, e.code == VipReturn::InvalidState, "destroying with descriptors posted: {e}");
