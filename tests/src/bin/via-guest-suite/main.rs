@@ -1,12 +1,21 @@
 //! The test suite that runs inside the QEMU guest (see `qemu/`), on tulip
-//! NICs bound to vfio-pci, one process per NIC. Ends with the line
-//! `guest: N passed, N failed` and exits non-zero when anything failed.
+//! NICs bound to vfio-pci, one process per NIC. Its first line is
+//! `guest: suite started: K checks planned for N NICs`, its last
+//! `guest: P passed, F failed, K planned`; it exits non-zero unless every
+//! planned check passed (P == K). `VIA_GUEST_NICS` (from `via_nics=N` on the kernel
+//! command line) says how many NICs the guest was given: fewer or more
+//! tulips bound to vfio-pci is a failure, and so is every check whose NICs
+//! are missing (never a skip). `VIA_GUEST_ONLY` filters the checks by name;
+//! matching nothing is an error naming the known checks.
 //!
-//! `via-guest-suite` runs the suite; `via-guest-suite rank R DEV [--forever]`
-//! is one process of the all-to-all exchange and `via-guest-suite memlock
-//! DEV` the process of the RLIMIT_MEMLOCK check (both started by the suite).
+//! `via-guest-suite` runs the suite; `via-guest-suite plan NICS [ONLY]`
+//! lists the checks it would run (qemu/run.sh asks before booting);
+//! `via-guest-suite rank R DEV [--forever]` is one process of the
+//! all-to-all exchange and `via-guest-suite memlock DEV` the process of the
+//! RLIMIT_MEMLOCK check (both started by the suite).
 //!
 //! What it runs, with every process owning one tulip through VFIO:
+//! - as many tulips bound as NICs given;
 //! - opening every NIC (distinct station addresses from the SROM) and
 //!   reopening it; registration mapping and unmapping memory for the NIC;
 //! - a process without CAP_IPC_LOCK under a low RLIMIT_MEMLOCK: the open or
@@ -16,7 +25,8 @@
 //!   reliability levels, RDMA write and RDMA read, over a sweep of sizes;
 //! - the two-host scenarios of `via-testpeer` and every rule of the
 //!   conformance suite (`via-conform`), which need no namespaces here;
-//! - all-to-all among every NIC (4 with `qemu/run.sh --nics 4`);
+//! - all-to-all among every NIC (4 with `qemu/run.sh --nics 4`), NAS CG
+//!   class S on 2 ranks and, with 4 NICs, on 4;
 //! - processes killed with traffic in flight: bus mastering off, VFIO
 //!   groups free and pinned pages released before the NICs reopen, no
 //!   IOMMU fault, then the same NICs open reset and carry verified traffic;
@@ -260,10 +270,16 @@ fn device_counter(out: &str, name: &str) -> Option<u64> {
     })
 }
 
-/// With no spinning every wait sleeps, so the exchange only completes if
-/// the NIC's interrupt wakes the process through the VFIO eventfd; and the
-/// payload of data frames went from registered memory (zero-copy).
+/// A receive wait asleep with nothing else able to wake it (no progress
+/// thread, no spinning, no timers) is woken by the NIC's interrupt through
+/// the VFIO eventfd (`irq_wake.rs`); and in a `via-pingpong` exchange
+/// without spinning, interrupts are taken and data frames go from
+/// registered memory (zero-copy).
 fn sleeping_waits_wake_on_interrupts(devs: &[String]) -> Result<(), String> {
+    // Kept in its own file (this one belongs to the QEMU harness).
+    #[path = "irq_wake.rs"]
+    mod irq_wake;
+    irq_wake::receive_wait_is_woken_by_the_interrupt(&devs[0], &devs[1])?;
     let out = pingpong_env(devs, &["--sizes", "0,64,1436,65536", "--stats"], &[("VIA_SPIN_US", "0")])?;
     let irqs = device_counter(&out, "interrupts").ok_or("no interrupts counter in the client's --stats report")?;
     let zero_copy = device_counter(&out, "tx_zero_copy").ok_or("no tx_zero_copy counter")?;
@@ -580,6 +596,92 @@ fn cg_class_s(devs: &[String], n: usize) -> Result<(), String> {
 
 // ------------------------------------------------------------ the suite
 
+/// The check that always runs first: as many tulips are bound to vfio-pci
+/// as qemu/run.sh gave the guest (`via_nics=N` on the kernel command line,
+/// `VIA_GUEST_NICS` here).
+const NIC_COUNT_CHECK: &str = "tulips_bound_match_the_nics_given";
+
+/// One planned check: its name, how many bound tulips it needs and what it
+/// runs on them. A check whose NICs are missing fails; nothing is skipped.
+struct Check {
+    name: String,
+    nics: usize,
+    run: Box<CheckFn>,
+}
+
+/// What a check runs, on the tulips bound to vfio-pci.
+type CheckFn = dyn Fn(&[String]) -> Result<(), String>;
+
+fn check(name: &str, nics: usize, run: impl Fn(&[String]) -> Result<(), String> + 'static) -> Check {
+    Check { name: name.to_string(), nics, run: Box::new(run) }
+}
+
+/// Every check of the suite for a guest given `nics` tulips (bench_*
+/// included), in the order they run. The checks over every NIC need all
+/// `nics`; with 4 given, the 4-rank CG check is among them.
+fn all_checks(nics: usize) -> Vec<Check> {
+    let sizes = "0,1,1435,1436,1437,1499,1500,1501,2879,65536,1048576";
+    let mut checks = vec![
+        check("open_every_nic", nics, open_every_nic),
+        check("registration_maps_memory_for_the_nic", 2, registration_maps_memory),
+        check("memlock_too_low_names_the_limit", 2, memlock::memlock_too_low_names_the_limit),
+        check("via_agent_unbinds_and_binds", 2, via_agent_unbinds_and_binds),
+        check("sleeping_waits_wake_on_interrupts", 2, sleeping_waits_wake_on_interrupts),
+        check("pingpong_send_receive_reliable", 2, |d| pingpong(d, &[])),
+        check("pingpong_send_receive_unreliable", 2, |d| pingpong(d, &["--reliability", "unreliable"])),
+        check("pingpong_rdma_write", 2, |d| pingpong(d, &["--rdma", "write"])),
+        check("pingpong_rdma_read", 2, |d| pingpong(d, &["--rdma", "read"])),
+        check("testpeer_sizes_reliable", 2, move |d| testpeer(d, "sizes", &["--level", "rel", "--sizes", sizes], "OK")),
+        check("testpeer_sizes_unreliable", 2, move |d| testpeer(d, "sizes", &["--level", "unrel", "--sizes", sizes], "OK")),
+        check("testpeer_cq", 2, |d| testpeer(d, "cq", &["--level", "rel"], "OK")),
+        check("testpeer_reject", 2, |d| testpeer(d, "reject", &[], "REJECTED")),
+        check("testpeer_nomatch", 2, |d| testpeer(d, "nomatch", &[], "CONNECTED")),
+        check("testpeer_length", 2, |d| testpeer(d, "length", &["--level", "rel"], "OK")),
+    ];
+    for rule in via_tests::conform::rules() {
+        let rule_name = rule.name;
+        checks.push(check(&format!("conform_{rule_name}"), 2, move |d| conform(d, rule_name)));
+    }
+    checks.push(check(&format!("all_to_all_{nics}_nics"), nics, all_to_all));
+    checks.push(check("killed_processes_leave_clean_nics", 2, killed::killed_processes_leave_clean_nics));
+    checks.push(check("cg_class_s_2_ranks", 2, |d| cg_class_s(d, 2)));
+    if nics >= 4 {
+        checks.push(check("cg_class_s_4_ranks", 4, |d| cg_class_s(d, 4)));
+    }
+    checks.push(check("bench_via_against_raw_frames", 2, bench_via_against_raw));
+    checks
+}
+
+/// The checks to run for `nics` NICs and the filter `only` (a part of a
+/// check's name; none: every check but the figures, bench_*). A filter
+/// that matches no check is an error naming the known checks.
+fn plan(nics: usize, only: Option<&str>) -> Result<Vec<Check>, String> {
+    let all = all_checks(nics);
+    let known: Vec<String> = all.iter().map(|c| c.name.clone()).collect();
+    let planned: Vec<Check> = all
+        .into_iter()
+        .filter(|c| match only {
+            Some(o) => c.name.contains(o),
+            // The raw baseline has no loss recovery, so a rare lost frame
+            // in the emulated hub stalls it; figures run only when asked for.
+            None => !c.name.starts_with("bench_"),
+        })
+        .collect();
+    if planned.is_empty() {
+        return Err(format!("no check matches {:?} (--only); the checks for {nics} NICs are: {}", only.unwrap_or_default(), known.join(" ")));
+    }
+    Ok(planned)
+}
+
+/// The number of NICs qemu/run.sh gave the guest, from `VIA_GUEST_NICS`.
+fn nics_given() -> Result<usize, String> {
+    let v = std::env::var("VIA_GUEST_NICS").map_err(|_| "VIA_GUEST_NICS is not set (qemu/run.sh passes via_nics=N on the kernel command line; qemu/init exports it)".to_string())?;
+    match v.parse() {
+        Ok(n) if n >= 2 => Ok(n),
+        _ => Err(format!("VIA_GUEST_NICS={v:?}: expected a number of NICs, at least 2")),
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("rank") {
@@ -602,10 +704,50 @@ fn main() {
         }
         return;
     }
+    if args.first().map(String::as_str) == Some("plan") {
+        // `via-guest-suite plan NICS [ONLY]`: the checks a guest given NICS
+        // tulips runs (qemu/run.sh asks before booting).
+        let Some(nics) = args.get(1).and_then(|s| s.parse::<usize>().ok()).filter(|&n| n >= 2) else {
+            eprintln!("usage: via-guest-suite plan NICS [ONLY] (NICS at least 2)");
+            exit(2)
+        };
+        match plan(nics, args.get(2).map(String::as_str).filter(|o| !o.is_empty())) {
+            Ok(checks) => {
+                for c in checks {
+                    println!("{}", c.name);
+                }
+                return;
+            }
+            Err(e) => {
+                eprintln!("via-guest-suite: {e}");
+                exit(1);
+            }
+        }
+    }
+    // An empty VIA_GUEST_ONLY (qemu/run.sh without --only) means no filter.
+    let only = std::env::var("VIA_GUEST_ONLY").ok().filter(|o| !o.is_empty());
+    let given = nics_given();
+    let checks = match &given {
+        Ok(n) => plan(*n, only.as_deref()),
+        Err(e) => Err(e.clone()),
+    };
+    let checks = checks.unwrap_or_else(|e| {
+        // Nothing can be planned: the suite fails before it starts.
+        println!("guest: suite started: 0 checks planned");
+        println!("FAIL plan: {e}");
+        println!("guest: 0 passed, 1 failed, 0 planned");
+        exit(1)
+    });
+    let given = given.expect("planned above");
+    let planned = checks.len() + 1; // + NIC_COUNT_CHECK
+    // qemu/run.sh's watchdog reads this line: from here on a silent guest
+    // is a hang of the suite, never rebooted.
+    println!("guest: suite started: {planned} checks planned for {given} NICs");
     let devs = tulips();
-    println!("guest: tulips bound to vfio-pci: {devs:?}");
+    let tulips_present = pci::list().unwrap_or_default().into_iter().filter(|d| d.is_tulip()).count();
+    println!("guest: {} tulips bound to vfio-pci, {given} NICs given, {tulips_present} tulips present: {devs:?}", devs.len());
     let (mut passed, mut failed) = (0, 0);
-    let mut check = |name: &str, r: Result<(), String>| match r {
+    let mut record = |name: &str, r: Result<(), String>| match r {
         Ok(()) => {
             passed += 1;
             println!("PASS {name}");
@@ -615,56 +757,20 @@ fn main() {
             println!("FAIL {name}: {e}");
         }
     };
-    if devs.len() < 2 {
-        check("at_least_two_tulips", Err(format!("found {} tulips bound to vfio-pci", devs.len())));
-    } else {
-        // An empty VIA_GUEST_ONLY (qemu/run.sh without --only) means no
-        // filter: the default suite, without the figures.
-        let only = std::env::var("VIA_GUEST_ONLY").ok().filter(|o| !o.is_empty());
-        // Figures (bench_*) only when asked for: `qemu/run.sh --only bench`.
-        // The raw baseline has no loss recovery, so a rare lost frame in
-        // the emulated hub stalls it; that must not fail the test suite.
-        let want = |name: &str| match only.as_deref() {
-            Some(o) => name.contains(o),
-            None => !name.starts_with("bench_"),
-        };
-        let d = &devs;
-        let mut run = |name: &str, f: &dyn Fn() -> Result<(), String>| {
-            if want(name) {
-                let t0 = Instant::now();
-                let r = f();
-                println!("  ({name}: {:.1} s)", t0.elapsed().as_secs_f64());
-                check(name, r);
-            }
-        };
-        run("open_every_nic", &|| open_every_nic(d));
-        run("registration_maps_memory_for_the_nic", &|| registration_maps_memory(d));
-        run("memlock_too_low_names_the_limit", &|| memlock::memlock_too_low_names_the_limit(d));
-        run("via_agent_unbinds_and_binds", &|| via_agent_unbinds_and_binds(d));
-        run("sleeping_waits_wake_on_interrupts", &|| sleeping_waits_wake_on_interrupts(d));
-        run("pingpong_send_receive_reliable", &|| pingpong(d, &[]));
-        run("pingpong_send_receive_unreliable", &|| pingpong(d, &["--reliability", "unreliable"]));
-        run("pingpong_rdma_write", &|| pingpong(d, &["--rdma", "write"]));
-        run("pingpong_rdma_read", &|| pingpong(d, &["--rdma", "read"]));
-        let sizes = "0,1,1435,1436,1437,1499,1500,1501,2879,65536,1048576";
-        run("testpeer_sizes_reliable", &|| testpeer(d, "sizes", &["--level", "rel", "--sizes", sizes], "OK"));
-        run("testpeer_sizes_unreliable", &|| testpeer(d, "sizes", &["--level", "unrel", "--sizes", sizes], "OK"));
-        run("testpeer_cq", &|| testpeer(d, "cq", &["--level", "rel"], "OK"));
-        run("testpeer_reject", &|| testpeer(d, "reject", &[], "REJECTED"));
-        run("testpeer_nomatch", &|| testpeer(d, "nomatch", &[], "CONNECTED"));
-        run("testpeer_length", &|| testpeer(d, "length", &["--level", "rel"], "OK"));
-        for rule in via_tests::conform::rules() {
-            let name = format!("conform_{}", rule.name);
-            run(&name, &|| conform(d, rule.name));
+    record(
+        NIC_COUNT_CHECK,
+        if devs.len() == given { Ok(()) } else { Err(format!("{given} NICs given, {} tulips bound to vfio-pci ({tulips_present} present): {devs:?}", devs.len())) },
+    );
+    for c in &checks {
+        if devs.len() < c.nics {
+            record(&c.name, Err(format!("needs {} tulips bound to vfio-pci, {} are", c.nics, devs.len())));
+            continue;
         }
-        run(&format!("all_to_all_{}_nics", d.len()), &|| all_to_all(d));
-        run("killed_processes_leave_clean_nics", &|| killed::killed_processes_leave_clean_nics(d));
-        run("cg_class_s_2_ranks", &|| cg_class_s(d, 2));
-        if d.len() >= 4 {
-            run("cg_class_s_4_ranks", &|| cg_class_s(d, 4));
-        }
-        run("bench_via_against_raw_frames", &|| bench_via_against_raw(d));
+        let t0 = Instant::now();
+        let r = (c.run)(&devs);
+        println!("  ({}: {:.1} s)", c.name, t0.elapsed().as_secs_f64());
+        record(&c.name, r);
     }
-    println!("guest: {passed} passed, {failed} failed");
-    exit(if failed == 0 { 0 } else { 1 });
+    println!("guest: {passed} passed, {failed} failed, {planned} planned");
+    exit(if failed == 0 && passed == planned { 0 } else { 1 });
 }
