@@ -2,11 +2,15 @@
 //! loopback wire injects crafted frames at a VI connected to a genuine
 //! peer, on the rig of `via_tests::rig` (one thread, a clock moved by
 //! hand). Frames that are not the peer's (another host, endpoint, VI or
-//! generation) or not well formed are dropped and counted, and the genuine
-//! messages around them arrive intact. Frames that are the peer's in every
-//! respect but say inconsistent things are counted and break a reliable
-//! connection (or cost an unreliable VI that message) without touching a
-//! byte outside what the peer may write.
+//! generation) or not well formed are dropped and counted, and have no
+//! effect at all: the genuine messages around them each arrive once, in
+//! order, intact, in the receive posted for them; no receive holds a
+//! hostile byte; the receive nothing was sent for stays untouched; both
+//! VIs stay connected with no error reported. Frames that are the peer's
+//! in every respect but say inconsistent things are counted and break a
+//! reliable connection, reported as such to the victim and to its peer
+//! (or cost an unreliable VI that message), without a hostile byte in any
+//! receive or anywhere else.
 
 use via_kernel_agent::wire::{self, flags, HeaderRepr, Kind, ANY_ENDPOINT, ETH_HEADER_LEN, FRAME_HEADER_LEN};
 use via_kernel_agent::MacAddr;
@@ -54,12 +58,51 @@ fn next_receive(rig: &mut Rig) -> (usize, u32, u32) {
     (slot, st, len)
 }
 
-/// Genuine message `k` is in the receive of slot `slot`, complete and intact.
-fn assert_intact(rig: &Rig, k: usize, (slot, st, len): (usize, u32, u32)) {
+/// Arena range of the buffer of the receive posted in slot `slot`.
+fn recv_buffer(slot: usize) -> std::ops::Range<usize> {
+    let at = page::BUFS * PAGE + (slot % 4) * RECV;
+    at..at + RECV
+}
+
+/// Genuine message `k` is in the receive of slot `want_slot` (`got`
+/// says which completed), complete and intact, and the rest of that
+/// receive's buffer holds what it held: no byte of anything else.
+fn assert_intact(rig: &Rig, k: usize, want_slot: usize, (slot, st, len): (usize, u32, u32)) {
+    assert_eq!(slot, want_slot, "message {k} completed the receive of slot {slot}, not the one posted for it");
     assert_eq!(st & status::ERROR_MASK, 0, "message {k}: status {st:#x}");
     assert_eq!(len as usize, MSG, "message {k}");
     let at = (slot % 4) * RECV;
     assert_eq!(rig.a.buf(at..at + MSG), message(k as u8, MSG), "message {k} arrived corrupted");
+    let rest = recv_buffer(slot).start + MSG..recv_buffer(slot).end;
+    assert_eq!(rig.a.arena.read(rest.clone()), rig.a.original(rest), "message {k}: bytes past it in its receive changed");
+}
+
+/// The receive of slot `slot` holds what it held before it was posted.
+fn assert_untouched(rig: &Rig, slot: usize, who: &str) {
+    let r = recv_buffer(slot);
+    assert_eq!(rig.a.arena.read(r.clone()), rig.a.original(r), "{who}: the buffer of receive {slot} changed");
+}
+
+/// After a while, nothing more completes on the victim's receive queue;
+/// the peer's `sends` sends (slots `0..sends`) all completed, in order,
+/// without error; both VIs are connected and neither reported an error.
+fn assert_quiet_and_connected(rig: &mut Rig, sends: usize, who: &str) {
+    for _ in 0..200 {
+        rig.step();
+    }
+    assert_eq!(rig.a.done(Queue::Recv), None, "{who}: a receive completed with no genuine message for it");
+    for k in 0..sends {
+        let slot = rig.b.done(Queue::Send);
+        assert_eq!(slot, Some(k % 4), "{who}: the peer's send {k}");
+        let (st, _, _) = rig.b.completion(k % 4);
+        assert_eq!(st & status::ERROR_MASK, 0, "{who}: the peer's send {k} completed {st:#x}");
+    }
+    for h in [&rig.a, &rig.b] {
+        let core = &h.engine.core;
+        assert_eq!(core.vi(h.vi).unwrap().phase, ViPhase::Connected, "{who}");
+        assert!(core.async_errors.is_empty(), "{who}: {:?}", core.async_errors);
+        assert_eq!(core.counters.connections_lost, 0, "{who}");
+    }
 }
 
 /// A case of frames that are not the peer's: builds one frame per call.
@@ -131,12 +174,13 @@ fn with_byte(mut f: Vec<u8>, at: usize, v: u8) -> Vec<u8> {
 }
 
 /// Injects `frame` three times around three genuine messages and checks
-/// the counter, the messages, the RDMA window and the rest of the memory.
+/// the counter, the messages, the fourth receive (nothing was sent for
+/// it), the connection, the RDMA window and the rest of the memory.
 fn survive(level: Reliability, case: &Foreign) {
     let mut rig = Rig::new(level);
     let attrs = rig.a.engine.core.vi(rig.a.vi).unwrap().attrs;
     let idle = rig.a.engine.core.create_vi(attrs, None, None).unwrap();
-    post_receives(&mut rig.a, 0..3);
+    post_receives(&mut rig.a, 0..4);
     let before = rig.a.arena.snapshot();
     let count0 = (case.counter)(&rig.a);
     let lost0 = rig.a.engine.core.counters.connections_lost;
@@ -145,9 +189,12 @@ fn survive(level: Reliability, case: &Foreign) {
         assert!(rig.inject(&f), "{}: the wire refused the frame", case.name);
         send_genuine(&mut rig, k);
         let got = next_receive(&mut rig);
-        assert_intact(&rig, k, got);
+        assert_intact(&rig, k, k, got);
     }
     assert_eq!((case.counter)(&rig.a) - count0, 3, "{} ({level:?}): counted once per frame", case.name);
+    let who = format!("{} ({level:?})", case.name);
+    assert_quiet_and_connected(&mut rig, 3, &who);
+    assert_untouched(&rig, 3, &who);
     let vi = rig.a.engine.core.vi(rig.a.vi).unwrap();
     assert_eq!(vi.phase, ViPhase::Connected, "{} ({level:?})", case.name);
     assert_eq!(rig.a.engine.core.counters.connections_lost, lost0);
@@ -193,23 +240,26 @@ struct Inconsistent {
     payload: usize,
     counter: fn(&Host) -> u64,
     outcome: Outcome,
+    /// The error the victim reports, if not a lost connection.
+    reported_as: Option<AsyncErrorKind>,
 }
 
 fn inconsistent_cases() -> Vec<Inconsistent> {
     let bad_offset = |h: &Host| h.engine.core.counters.rx_bad_offset;
     let prot = |h: &Host| h.engine.core.counters.rdma_prot_errors;
     vec![
-        Inconsistent { name: "payload past msg_len", header: |h, _| h.msg_len = 10, payload: 20, counter: bad_offset, outcome: Outcome::Breaks },
-        Inconsistent { name: "first fragment at an offset", header: |h, _| h.offset = 8, payload: 20, counter: bad_offset, outcome: Outcome::Breaks },
-        Inconsistent { name: "whole message without LAST", header: |h, _| h.flags &= !flags::LAST, payload: 20, counter: bad_offset, outcome: Outcome::Breaks },
-        Inconsistent { name: "LAST before the end", header: |h, _| h.msg_len = 500, payload: 20, counter: bad_offset, outcome: Outcome::Breaks },
-        Inconsistent { name: "msg_len beyond the receive buffer", header: |h, _| h.msg_len = 2500, payload: 2500, counter: |h| h.engine.core.counters.length_errors, outcome: Outcome::LengthError },
+        Inconsistent { name: "payload past msg_len", header: |h, _| h.msg_len = 10, payload: 20, counter: bad_offset, outcome: Outcome::Breaks, reported_as: None },
+        Inconsistent { name: "first fragment at an offset", header: |h, _| h.offset = 8, payload: 20, counter: bad_offset, outcome: Outcome::Breaks, reported_as: None },
+        Inconsistent { name: "whole message without LAST", header: |h, _| h.flags &= !flags::LAST, payload: 20, counter: bad_offset, outcome: Outcome::Breaks, reported_as: None },
+        Inconsistent { name: "LAST before the end", header: |h, _| h.msg_len = 500, payload: 20, counter: bad_offset, outcome: Outcome::Breaks, reported_as: None },
+        Inconsistent { name: "msg_len beyond the receive buffer", header: |h, _| h.msg_len = 2500, payload: 2500, counter: |h| h.engine.core.counters.length_errors, outcome: Outcome::LengthError, reported_as: None },
         Inconsistent {
             name: "oversized fragment beyond the receive buffer",
             header: |h, _| h.msg_len = 9000,
             payload: 9000,
             counter: |h| h.engine.core.counters.length_errors,
             outcome: Outcome::LengthError,
+            reported_as: None,
         },
         Inconsistent {
             name: "RDMA write running past the window",
@@ -217,6 +267,7 @@ fn inconsistent_cases() -> Vec<Inconsistent> {
             payload: 20,
             counter: prot,
             outcome: Outcome::Breaks,
+            reported_as: Some(AsyncErrorKind::RdmaWriteProt),
         },
         Inconsistent {
             name: "RDMA write to memory with RDMA off",
@@ -224,6 +275,7 @@ fn inconsistent_cases() -> Vec<Inconsistent> {
             payload: 20,
             counter: prot,
             outcome: Outcome::Breaks,
+            reported_as: Some(AsyncErrorKind::RdmaWriteProt),
         },
         Inconsistent {
             name: "RDMA write under another protection tag",
@@ -231,6 +283,7 @@ fn inconsistent_cases() -> Vec<Inconsistent> {
             payload: 20,
             counter: prot,
             outcome: Outcome::Breaks,
+            reported_as: Some(AsyncErrorKind::RdmaWriteProt),
         },
         Inconsistent {
             name: "RDMA write with the window's handle at a guard page",
@@ -238,12 +291,14 @@ fn inconsistent_cases() -> Vec<Inconsistent> {
             payload: 20,
             counter: prot,
             outcome: Outcome::Breaks,
+            reported_as: Some(AsyncErrorKind::RdmaWriteProt),
         },
     ]
 }
 
 /// Injects one frame that is the peer's but for `case`, then two genuine
-/// messages; checks the counter, the outcome and the memory.
+/// messages; checks the counter, the outcome, what is reported, the
+/// receives and the memory.
 fn inconsistent(level: Reliability, case: &Inconsistent) {
     let mut rig = Rig::new(level);
     post_receives(&mut rig.a, 0..4);
@@ -257,25 +312,47 @@ fn inconsistent(level: Reliability, case: &Inconsistent) {
     assert_eq!((case.counter)(&rig.a) - count0, 1, "{who}: counted");
     assert_eq!(rig.a.changed_outside(&[]), None, "{who}: memory changed outside what the peer may write");
     assert_eq!(rig.a.arena.snapshot()[pages(page::WINDOW, 2)], before[pages(page::WINDOW, 2)], "{who}: the RDMA window changed");
+    for slot in 0..4 {
+        assert_untouched(&rig, slot, &who);
+    }
     let phase = rig.a.engine.core.vi(rig.a.vi).unwrap().phase;
+    let errors = |h: &Host| h.engine.core.async_errors.iter().map(|e| e.kind).collect::<Vec<_>>();
+    // What the victim reports: a broken reliable connection as what broke
+    // it; an unreliable VI the protection errors it drops.
+    let reported: Vec<AsyncErrorKind> = match (case.outcome, level.is_reliable()) {
+        (Outcome::Breaks, true) => vec![case.reported_as.unwrap_or(AsyncErrorKind::ConnLost)],
+        (Outcome::Breaks, false) => case.reported_as.into_iter().collect(),
+        (Outcome::LengthError, _) => vec![],
+    };
+    assert_eq!(errors(&rig.a), reported, "{who}: reported");
+    let mut next_slot = 0;
     match case.outcome {
         Outcome::Breaks if level.is_reliable() => {
             assert_eq!(phase, ViPhase::Error, "{who}");
-            for _ in 0..4 {
+            for want in 0..4 {
                 let (slot, st, len) = next_receive(&mut rig);
-                assert!(st & status::DESC_FLUSHED_ERROR != 0 && len == 0, "{who}: receive {slot} completed {st:#x}");
+                assert!(slot == want && st & status::DESC_FLUSHED_ERROR != 0 && len == 0, "{who}: receive {slot} completed {st:#x}");
+            }
+            // The peer is told that the connection is gone.
+            let told = rig.step_until(5000, |r| r.b.engine.core.vi(r.b.vi).unwrap().phase == ViPhase::Error);
+            assert!(told, "{who}: the peer was not told that the connection broke");
+            assert_eq!(errors(&rig.b), vec![AsyncErrorKind::ConnLost], "{who}: the peer");
+            for slot in 0..4 {
+                assert_untouched(&rig, slot, &who);
             }
             return;
         }
         Outcome::LengthError => {
             let (slot, st, len) = next_receive(&mut rig);
             assert_eq!((slot, st & status::ERROR_MASK, len), (0, status::LENGTH_ERROR, 0), "{who}");
+            next_slot = 1;
         }
         Outcome::Breaks => {
             // Unreliable: a message the frame began completes with an error.
             if let Some(slot) = rig.a.done(Queue::Recv) {
                 let (st, _, _) = rig.a.completion(slot);
                 assert!(slot == 0 && st & status::PARTIAL_ERROR != 0, "{who}: {st:#x}");
+                next_slot = 1;
             }
         }
     }
@@ -286,11 +363,34 @@ fn inconsistent(level: Reliability, case: &Inconsistent) {
     send_genuine(&mut rig, 1);
     if !level.is_reliable() {
         let got = next_receive(&mut rig);
-        assert_intact(&rig, 1, got);
+        assert_intact(&rig, 1, next_slot, got);
+        next_slot += 1;
     }
     send_genuine(&mut rig, 2);
     let got = next_receive(&mut rig);
-    assert_intact(&rig, 2, got);
+    assert_intact(&rig, 2, next_slot, got);
+    for slot in next_slot + 1..4 {
+        assert_untouched(&rig, slot, &who);
+    }
+    for _ in 0..200 {
+        rig.step();
+    }
+    assert_eq!(rig.a.done(Queue::Recv), None, "{who}: a receive completed with no genuine message for it");
+    for h in [&rig.a, &rig.b] {
+        assert_eq!(h.engine.core.vi(h.vi).unwrap().phase, ViPhase::Connected, "{who}");
+    }
+    assert_eq!(errors(&rig.a), reported, "{who}: reported");
+    assert_eq!(errors(&rig.b), vec![], "{who}: the peer");
+    assert_eq!(rig.a.engine.core.counters.connections_lost + rig.b.engine.core.counters.connections_lost, 0, "{who}");
+    // The peer's sends complete; on Reliable Reception, the one the
+    // victim took for the frame's message is told of its failure.
+    for k in [1, 2] {
+        assert_eq!(rig.b.done(Queue::Send), Some(k), "{who}: the peer's send {k}");
+        let (st, _, _) = rig.b.completion(k);
+        let told = case.outcome == Outcome::LengthError && level == Reliability::ReliableReception && k == 1;
+        let want = if told { status::REMOTE_DESC_ERROR } else { 0 };
+        assert_eq!(st & status::ERROR_MASK, want, "{who}: the peer's send {k} completed {st:#x}");
+    }
 }
 
 #[test]
@@ -321,7 +421,16 @@ fn reliable_middle_fragment_without_a_message_is_counted() {
         send_genuine(&mut rig, 1);
         send_genuine(&mut rig, 2);
         let got = next_receive(&mut rig);
-        assert_intact(&rig, 2, got);
+        assert_intact(&rig, 2, 0, got);
+        assert_untouched(&rig, 1, &format!("{level:?}"));
+        for _ in 0..200 {
+            rig.step();
+        }
+        assert_eq!(rig.a.done(Queue::Recv), None, "{level:?}: a receive completed with no genuine message for it");
+        for h in [&rig.a, &rig.b] {
+            assert_eq!(h.engine.core.vi(h.vi).unwrap().phase, ViPhase::Connected, "{level:?}");
+            assert!(h.engine.core.async_errors.is_empty(), "{level:?}: {:?}", h.engine.core.async_errors);
+        }
     }
 }
 
@@ -351,6 +460,9 @@ fn guessing_memory_handles_breaks_the_connection() {
         assert_eq!(rig.a.arena.snapshot()[pages(page::WINDOW, 2)], before[pages(page::WINDOW, 2)], "{level:?}: the window changed");
         assert_eq!(rig.a.changed_outside(&[]), None, "{level:?}");
         let errs = &rig.a.engine.core.async_errors;
-        assert!(errs.iter().any(|e| e.kind == AsyncErrorKind::RdmaWriteProt), "{level:?}: {errs:?}");
+        assert!(!errs.is_empty() && errs.iter().all(|e| e.kind == AsyncErrorKind::RdmaWriteProt), "{level:?}: reported as such: {errs:?}");
+        for slot in 0..2 {
+            assert_untouched(&rig, slot, &format!("{level:?}"));
+        }
     }
 }

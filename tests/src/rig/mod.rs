@@ -9,6 +9,7 @@
 
 pub mod arena;
 pub mod input;
+pub mod receive_path;
 pub mod scenarios;
 
 use arena::{page, pages, Arena, PAGE, SLOT_BYTES, SLOT_SEGMENTS};
@@ -171,6 +172,12 @@ impl Host {
     pub fn buf(&self, range: Range<usize>) -> Vec<u8> {
         let base = page::BUFS * PAGE;
         self.arena.read(base + range.start..base + range.end)
+    }
+
+    /// What arena bytes `range` held before the engine wrote any: the
+    /// fill, and the rig's own writes since.
+    pub fn original(&self, range: Range<usize>) -> &[u8] {
+        &self.shadow[range]
     }
 
     /// The first arena offset the engine changed outside
