@@ -201,17 +201,45 @@ struct Opts {
     plot: Option<String>,
 }
 
+const USAGE: &str = "usage: mttl-bench [nread] [invoke] [exchange] [threads] [--paths A,B] [--rounds R] [--quick] [--plot DIR]
+  nread, invoke, exchange: latency and throughput per size over two paths (default nread invoke threads)
+  threads: user-level thread creation, switch and memory
+  --paths A,B   two of via (software NIC alone), via-shm (composite device), tcp (the TCP layer); default via,tcp
+  --rounds R    rounds (default 3); each runs both paths, the first one alternating from round to round
+  --quick       a tenth of the iterations
+  --plot DIR    SVG charts of the medians
+Environment: MTTL_BENCH_SIZES (comma-separated sizes), MTTL_BENCH_ITERS, MTTL_BENCH_THREADS (16),
+MTTL_BENCH_MTU (the links' MTU), VIA_SPIN_US (spin of blocking waits, both layers).
+Prints the median of the rounds per size and path, then every round's figure. A run that fails
+stops the benchmark (exit status 1).";
+
+/// Stops the benchmark with `why` (exit status 1).
+fn fail(why: &str) -> ! {
+    eprintln!("mttl-bench: {why}");
+    std::process::exit(1)
+}
+
 fn parse(args: &[String]) -> Opts {
     let mut o = Opts { ops: Vec::new(), paths: ["via".into(), "tcp".into()], rounds: 3, quick: false, plot: None };
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0)
+            }
             "--rounds" => {
-                o.rounds = args.get(i + 1).and_then(|v| v.parse().ok()).expect("--rounds N");
+                o.rounds = args.get(i + 1).and_then(|v| v.parse().ok()).filter(|&r| r > 0).unwrap_or_else(|| {
+                    eprintln!("mttl-bench: --rounds takes a positive number\n{USAGE}");
+                    std::process::exit(2)
+                });
                 i += 1;
             }
             "--plot" => {
-                o.plot = Some(args.get(i + 1).expect("--plot DIR").clone());
+                o.plot = Some(args.get(i + 1).cloned().unwrap_or_else(|| {
+                    eprintln!("mttl-bench: --plot takes a directory\n{USAGE}");
+                    std::process::exit(2)
+                }));
                 i += 1;
             }
             "--quick" => o.quick = true,
@@ -228,7 +256,7 @@ fn parse(args: &[String]) -> Opts {
             }
             op @ ("nread" | "invoke" | "exchange" | "threads") => o.ops.push(op.into()),
             other => {
-                eprintln!("mttl-bench: unknown argument {other:?}\nusage: mttl-bench [nread] [invoke] [exchange] [threads] [--paths A,B] [--rounds R] [--quick] [--plot DIR]");
+                eprintln!("mttl-bench: unknown argument {other:?}\n{USAGE}");
                 std::process::exit(2)
             }
         }
@@ -240,7 +268,9 @@ fn parse(args: &[String]) -> Opts {
     o
 }
 
-/// Runs this program as a 2-rank worker over `path`; returns its ROW lines.
+/// Runs this program as a 2-rank worker over `path`; returns its ROW
+/// lines. A run that fails, or that does not give a figure for every
+/// operation and size, stops the benchmark.
 fn worker(path: &str, ops: &str, quick: bool) -> Vec<String> {
     let me = std::env::current_exe().expect("own path");
     let run = me.with_file_name("mttl-run");
@@ -255,13 +285,19 @@ fn worker(path: &str, ops: &str, quick: bool) -> Vec<String> {
         "via-shm" => ("via", &[]),
         _ => ("tcp", &[]),
     };
-    let out = Command::new(&run).args(["-n", "2", "--transport", transport]).args(device).args(&mtu).args(["--timeout", "600", "--"]).arg(&me).args(&args).output().unwrap_or_else(|e| panic!("running {}: {e}", run.display()));
+    let out = Command::new(&run).args(["-n", "2", "--transport", transport]).args(device).args(&mtu).args(["--timeout", "600", "--"]).arg(&me).args(&args).output().unwrap_or_else(|e| fail(&format!("running {}: {e}", run.display())));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     if !out.status.success() {
         eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
-        panic!("the {path} run failed");
+        fail(&format!("the {path} run ({ops}) failed: {}", out.status));
     }
-    text.lines().filter_map(|l| l.strip_prefix("[0] ROW ")).map(String::from).collect()
+    let rows: Vec<String> = text.lines().filter_map(|l| l.strip_prefix("[0] ROW ")).map(String::from).collect();
+    let expected = ops.split(',').count() * sizes().len();
+    if rows.len() != expected {
+        eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
+        fail(&format!("the {path} run ({ops}) gave {} figures, not {expected}", rows.len()));
+    }
+    rows
 }
 
 fn main() {
@@ -304,9 +340,12 @@ fn main() {
         for t in order {
             for row in worker(t, &comm_ops.join(","), o.quick) {
                 let f: Vec<&str> = row.split_whitespace().collect();
-                if let [op, size, lat, mbps] = f[..] {
-                    samples.entry((op.into(), t.into(), size.parse().unwrap())).or_default().push((lat.parse().unwrap(), mbps.parse().unwrap()));
-                }
+                let parsed = match f[..] {
+                    [op, size, lat, mbps] => size.parse::<usize>().ok().zip(lat.parse::<f64>().ok()).zip(mbps.parse::<f64>().ok()).map(|((s, l), m)| (op, s, l, m)),
+                    _ => None,
+                };
+                let Some((op, size, lat, mbps)) = parsed else { fail(&format!("the {t} run printed a malformed figure: {row:?}")) };
+                samples.entry((op.into(), t.into(), size)).or_default().push((lat, mbps));
             }
         }
         eprintln!("mttl-bench: round {} of {} done", round + 1, o.rounds);
@@ -322,6 +361,14 @@ fn main() {
         for size in sizes() {
             let (al, bl, ab, bb) = (med(op, pa, size, 0), med(op, pb, size, 0), med(op, pa, size, 1), med(op, pb, size, 1));
             println!("{size:>9} {al:>12.2} {bl:>12.2} {:>8.2} {ab:>12.2} {bb:>12.2} {:>8.2}", bl / al, ab / bb);
+        }
+        // Every round's figure (in round order), not just the medians.
+        let all = |t: &str, size: usize, k: usize| -> String {
+            samples.get(&(op.to_string(), t.to_string(), size)).map(|s| s.iter().map(|x| format!("{:.2}", if k == 0 { x.0 } else { x.1 })).collect::<Vec<_>>().join(" ")).unwrap_or_default()
+        };
+        println!("  every round, latency us | MB/s:");
+        for size in sizes() {
+            println!("  {size:>9}  {pa}: {}  {pb}: {} | {pa}: {}  {pb}: {}", all(pa, size, 0), all(pb, size, 0), all(pa, size, 1), all(pb, size, 1));
         }
         if *op == "exchange" {
             continue;

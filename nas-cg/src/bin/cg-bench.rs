@@ -29,8 +29,17 @@ struct Opts {
     mtu: Option<String>,
 }
 
+const USAGE: &str = "usage: cg-bench [--classes A,B] [--ranks 1,2,4] [--rounds R] [--device nic|composite] [--mtu BYTES]
+  --classes     NPB classes (default A,B)
+  --ranks       rank counts (default 1,2,4)
+  --rounds R    rounds (default 3); each runs every cell over both layers, the first layer alternating
+  --device      nic: the VIA layer on the software NIC alone (default); composite: shared memory between ranks
+  --mtu BYTES   the links' MTU (mttl-run's default otherwise)
+Environment: VIA_SPIN_US (spin of blocking waits, both layers; mttl-run sets 0 when ranks outnumber CPUs).
+Every run (one line per run on stderr) must verify; one that does not stops the benchmark (exit status 1).";
+
 fn usage() -> ! {
-    eprintln!("usage: cg-bench [--classes A,B] [--ranks 1,2,4] [--rounds R] [--device nic|composite] [--mtu BYTES]");
+    eprintln!("{USAGE}");
     std::process::exit(2)
 }
 
@@ -40,6 +49,10 @@ fn parse() -> Opts {
     while let Some(a) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| usage());
         match a.as_str() {
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                std::process::exit(0)
+            }
             "--classes" => o.classes = value().split(',').map(|c| c.trim().to_uppercase()).collect(),
             "--ranks" => o.ranks = value().split(',').map(|n| n.trim().parse().unwrap_or_else(|_| usage())).collect(),
             "--rounds" => o.rounds = value().parse().ok().filter(|&r| r > 0).unwrap_or_else(|| usage()),
@@ -95,7 +108,10 @@ fn run_once(dir: &Path, o: &Opts, class: &str, n: usize, layer: &str) -> Run {
         cmd.args(["--mtu", m]);
     }
     cmd.arg("--").arg(dir.join("cg")).args(["--class", class]).env("CG_TIMERS", "1");
-    let out = cmd.output().unwrap_or_else(|e| panic!("cg-bench: running mttl-run: {e}"));
+    let out = cmd.output().unwrap_or_else(|e| {
+        eprintln!("cg-bench: running {}: {e}", dir.join("mttl-run").display());
+        std::process::exit(1)
+    });
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let mops = number_after(&stdout, "Mop/s total");
     let class_ops = nas_cg::npb::Class::by_name(class).expect("checked");
