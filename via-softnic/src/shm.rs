@@ -41,17 +41,31 @@
 //! large enough for any frame up to the MTU (64 KiB), so frames that are
 //! not lent are copied whole.
 //!
+//! Who may join: the segment is made owner-only, and one made by anyone
+//! else (another user, a symbolic link) is refused (`segment`). A lent
+//! record is read only if its pid owns a live port of the wire and the
+//! kernel gives that process our uid; a doorbell is copied and rung only
+//! under the same condition, and only if it is an eventfd (`members`):
+//! records that fail are counted (`shm_rx_lent_refused`) and dropped,
+//! never read. Wire names should be hard to guess (see
+//! [`unguessable_suffix`]), so that nobody makes the file first.
+//!
 //! Memory errors are not a concern between processes of one host, so the
 //! device reports itself checksummed.
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use via_kernel_agent::device::MAX_GATHER;
 use via_kernel_agent::wire::ETH_HEADER_LEN;
 use via_kernel_agent::{Capabilities, FrameDevice, LentPayload, MacAddr, RxFilter, TxFrame};
+
+mod members;
+mod segment;
+
+use members::Members;
+use segment::{alive, Segment, CLAIMED, FREE, LIVE, SLOT_BYTES};
 
 /// Ports of a segment: processes attached at once.
 pub const PORTS: usize = 64;
@@ -60,166 +74,15 @@ pub const SLOTS: u64 = 128;
 /// The device's MTU: 64 KiB slots, so that the VIA header's 16-bit
 /// payload length is the limit, not the wire.
 pub const MTU: usize = 65472;
-/// Bytes of a slot: an 8-byte length word and the largest frame, rounded.
-const SLOT_BYTES: usize = (8 + ETH_HEADER_LEN + MTU).next_multiple_of(64);
 /// The length word's flag for a lent frame: the headers are followed, at
 /// the next 8-byte boundary, by the sender's pid (u32), the piece count
 /// (u32) and each piece's address and length (u64 each).
 const LENT: u64 = 1 << 63;
-/// Bytes of a port's control block (its fields on separate cache lines).
-const CONTROL_BYTES: usize = 256;
-const PORT_BYTES: usize = CONTROL_BYTES + SLOTS as usize * SLOT_BYTES;
-const HEADER_BYTES: usize = 4096;
-const SEGMENT_BYTES: usize = HEADER_BYTES + PORTS * PORT_BYTES;
-const MAGIC: u64 = u64::from_le_bytes(*b"VIASHM03");
-
-/// Port states.
-const FREE: u32 = 0;
-const CLAIMED: u32 = 1;
-const LIVE: u32 = 2;
-
-/// The segment header.
-#[repr(C)]
-struct Header {
-    magic: AtomicU64,
-    /// Bumped whenever a port's identity or filter changes, so senders
-    /// know to look at the port table again.
-    epoch: AtomicU64,
-}
-
-/// A port's control block, in shared memory.
-#[repr(C)]
-struct Control {
-    state: AtomicU32,
-    pid: AtomicU32,
-    /// The lock: 0, or the pid of the process holding it.
-    lock: AtomicU32,
-    generation: AtomicU32,
-    /// The identity MAC in the low 48 bits.
-    mac: AtomicU64,
-    /// The receive filter: ethertype << 32 | offset, and the two accepted
-    /// words; ethertype 0 means none (accept everything).
-    filter: [AtomicU64; 2],
-    /// Ports whose owners found this ring full (bit p for port p): rung
-    /// when the owner makes room.
-    blocked: AtomicU64,
-    /// The owner's eventfd (a descriptor number in the owner's process).
-    wake_fd: AtomicU32,
-    _pad0: [u8; 12],
-    /// Frames appended (written by senders under the lock).
-    tail: AtomicU64,
-    _pad1: [u8; 56],
-    /// Frames taken out (written by the owner alone).
-    head: AtomicU64,
-}
-
-fn alive(pid: u32) -> bool {
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    pid != 0 && (unsafe { libc::kill(pid as i32, 0) } == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
-}
 
 fn mac_word(m: MacAddr) -> u64 {
     let mut b = [0u8; 8];
     b[..6].copy_from_slice(&m.0);
     u64::from_le_bytes(b)
-}
-
-/// The mapped segment.
-struct Segment {
-    base: *mut u8,
-}
-
-// SAFETY: the mapping is shared memory accessed through atomics and
-// through slots owned by one side at a time (see the module comment).
-unsafe impl Send for Segment {}
-
-impl Segment {
-    fn open(path: &str) -> io::Result<Segment> {
-        let c = CString::new(path).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the wire name"))?;
-        // SAFETY: plain open of a NUL-terminated path.
-        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC, 0o600) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just opened and is ours.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // Growing is harmless when another process did it already; the
-        // pages stay unallocated until touched.
-        // SAFETY: fstat into a zeroed struct, ftruncate on our fd.
-        unsafe {
-            let mut st: libc::stat = std::mem::zeroed();
-            if libc::fstat(fd.as_raw_fd(), &mut st) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if (st.st_size as usize) < SEGMENT_BYTES && libc::ftruncate(fd.as_raw_fd(), SEGMENT_BYTES as libc::off_t) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        // SAFETY: maps the whole file, shared; checked for failure.
-        let base = unsafe { libc::mmap(std::ptr::null_mut(), SEGMENT_BYTES, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let seg = Segment { base: base.cast() };
-        match seg.header().magic.compare_exchange(0, MAGIC, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => {}
-            Err(MAGIC) => {}
-            Err(other) => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{path} is not a via shm segment of this version (magic {other:#x})"))),
-        }
-        Ok(seg)
-    }
-
-    fn header(&self) -> &Header {
-        // SAFETY: the header sits at the start of the mapping, which is
-        // page-aligned and outlives `self`; its fields are atomics.
-        unsafe { &*self.base.cast::<Header>() }
-    }
-
-    fn control(&self, p: usize) -> &Control {
-        debug_assert!(p < PORTS);
-        // SAFETY: port `p`'s control block lies inside the mapping at a
-        // 64-byte aligned offset; its fields are atomics.
-        unsafe { &*self.base.add(HEADER_BYTES + p * PORT_BYTES).cast::<Control>() }
-    }
-
-    /// Slot `i` of port `p`'s ring.
-    fn slot(&self, p: usize, i: u64) -> *mut u8 {
-        // SAFETY: the offset stays inside port `p`'s ring.
-        unsafe { self.base.add(HEADER_BYTES + p * PORT_BYTES + CONTROL_BYTES + (i % SLOTS) as usize * SLOT_BYTES) }
-    }
-
-    /// Takes port `p`'s lock, overruling a holder that died.
-    fn lock(&self, p: usize, me: u32) {
-        let c = self.control(p);
-        let mut spins = 0u32;
-        loop {
-            match c.lock.compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed) {
-                Ok(_) => return,
-                Err(holder) => {
-                    spins += 1;
-                    if spins.is_multiple_of(256) {
-                        if holder != 0 && !alive(holder) && c.lock.compare_exchange(holder, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                            return;
-                        }
-                        std::thread::yield_now();
-                    } else {
-                        std::hint::spin_loop();
-                    }
-                }
-            }
-        }
-    }
-
-    fn unlock(&self, p: usize) {
-        self.control(p).lock.store(0, Ordering::Release);
-    }
-}
-
-impl Drop for Segment {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly what `open` mapped.
-        unsafe { libc::munmap(self.base.cast(), SEGMENT_BYTES) };
-    }
 }
 
 /// A live port as a sender sees it.
@@ -252,6 +115,8 @@ pub struct ShmDevice {
     lend_min: usize,
     /// Where plain `receive` reads a lent frame in whole.
     scratch: Vec<u8>,
+    /// The processes whose lent payloads and doorbells we use.
+    members: Members,
     rx_frames: u64,
     tx_frames: u64,
     tx_lent: u64,
@@ -259,6 +124,7 @@ pub struct ShmDevice {
     tx_no_port: u64,
     rx_bad_length: u64,
     rx_lent_failed: u64,
+    rx_lent_refused: u64,
     doorbell_failed: u64,
 }
 
@@ -271,6 +137,20 @@ impl std::fmt::Debug for ShmDevice {
 /// The segment's path for `wire`.
 pub fn segment_path(wire: &str) -> String {
     format!("/dev/shm/via-shm-{wire}")
+}
+
+/// 16 hex digits from the kernel's random source (`getrandom`, or
+/// `/dev/urandom` where that call is missing): a wire name's suffix that
+/// no other user can guess and make the segment of first.
+pub fn unguessable_suffix() -> io::Result<String> {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most 8 bytes into the live buffer.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        use std::io::Read;
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    }
+    Ok(format!("{:016x}", u64::from_ne_bytes(b)))
 }
 
 /// Removes the wire's segment: for whoever made the wire, once every
@@ -354,6 +234,7 @@ impl ShmDevice {
             drained: true,
             lend_min,
             scratch: Vec::new(),
+            members: Members::new(),
             rx_frames: 0,
             tx_frames: 0,
             tx_lent: 0,
@@ -361,6 +242,7 @@ impl ShmDevice {
             tx_no_port: 0,
             rx_bad_length: 0,
             rx_lent_failed: 0,
+            rx_lent_refused: 0,
             doorbell_failed: 0,
         })
     }
@@ -497,7 +379,17 @@ impl ShmDevice {
         if fresh {
             let c = self.seg.control(r.port);
             let (pid, fd) = (c.pid.load(Ordering::Acquire), c.wake_fd.load(Ordering::Acquire));
+            if !self.members.trusts(&self.seg, pid) {
+                // A port of a process that is gone, or one claimed in the
+                // name of a process that is not of our user.
+                self.doorbell_refused(alive(pid).then_some(format_args!("process {pid} is not a process of our user on the wire")));
+                return;
+            }
             match sys::copy_fd(pid, fd) {
+                Ok(copy) if !members::is_eventfd(copy.as_raw_fd()) => {
+                    self.doorbell_refused(Some(format_args!("process {pid}'s descriptor {fd} is not an eventfd")));
+                    return;
+                }
                 Ok(fd) => {
                     self.doorbells.insert(r.port, (r.generation, fd));
                 }
@@ -516,6 +408,14 @@ impl ShmDevice {
         }
         if let Some((_, fd)) = self.doorbells.get(&r.port) {
             sys::ring(fd.as_raw_fd());
+        }
+    }
+
+    /// Counts a doorbell we will not ring, and says why the first time.
+    fn doorbell_refused(&mut self, why: Option<std::fmt::Arguments<'_>>) {
+        self.doorbell_failed += 1;
+        if let Some(why) = why.filter(|_| self.doorbell_failed == 1) {
+            eprintln!("via shm wire {:?}: not ringing a doorbell: {why}; its owner will not be woken for our frames", self.wire);
         }
     }
 
@@ -538,6 +438,11 @@ impl ShmDevice {
                     Some((frame, None)) => {
                         sink(frame, None);
                         true
+                    }
+                    Some((_, Some(lent))) if !self.members.trusts(&self.seg, lent.pid) => {
+                        // Not a member of our uid: never read.
+                        self.rx_lent_refused += 1;
+                        false
                     }
                     Some((frame, Some(lent))) if lent_ok => {
                         sink(frame, Some(&lent));
@@ -702,6 +607,7 @@ impl FrameDevice for ShmDevice {
             ("shm_tx_no_port", self.tx_no_port),
             ("shm_rx_bad_length", self.rx_bad_length),
             ("shm_rx_lent_failed", self.rx_lent_failed),
+            ("shm_rx_lent_refused", self.rx_lent_refused),
             ("shm_doorbell_failed", self.doorbell_failed),
         ]
     }
@@ -743,13 +649,7 @@ mod sys {
 
     /// Our own copy of descriptor `fd` of process `pid`.
     pub fn copy_fd(pid: u32, fd: u32) -> io::Result<OwnedFd> {
-        // SAFETY: pidfd_open takes a pid and flags.
-        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        if pidfd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `pidfd` was just opened and is ours.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+        let pidfd = members::pidfd_open(pid)?;
         // SAFETY: pidfd_getfd takes a live pidfd, a descriptor number and flags.
         let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd as libc::c_int, 0) };
         if copy < 0 {
@@ -774,217 +674,4 @@ mod sys {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn frame(dst: MacAddr, len: usize, fill: u8) -> Vec<u8> {
-        let mut f = vec![fill; len];
-        f[..6].copy_from_slice(&dst.0);
-        f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
-        f
-    }
-
-    fn wire(name: &str) -> String {
-        format!("test-{name}-{}", std::process::id())
-    }
-
-    fn recv_all(d: &mut ShmDevice) -> Vec<Vec<u8>> {
-        let mut v = Vec::new();
-        while d.receive(5, &mut |f| v.push(f.to_vec())).unwrap() > 0 {}
-        v
-    }
-
-    #[test]
-    fn frames_reach_the_port_of_their_destination_only() {
-        let w = wire("route");
-        let mut a = ShmDevice::open(&w, None).unwrap();
-        let mut b = ShmDevice::open(&w, None).unwrap();
-        let mut c = ShmDevice::open(&w, None).unwrap();
-        let f = frame(b.mac(), 100, 7);
-        assert_eq!(a.transmit(&[TxFrame::new(&f)]).unwrap(), 1);
-        assert_eq!(recv_all(&mut b), vec![f]);
-        assert!(recv_all(&mut c).is_empty());
-        // Broadcast: everyone but the sender.
-        let g = frame(MacAddr::BROADCAST, 60, 1);
-        assert_eq!(a.transmit(&[TxFrame::new(&g)]).unwrap(), 1);
-        assert_eq!(recv_all(&mut b).len(), 1);
-        assert_eq!(recv_all(&mut c).len(), 1);
-        assert!(recv_all(&mut a).is_empty());
-        // Nobody there: counted, not an error.
-        let h = frame(MacAddr([2, 9, 9, 9, 9, 9]), 60, 1);
-        assert_eq!(a.transmit(&[TxFrame::new(&h)]).unwrap(), 1);
-        assert!(a.stats().contains(&("shm_tx_no_port", 1)));
-        remove_wire(&w);
-    }
-
-    #[test]
-    fn a_full_ring_refuses_frames_and_loses_none() {
-        let w = wire("full");
-        let mut a = ShmDevice::open(&w, None).unwrap();
-        let mut b = ShmDevice::open(&w, None).unwrap();
-        let frames: Vec<Vec<u8>> = (0..SLOTS as usize + 10).map(|i| frame(b.mac(), 64 + i, i as u8)).collect();
-        let tx: Vec<TxFrame> = frames.iter().map(|f| TxFrame::new(f)).collect();
-        let sent = a.transmit(&tx).unwrap();
-        assert_eq!(sent, SLOTS as usize, "the ring takes SLOTS frames");
-        let mut pfd = libc::pollfd { fd: a.wait_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: poll on one live pollfd, no wait.
-        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "the refused sender has nothing to wake for yet");
-        let mut got = recv_all(&mut b);
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 1, "making room woke the refused sender");
-        assert_eq!(a.transmit(&tx[sent..]).unwrap(), 10);
-        got.extend(recv_all(&mut b));
-        assert_eq!(got, frames, "every frame once, in order");
-        remove_wire(&w);
-    }
-
-    #[test]
-    fn the_filter_and_the_doorbell() {
-        let w = wire("filter");
-        let mut a = ShmDevice::open(&w, None).unwrap();
-        let mut b = ShmDevice::open(&w, None).unwrap();
-        b.set_filter(RxFilter { ethertype: 0x88b5, offset: 18, accept: [5, 0] }).unwrap();
-        let mut ok = frame(b.mac(), 40, 0);
-        ok[18..22].copy_from_slice(&5u32.to_be_bytes());
-        let other = frame(b.mac(), 40, 0xee);
-        assert!(a.takes(&ok) && !a.takes(&other));
-        let mut pfd = libc::pollfd { fd: b.wait_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: poll on one live pollfd, no wait.
-        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "nothing yet");
-        assert_eq!(a.transmit(&[TxFrame::new(&other), TxFrame::new(&ok)]).unwrap(), 2);
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 1, "the doorbell rang");
-        assert_eq!(recv_all(&mut b), vec![ok.clone()]);
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "and was emptied");
-        // A receive that leaves frames behind leaves the descriptor
-        // readable: a waiter must not sleep on them.
-        let three = [TxFrame::new(&ok), TxFrame::new(&ok), TxFrame::new(&ok)];
-        assert_eq!(a.transmit(&three).unwrap(), 3);
-        assert_eq!(recv_all(&mut b).len(), 3);
-        assert_eq!(a.transmit(&three).unwrap(), 3);
-        assert_eq!(b.receive(1, &mut |_| {}).unwrap(), 1);
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 1, "two frames still wait");
-        assert_eq!(recv_all(&mut b).len(), 2);
-        // SAFETY: as above.
-        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "none wait");
-        remove_wire(&w);
-    }
-
-    #[test]
-    fn long_lendable_payloads_are_lent_and_read_once() {
-        const LEND_MIN: usize = 16384;
-        let w = wire("lend");
-        let mut a = ShmDevice::open(&format!("{w},lend={LEND_MIN}"), None).unwrap();
-        let mut b = ShmDevice::open(&w, None).unwrap();
-        let head = frame(b.mac(), 60, 0);
-        let p1: Vec<u8> = (0..LEND_MIN).map(|i| (i * 7) as u8).collect();
-        let p2: Vec<u8> = (0..5000).map(|i| (i * 3) as u8).collect();
-        let mut whole = head.clone();
-        whole.extend_from_slice(&p1);
-        whole.extend_from_slice(&p2);
-        let mut lent = TxFrame::new(&head);
-        lent.push(&p1);
-        lent.push(&p2);
-        lent.lendable = true;
-        let mut short = TxFrame::new(&head);
-        short.push(&p2);
-        short.lendable = true;
-        let mut kept = lent;
-        kept.lendable = false;
-        assert_eq!(a.transmit(&[lent, short, kept]).unwrap(), 3);
-        assert!(a.stats().contains(&("shm_tx_lent", 1)), "only the long lendable frame is lent: {:?}", a.stats());
-        let mut got = Vec::new();
-        b.receive_lent(8, &mut |f, l| {
-            let mut bytes = f.to_vec();
-            if let Some(l) = l {
-                assert_eq!(f, &head[..], "a lent frame holds the headers alone");
-                assert_eq!(l.pid, std::process::id());
-                let at = bytes.len();
-                bytes.resize(at + l.len(), 0);
-                // Read it in two parts, across the pieces' boundary.
-                let cut = LEND_MIN - 10;
-                // SAFETY: `bytes` holds l.len() bytes past `at`.
-                unsafe {
-                    l.read(0, bytes.as_mut_ptr().add(at), cut).unwrap();
-                    l.read(cut, bytes.as_mut_ptr().add(at + cut), l.len() - cut).unwrap();
-                    assert!(l.read(1, bytes.as_mut_ptr(), l.len()).is_err(), "past the payload's end");
-                }
-            }
-            got.push((bytes, l.is_some()));
-        })
-        .unwrap();
-        assert_eq!(got.len(), 3);
-        assert_eq!(got[0], (whole.clone(), true));
-        assert!(!got[1].1 && !got[2].1);
-        assert_eq!(got[2].0, whole);
-        // Plain receive reads a lent payload in itself.
-        assert_eq!(a.transmit(&[lent]).unwrap(), 1);
-        assert_eq!(recv_all(&mut b), vec![whole]);
-        remove_wire(&w);
-    }
-
-    #[test]
-    fn the_lending_threshold_is_set_by_name() {
-        let w = wire("lendopt");
-        let mut a = ShmDevice::open(&format!("{w},lend=off"), None).unwrap();
-        let b = ShmDevice::open(&format!("{w},lend=100"), None).unwrap();
-        let c = ShmDevice::open(&w, None).unwrap();
-        assert_eq!(a.wire_name(), w);
-        assert_eq!((a.lend_min, b.lend_min, c.lend_min), (usize::MAX, 100, usize::MAX), "off by default");
-        let head = frame(b.mac(), 60, 0);
-        let p = vec![9u8; 40000];
-        let mut f = TxFrame::new(&head);
-        f.push(&p);
-        f.lendable = true;
-        assert_eq!(a.transmit(&[f]).unwrap(), 1);
-        assert!(a.stats().contains(&("shm_tx_lent", 0)));
-        for bad in [format!("{w},lend=x"), format!("{w},speed=1"), ",lend=off".into(), "a/b".into()] {
-            let e = ShmDevice::open(&bad, None).err();
-            assert!(e.is_some_and(|e| e.kind() == io::ErrorKind::InvalidInput), "{bad:?}");
-        }
-        remove_wire(&w);
-    }
-
-    #[test]
-    fn a_damaged_lent_record_is_dropped() {
-        let w = wire("badlent");
-        let mut a = ShmDevice::open(&format!("{w},lend=1"), None).unwrap();
-        let mut b = ShmDevice::open(&w, None).unwrap();
-        let head = frame(b.mac(), 60, 0);
-        let p = vec![1u8; 20000];
-        let mut f = TxFrame::new(&head);
-        f.push(&p);
-        f.lendable = true;
-        assert_eq!(a.transmit(&[f, f]).unwrap(), 2);
-        // Spoil the first frame's piece count, and the second's address.
-        let s0 = a.seg.slot(b.port, 0);
-        let s1 = a.seg.slot(b.port, 1);
-        // SAFETY: both slots were published and b has not taken them.
-        unsafe {
-            *s0.add(8 + 64 + 4) = 99;
-            std::ptr::write_unaligned(s1.add(8 + 64 + 8).cast::<u64>(), 8);
-        }
-        assert!(recv_all(&mut b).is_empty());
-        assert!(b.stats().contains(&("shm_rx_bad_length", 1)), "{:?}", b.stats());
-        assert!(b.stats().contains(&("shm_rx_lent_failed", 1)), "{:?}", b.stats());
-        remove_wire(&w);
-    }
-
-    #[test]
-    fn a_dead_owners_port_is_taken_again() {
-        let w = wire("reuse");
-        let ports: Vec<usize> = (0..3).map(|_| ShmDevice::open(&w, None).unwrap().port).collect();
-        assert!(ports.iter().all(|&p| p == ports[0]), "a closed port is free again: {ports:?}");
-        // A port whose owner pid no longer exists.
-        let seg = Segment::open(&segment_path(&w)).unwrap();
-        let c = seg.control(5);
-        c.state.store(LIVE, Ordering::Release);
-        c.pid.store(0x7fff_fff0, Ordering::Release);
-        c.lock.store(0x7fff_fff0, Ordering::Release);
-        let held: Vec<ShmDevice> = (0..6).map(|_| ShmDevice::open(&w, None).unwrap()).collect();
-        assert!(held.iter().any(|d| d.port == 5), "the dead owner's port (and lock) were taken over");
-        remove_wire(&w);
-    }
-}
+mod tests;

@@ -1,0 +1,325 @@
+//! The shm device's unit tests: routing, full rings, filters and
+//! doorbells, lending, and which lent records and doorbells are refused.
+
+use super::*;
+
+fn frame(dst: MacAddr, len: usize, fill: u8) -> Vec<u8> {
+    let mut f = vec![fill; len];
+    f[..6].copy_from_slice(&dst.0);
+    f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+    f
+}
+
+fn wire(name: &str) -> String {
+    format!("test-{name}-{}", std::process::id())
+}
+
+fn recv_all(d: &mut ShmDevice) -> Vec<Vec<u8>> {
+    let mut v = Vec::new();
+    while d.receive(5, &mut |f| v.push(f.to_vec())).unwrap() > 0 {}
+    v
+}
+
+#[test]
+fn frames_reach_the_port_of_their_destination_only() {
+    let w = wire("route");
+    let mut a = ShmDevice::open(&w, None).unwrap();
+    let mut b = ShmDevice::open(&w, None).unwrap();
+    let mut c = ShmDevice::open(&w, None).unwrap();
+    let f = frame(b.mac(), 100, 7);
+    assert_eq!(a.transmit(&[TxFrame::new(&f)]).unwrap(), 1);
+    assert_eq!(recv_all(&mut b), vec![f]);
+    assert!(recv_all(&mut c).is_empty());
+    // Broadcast: everyone but the sender.
+    let g = frame(MacAddr::BROADCAST, 60, 1);
+    assert_eq!(a.transmit(&[TxFrame::new(&g)]).unwrap(), 1);
+    assert_eq!(recv_all(&mut b).len(), 1);
+    assert_eq!(recv_all(&mut c).len(), 1);
+    assert!(recv_all(&mut a).is_empty());
+    // Nobody there: counted, not an error.
+    let h = frame(MacAddr([2, 9, 9, 9, 9, 9]), 60, 1);
+    assert_eq!(a.transmit(&[TxFrame::new(&h)]).unwrap(), 1);
+    assert!(a.stats().contains(&("shm_tx_no_port", 1)));
+    remove_wire(&w);
+}
+
+#[test]
+fn a_full_ring_refuses_frames_and_loses_none() {
+    let w = wire("full");
+    let mut a = ShmDevice::open(&w, None).unwrap();
+    let mut b = ShmDevice::open(&w, None).unwrap();
+    let frames: Vec<Vec<u8>> = (0..SLOTS as usize + 10).map(|i| frame(b.mac(), 64 + i, i as u8)).collect();
+    let tx: Vec<TxFrame> = frames.iter().map(|f| TxFrame::new(f)).collect();
+    let sent = a.transmit(&tx).unwrap();
+    assert_eq!(sent, SLOTS as usize, "the ring takes SLOTS frames");
+    let mut pfd = libc::pollfd { fd: a.wait_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: poll on one live pollfd, no wait.
+    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "the refused sender has nothing to wake for yet");
+    let mut got = recv_all(&mut b);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 1, "making room woke the refused sender");
+    assert_eq!(a.transmit(&tx[sent..]).unwrap(), 10);
+    got.extend(recv_all(&mut b));
+    assert_eq!(got, frames, "every frame once, in order");
+    remove_wire(&w);
+}
+
+#[test]
+fn the_filter_and_the_doorbell() {
+    let w = wire("filter");
+    let mut a = ShmDevice::open(&w, None).unwrap();
+    let mut b = ShmDevice::open(&w, None).unwrap();
+    b.set_filter(RxFilter { ethertype: 0x88b5, offset: 18, accept: [5, 0] }).unwrap();
+    let mut ok = frame(b.mac(), 40, 0);
+    ok[18..22].copy_from_slice(&5u32.to_be_bytes());
+    let other = frame(b.mac(), 40, 0xee);
+    assert!(a.takes(&ok) && !a.takes(&other));
+    let mut pfd = libc::pollfd { fd: b.wait_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: poll on one live pollfd, no wait.
+    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "nothing yet");
+    assert_eq!(a.transmit(&[TxFrame::new(&other), TxFrame::new(&ok)]).unwrap(), 2);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 1, "the doorbell rang");
+    assert_eq!(recv_all(&mut b), vec![ok.clone()]);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "and was emptied");
+    // A receive that leaves frames behind leaves the descriptor
+    // readable: a waiter must not sleep on them.
+    let three = [TxFrame::new(&ok), TxFrame::new(&ok), TxFrame::new(&ok)];
+    assert_eq!(a.transmit(&three).unwrap(), 3);
+    assert_eq!(recv_all(&mut b).len(), 3);
+    assert_eq!(a.transmit(&three).unwrap(), 3);
+    assert_eq!(b.receive(1, &mut |_| {}).unwrap(), 1);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 1, "two frames still wait");
+    assert_eq!(recv_all(&mut b).len(), 2);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "none wait");
+    remove_wire(&w);
+}
+
+#[test]
+fn long_lendable_payloads_are_lent_and_read_once() {
+    const LEND_MIN: usize = 16384;
+    let w = wire("lend");
+    let mut a = ShmDevice::open(&format!("{w},lend={LEND_MIN}"), None).unwrap();
+    let mut b = ShmDevice::open(&w, None).unwrap();
+    let head = frame(b.mac(), 60, 0);
+    let p1: Vec<u8> = (0..LEND_MIN).map(|i| (i * 7) as u8).collect();
+    let p2: Vec<u8> = (0..5000).map(|i| (i * 3) as u8).collect();
+    let mut whole = head.clone();
+    whole.extend_from_slice(&p1);
+    whole.extend_from_slice(&p2);
+    let mut lent = TxFrame::new(&head);
+    lent.push(&p1);
+    lent.push(&p2);
+    lent.lendable = true;
+    let mut short = TxFrame::new(&head);
+    short.push(&p2);
+    short.lendable = true;
+    let mut kept = lent;
+    kept.lendable = false;
+    assert_eq!(a.transmit(&[lent, short, kept]).unwrap(), 3);
+    assert!(a.stats().contains(&("shm_tx_lent", 1)), "only the long lendable frame is lent: {:?}", a.stats());
+    let mut got = Vec::new();
+    b.receive_lent(8, &mut |f, l| {
+        let mut bytes = f.to_vec();
+        if let Some(l) = l {
+            assert_eq!(f, &head[..], "a lent frame holds the headers alone");
+            assert_eq!(l.pid, std::process::id());
+            let at = bytes.len();
+            bytes.resize(at + l.len(), 0);
+            // Read it in two parts, across the pieces' boundary.
+            let cut = LEND_MIN - 10;
+            // SAFETY: `bytes` holds l.len() bytes past `at`.
+            unsafe {
+                l.read(0, bytes.as_mut_ptr().add(at), cut).unwrap();
+                l.read(cut, bytes.as_mut_ptr().add(at + cut), l.len() - cut).unwrap();
+                assert!(l.read(1, bytes.as_mut_ptr(), l.len()).is_err(), "past the payload's end");
+            }
+        }
+        got.push((bytes, l.is_some()));
+    })
+    .unwrap();
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[0], (whole.clone(), true));
+    assert!(!got[1].1 && !got[2].1);
+    assert_eq!(got[2].0, whole);
+    // Plain receive reads a lent payload in itself.
+    assert_eq!(a.transmit(&[lent]).unwrap(), 1);
+    assert_eq!(recv_all(&mut b), vec![whole]);
+    remove_wire(&w);
+}
+
+#[test]
+fn the_lending_threshold_is_set_by_name() {
+    let w = wire("lendopt");
+    let mut a = ShmDevice::open(&format!("{w},lend=off"), None).unwrap();
+    let b = ShmDevice::open(&format!("{w},lend=100"), None).unwrap();
+    let c = ShmDevice::open(&w, None).unwrap();
+    assert_eq!(a.wire_name(), w);
+    assert_eq!((a.lend_min, b.lend_min, c.lend_min), (usize::MAX, 100, usize::MAX), "off by default");
+    let head = frame(b.mac(), 60, 0);
+    let p = vec![9u8; 40000];
+    let mut f = TxFrame::new(&head);
+    f.push(&p);
+    f.lendable = true;
+    assert_eq!(a.transmit(&[f]).unwrap(), 1);
+    assert!(a.stats().contains(&("shm_tx_lent", 0)));
+    for bad in [format!("{w},lend=x"), format!("{w},speed=1"), ",lend=off".into(), "a/b".into()] {
+        let e = ShmDevice::open(&bad, None).err();
+        assert!(e.is_some_and(|e| e.kind() == io::ErrorKind::InvalidInput), "{bad:?}");
+    }
+    remove_wire(&w);
+}
+
+#[test]
+fn a_damaged_lent_record_is_dropped() {
+    let w = wire("badlent");
+    let mut a = ShmDevice::open(&format!("{w},lend=1"), None).unwrap();
+    let mut b = ShmDevice::open(&w, None).unwrap();
+    let head = frame(b.mac(), 60, 0);
+    let p = vec![1u8; 20000];
+    let mut f = TxFrame::new(&head);
+    f.push(&p);
+    f.lendable = true;
+    assert_eq!(a.transmit(&[f, f]).unwrap(), 2);
+    // Spoil the first frame's piece count, and the second's address.
+    let s0 = a.seg.slot(b.port, 0);
+    let s1 = a.seg.slot(b.port, 1);
+    // SAFETY: both slots were published and b has not taken them.
+    unsafe {
+        *s0.add(8 + 64 + 4) = 99;
+        std::ptr::write_unaligned(s1.add(8 + 64 + 8).cast::<u64>(), 8);
+    }
+    assert!(recv_all(&mut b).is_empty());
+    assert!(b.stats().contains(&("shm_rx_bad_length", 1)), "{:?}", b.stats());
+    assert!(b.stats().contains(&("shm_rx_lent_failed", 1)), "{:?}", b.stats());
+    remove_wire(&w);
+}
+
+#[test]
+fn a_dead_owners_port_is_taken_again() {
+    let w = wire("reuse");
+    let ports: Vec<usize> = (0..3).map(|_| ShmDevice::open(&w, None).unwrap().port).collect();
+    assert!(ports.iter().all(|&p| p == ports[0]), "a closed port is free again: {ports:?}");
+    // A port whose owner pid no longer exists.
+    let seg = Segment::open(&segment_path(&w)).unwrap();
+    let c = seg.control(5);
+    c.state.store(LIVE, Ordering::Release);
+    c.pid.store(0x7fff_fff0, Ordering::Release);
+    c.lock.store(0x7fff_fff0, Ordering::Release);
+    let held: Vec<ShmDevice> = (0..6).map(|_| ShmDevice::open(&w, None).unwrap()).collect();
+    assert!(held.iter().any(|d| d.port == 5), "the dead owner's port (and lock) were taken over");
+    remove_wire(&w);
+}
+
+/// A process of another user (nobody, through util-linux's `setpriv`),
+/// alive until dropped.
+struct Stranger(std::process::Child);
+
+impl Stranger {
+    fn spawn() -> Stranger {
+        use std::io::BufRead;
+        use std::process::{Command, Stdio};
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(unsafe { libc::geteuid() }, 0, "this test needs root (to run a process as another user with setpriv)");
+        let mut child = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--", "sh", "-c", "echo ready; exec cat"])
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("running setpriv (util-linux)");
+        // It prints once it runs as nobody.
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n");
+        Stranger(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Stranger {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Sets the pid of the lent record in slot `i` of port `p`'s ring (a
+/// lent frame with a 60-byte header, published and not yet taken).
+fn forge_lender(seg: &Segment, p: usize, i: u64, pid: u32) {
+    // SAFETY: the slot was published and its owner has not taken it; the
+    // record starts at 8 + 64.
+    unsafe { std::ptr::write_unaligned(seg.slot(p, i).add(8 + 64).cast::<u32>(), pid) };
+}
+
+#[test]
+fn lent_records_of_non_members_and_other_users_are_refused_unread() {
+    let w = wire("foreignlent");
+    let mut a = ShmDevice::open(&format!("{w},lend=1"), None).unwrap();
+    let mut b = ShmDevice::open(&w, None).unwrap();
+    let stranger = Stranger::spawn();
+    // A port claimed in the stranger's name, as a writer of the segment
+    // could make one: a member, but not of our uid.
+    let seg = Segment::open(&segment_path(&w)).unwrap();
+    let forged = seg.control(PORTS - 1);
+    forged.pid.store(stranger.pid(), Ordering::Release);
+    forged.state.store(LIVE, Ordering::Release);
+    // A process of our uid that is no member.
+    let mut outsider = std::process::Command::new("cat").stdin(std::process::Stdio::piped()).spawn().unwrap();
+    let head = frame(b.mac(), 60, 0);
+    let p = vec![5u8; 20000];
+    let mut f = TxFrame::new(&head);
+    f.push(&p);
+    f.lendable = true;
+    assert_eq!(a.transmit(&[f, f, f, f]).unwrap(), 4);
+    forge_lender(&seg, b.port, 0, stranger.pid());
+    forge_lender(&seg, b.port, 1, outsider.id());
+    forge_lender(&seg, b.port, 3, stranger.pid());
+    let mut lenders = Vec::new();
+    assert_eq!(b.receive_lent(8, &mut |_, l| lenders.push(l.unwrap().pid)).unwrap(), 1, "slots 0, 1 and 3 refused");
+    assert_eq!(lenders, [std::process::id()], "slot 2, a's own record, is handed out");
+    assert!(b.stats().contains(&("shm_rx_lent_refused", 3)), "{:?}", b.stats());
+    // The plain receive path reads lent payloads in itself: refused too.
+    assert_eq!(a.transmit(&[f, f]).unwrap(), 2);
+    forge_lender(&seg, b.port, 4, stranger.pid());
+    let got = recv_all(&mut b);
+    assert_eq!(got.len(), 1, "slot 5, a's own record, is read");
+    assert_eq!(got[0].len(), 60 + p.len());
+    assert!(b.stats().contains(&("shm_rx_lent_refused", 4)), "{:?}", b.stats());
+    assert!(b.stats().contains(&("shm_rx_lent_failed", 0)), "refused records are never read: {:?}", b.stats());
+    forged.state.store(FREE, Ordering::Release);
+    let _ = outsider.kill();
+    let _ = outsider.wait();
+    remove_wire(&w);
+}
+
+#[test]
+fn a_doorbell_that_is_not_an_eventfd_is_not_written() {
+    let w = wire("notabell");
+    let mut a = ShmDevice::open(&w, None).unwrap();
+    // A port of ours (our pid: a member of our uid) whose doorbell names a
+    // file of ours: ringing it would write 8 bytes there.
+    let path = format!("/tmp/via-shm-notabell-{}", std::process::id());
+    let file = std::fs::File::create(&path).unwrap();
+    let seg = Segment::open(&segment_path(&w)).unwrap();
+    let forged = seg.control(PORTS - 1);
+    let target = MacAddr([2, 0, 0, 0, 0, 0x42]);
+    forged.mac.store(mac_word(target), Ordering::Release);
+    forged.pid.store(std::process::id(), Ordering::Release);
+    forged.wake_fd.store(file.as_raw_fd() as u32, Ordering::Release);
+    forged.state.store(LIVE, Ordering::Release);
+    seg.header().epoch.fetch_add(1, Ordering::AcqRel);
+    let f = frame(target, 60, 1);
+    assert_eq!(a.transmit(&[TxFrame::new(&f)]).unwrap(), 1);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "nothing written to the file");
+    assert!(a.stats().contains(&("shm_doorbell_failed", 1)), "{:?}", a.stats());
+    forged.state.store(FREE, Ordering::Release);
+    let _ = std::fs::remove_file(&path);
+    remove_wire(&w);
+}
