@@ -4,6 +4,9 @@
 //! Needs root (network namespaces, AF_PACKET). A test that cannot create
 //! its hosts fails with a message saying so; it never passes silently.
 //!
+//! [`attack`] is the third-host rig: three hosts on one hub, an attacker
+//! forging raw frames at a connection of the other two.
+//!
 //! [`rig`] is the exception: two engines on the in-process loopback wire,
 //! driven by hand, for the hostile-frame tests and the fuzz targets.
 
@@ -13,6 +16,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use via_kernel_agent::netns::ip;
 
+pub mod attack;
 pub mod conform;
 pub mod rig;
 

@@ -15,6 +15,12 @@
 //!   the new connection generation), `Reject` answers `ConnReject` with a
 //!   reason. A duplicate request gets the same answer again.
 //!
+//! An answer (`ConnPending`, `ConnAccept`, `ConnReject`, `ConnNoMatch`)
+//! is taken only from the host asked: the MAC the request went to, from a
+//! real endpoint there (the request went to any endpoint of that host, so
+//! any one of them may answer). An answer naming our request from anyone
+//! else is [`Foreign`]: the engine counts it and it changes nothing.
+//!
 //! The peer-to-peer model (`VipConnectPeerRequest`) is
 //! [`PeerConnector`](crate::peer::PeerConnector) in [`crate::peer`], with
 //! the attribute check both models make,
@@ -49,6 +55,9 @@ pub enum RejectReason {
     ReliabilityLevel = 1,
     Mtu = 2,
     RdmaRead = 3,
+    /// One host has a cluster secret and the other not, or another one
+    /// (sent without authentication: see `crate::auth`).
+    Authentication = 4,
 }
 
 impl RejectReason {
@@ -57,6 +66,7 @@ impl RejectReason {
             1 => RejectReason::ReliabilityLevel,
             2 => RejectReason::Mtu,
             3 => RejectReason::RdmaRead,
+            4 => RejectReason::Authentication,
             _ => RejectReason::Refused,
         }
     }
@@ -88,6 +98,17 @@ pub struct CmFrame {
     /// the peer sent before the disconnect still completes there.
     pub ack: Option<u32>,
     pub conn: ConnRepr,
+}
+
+/// An answer to one of our requests that came from a host other than the
+/// one asked (or from no endpoint): the engine counts it (`rx_cm_foreign`)
+/// and drops it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Foreign;
+
+/// Is `(mac, ep)` the host a request to `asked` may be answered by?
+pub(crate) fn answered_by_asked(asked: MacAddr, mac: MacAddr, ep: u32) -> bool {
+    mac == asked && ep != ANY_ENDPOINT
 }
 
 /// The header fields of a received connection-management frame.
@@ -282,15 +303,20 @@ impl ConnectionManager {
 
     // ---- input and time ----
 
-    /// Handles a connection-management frame addressed to us.
-    pub fn on_frame(&mut self, h: CmHeader, conn: ConnRepr, now: Instant) {
+    /// Handles a connection-management frame addressed to us; an answer
+    /// to one of our requests from anyone but the host asked is
+    /// [`Foreign`] and changes nothing.
+    pub fn on_frame(&mut self, h: CmHeader, conn: ConnRepr, now: Instant) -> Result<(), Foreign> {
         let CmHeader { kind, src_mac, src_ep, src_vi, dst_vi, generation, imm } = h;
         match kind {
             Kind::ConnRequest => self.on_request(src_mac, src_ep, src_vi, conn),
             Kind::ConnPending | Kind::ConnAccept | Kind::ConnReject | Kind::ConnNoMatch => {
                 let Some(r) = self.requests.iter_mut().find(|r| r.vi == dst_vi && r.attrs.request_id == conn.request_id && r.state == RequestState::InProgress) else {
-                    return;
+                    return Ok(());
                 };
+                if !answered_by_asked(r.mac, src_mac, src_ep) {
+                    return Err(Foreign);
+                }
                 match kind {
                     Kind::ConnPending => r.pending = true,
                     Kind::ConnNoMatch => {
@@ -304,6 +330,7 @@ impl ConnectionManager {
             }
             _ => {}
         }
+        Ok(())
     }
 
     fn on_request(&mut self, mac: MacAddr, ep: u32, vi: u16, conn: ConnRepr) {
@@ -405,7 +432,7 @@ mod tests {
         let n = frames.len();
         for f in frames {
             let h = CmHeader { kind: f.kind, src_mac: from_mac, src_ep: from.ep, src_vi: f.src_vi, dst_vi: f.dst_vi, generation: f.generation, imm: f.imm };
-            to.on_frame(h, f.conn, now);
+            to.on_frame(h, f.conn, now).expect("from the host asked");
         }
         n
     }
@@ -434,6 +461,34 @@ mod tests {
             RequestState::Accepted(p) => {
                 assert_eq!((p.mac, p.ep, p.vi, p.generation), (A, 10, 7, peer.generation));
             }
+            s => panic!("{s:?}"),
+        }
+    }
+
+    /// Answers naming the request from another host, or from no
+    /// endpoint, are foreign and change nothing: the client still
+    /// connects to the server it asked.
+    #[test]
+    fn answers_from_another_host_are_foreign() {
+        const M: MacAddr = MacAddr([2, 0, 0, 0, 0, 9]);
+        let t0 = Instant::now();
+        let mut server = ConnectionManager::new(A, 10);
+        let mut client = ConnectionManager::new(B, 20);
+        let w = server.wait_begin(b"svc");
+        client.request_begin(3, A, attrs(b"svc"), t0, t0 + Duration::from_secs(1));
+        let id = client.requests[0].attrs.request_id;
+        let named = ConnRepr { request_id: id, ..ConnRepr::default() };
+        for (kind, mac, ep) in [(Kind::ConnAccept, M, 10), (Kind::ConnReject, M, 10), (Kind::ConnNoMatch, M, 10), (Kind::ConnPending, M, 10), (Kind::ConnAccept, A, ANY_ENDPOINT)] {
+            let h = CmHeader { kind, src_mac: mac, src_ep: ep, src_vi: 9, dst_vi: 3, generation: 77, imm: 0 };
+            assert_eq!(client.on_frame(h, named.clone(), t0), Err(Foreign), "{kind:?} from {mac}/{ep}");
+        }
+        assert_eq!(client.request_poll(3, t0 + NO_MATCH_GRACE), RequestState::InProgress);
+        pump(&mut client, B, &mut server, t0);
+        let inc = server.wait_take(w).unwrap().clone();
+        let peer = server.accept(inc.id, 7, &attrs(b"")).unwrap();
+        pump(&mut server, A, &mut client, t0);
+        match client.request_poll(3, t0) {
+            RequestState::Accepted(p) => assert_eq!((p.mac, p.ep, p.vi, p.generation), (A, 10, 7, peer.generation)),
             s => panic!("{s:?}"),
         }
     }
@@ -528,13 +583,13 @@ mod tests {
             let c = ConnRepr::parse(&buf[..n]).unwrap();
             match f.kind {
                 Kind::PeerRequest => to.peers.on_request(mac, ep, f.src_vi, c),
-                Kind::PeerAccept => to.peers.on_answer(f.kind, mac, ep, f.src_vi, f.generation, f.imm, c),
+                Kind::PeerAccept => to.peers.on_answer(f.kind, mac, ep, f.src_vi, f.generation, f.imm, c).expect("from the peer asked"),
                 kind => {
                     if kind == Kind::ConnReject {
-                        to.peers.on_answer(kind, mac, ep, f.src_vi, f.generation, f.imm, c.clone());
+                        to.peers.on_answer(kind, mac, ep, f.src_vi, f.generation, f.imm, c.clone()).expect("from the peer asked");
                     }
                     let h = CmHeader { kind, src_mac: mac, src_ep: ep, src_vi: f.src_vi, dst_vi: f.dst_vi, generation: f.generation, imm: f.imm };
-                    to.cm.on_frame(h, c, now);
+                    to.cm.on_frame(h, c, now).expect("from the host asked");
                 }
             }
             kinds.push(f.kind);

@@ -11,9 +11,12 @@
 //! - [`peer`]: peer-to-peer connections (sans-IO);
 //! - [`names`]: the name service (hosts file);
 //! - [`crc32c`]: the frame checksum for devices without a hardware one;
+//! - [`auth`]: the cluster secret, key derivation and the frame MAC that
+//!   replaces the checksum when a secret is configured;
 //! - [`resolver`]: name discovery on the segment (sans-IO);
 //! - [`netns`]: running `ip` for tools that build hosts from namespaces.
 
+pub mod auth;
 pub mod backoff;
 pub mod conn;
 pub mod crc32c;

@@ -15,8 +15,11 @@
 //! The other side connects when the accept arrives. An attribute mismatch
 //! ends the request with the reason on the side that found it and is
 //! answered with `ConnReject` carrying the reason, which ends the other's.
+//! An answer (`PeerAccept`, `ConnReject`) naming our request is taken only
+//! from the peer asked (its MAC, a real endpoint); from anyone else it is
+//! [`Foreign`] and changes nothing.
 
-use crate::conn::{CmFrame, Peer, RejectReason, RequestState, REQUEST_RTO, REQUEST_RTO_MAX};
+use crate::conn::{answered_by_asked, CmFrame, Foreign, Peer, RejectReason, RequestState, REQUEST_RTO, REQUEST_RTO_MAX};
 use crate::backoff::Backoff;
 use crate::mac::MacAddr;
 use crate::memory::random_u32;
@@ -146,15 +149,21 @@ impl PeerConnector {
     }
 
     /// A `PeerAccept` (or `ConnReject`) from `(mac, ep, vi)` for our
-    /// request `conn.request_id`.
-    pub fn on_answer(&mut self, kind: Kind, mac: MacAddr, ep: u32, vi: u16, generation: u32, imm: u32, conn: ConnRepr) {
-        let Some(r) = self.requests.iter_mut().find(|r| r.state == RequestState::InProgress && r.mac == mac && r.attrs.request_id == conn.request_id) else {
-            return;
+    /// request `conn.request_id`; [`Foreign`] when it names our request
+    /// but does not come from the peer asked.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_answer(&mut self, kind: Kind, mac: MacAddr, ep: u32, vi: u16, generation: u32, imm: u32, conn: ConnRepr) -> Result<(), Foreign> {
+        let Some(r) = self.requests.iter_mut().find(|r| r.state == RequestState::InProgress && r.attrs.request_id == conn.request_id) else {
+            return Ok(());
         };
+        if !answered_by_asked(r.mac, mac, ep) {
+            return Err(Foreign);
+        }
         r.state = match kind {
             Kind::PeerAccept => RequestState::Accepted(Peer { mac, ep, vi, generation, attrs: conn }),
             _ => RequestState::Rejected(RejectReason::from_u32(imm)),
         };
+        Ok(())
     }
 
     /// Retransmits requests that are due and times out those whose
@@ -208,7 +217,7 @@ mod tests {
             let conn = ConnRepr::parse(&buf[..len]).unwrap();
             match f.kind {
                 Kind::PeerRequest => to.on_request(from.mac, from.ep, f.src_vi, conn),
-                k => to.on_answer(k, from.mac, from.ep, f.src_vi, f.generation, f.imm, conn),
+                k => to.on_answer(k, from.mac, from.ep, f.src_vi, f.generation, f.imm, conn).expect("from the peer asked"),
             }
         }
         n
@@ -237,6 +246,30 @@ mod tests {
         assert_eq!((pa.mac, pa.ep, pa.vi), (B, 20, 5));
         assert_eq!((pb.mac, pb.ep, pb.vi), (A, 10, 3));
         assert_eq!(pa.generation, pb.generation);
+    }
+
+    /// An accept or reject naming our request from another host (or
+    /// from no endpoint) is foreign: the request goes on, and the peer
+    /// asked still connects.
+    #[test]
+    fn an_answer_from_another_host_is_foreign() {
+        const M: MacAddr = MacAddr([2, 0, 0, 0, 0, 9]);
+        let t0 = Instant::now();
+        let (mut a, mut b) = (PeerConnector::new(A, 10), PeerConnector::new(B, 20));
+        let dl = t0 + Duration::from_secs(1);
+        a.begin(3, B, attrs(b"a", b"b"), t0, dl);
+        b.begin(5, A, attrs(b"b", b"a"), t0, dl);
+        let id = b.requests[0].attrs.request_id;
+        let named = ConnRepr { request_id: id, ..ConnRepr::default() };
+        assert_eq!(b.on_answer(Kind::PeerAccept, M, 10, 3, 77, 0, named.clone()), Err(Foreign));
+        assert_eq!(b.on_answer(Kind::ConnReject, M, 10, 3, 0, 0, named.clone()), Err(Foreign));
+        assert_eq!(b.on_answer(Kind::PeerAccept, A, ANY_ENDPOINT, 3, 77, 0, named), Err(Foreign));
+        assert_eq!(b.poll(5, t0), RequestState::InProgress);
+        pump(&mut b, &mut a, 0);
+        pump(&mut a, &mut b, 0);
+        let pb = accepted(b.poll(5, t0));
+        assert_eq!((pb.mac, pb.ep, pb.vi), (A, 10, 3));
+        assert_ne!(pb.generation, 77);
     }
 
     #[test]

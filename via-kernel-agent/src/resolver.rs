@@ -7,8 +7,11 @@
 //! deadline; or, for an address, `NameQuery` with an empty name sent to
 //! that MAC. Answering: every opened NIC knows the names it answers for
 //! ([`Resolver::set_local_names`]) and answers a query for one of them, or
-//! an empty one, with `NameReply` carrying the name. Answers are cached
-//! until [`Resolver::shutdown`] (`VipNSShutdown`).
+//! an empty one sent to its own MAC, with `NameReply` carrying the name. An
+//! empty query broadcast to the segment ("everybody, say who you are") is
+//! [`QueryRefused`]: answering it would list every NIC's MAC, endpoint and
+//! name to whoever asks. Answers are cached until [`Resolver::shutdown`]
+//! (`VipNSShutdown`).
 
 use crate::backoff::Backoff;
 use crate::conn::CmFrame;
@@ -40,6 +43,11 @@ struct Query {
     backoff: Backoff,
     state: Lookup,
 }
+
+/// A broadcast name query with an empty name: not answered (the engine
+/// counts it as `rx_query_refused`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueryRefused;
 
 /// The name discovery of one opened NIC.
 pub struct Resolver {
@@ -110,14 +118,19 @@ impl Resolver {
         st
     }
 
-    /// A `NameQuery` from `(mac, ep)`: answered when the name is ours (or
-    /// empty: "what is your name?").
-    pub fn on_query(&mut self, mac: MacAddr, ep: u32, q: &ConnRepr) {
-        let Ok(name) = std::str::from_utf8(&q.discriminator) else { return };
+    /// A `NameQuery` from `(mac, ep)`, `broadcast` to the segment or sent
+    /// to our MAC: answered when the name is ours, or when it is empty
+    /// ("what is your name?") and was sent to us alone.
+    pub fn on_query(&mut self, mac: MacAddr, ep: u32, q: &ConnRepr, broadcast: bool) -> Result<(), QueryRefused> {
+        if broadcast && q.discriminator.is_empty() {
+            return Err(QueryRefused);
+        }
+        let Ok(name) = std::str::from_utf8(&q.discriminator) else { return Ok(()) };
         let answer = if name.is_empty() { self.local_names.first().cloned() } else { self.local_names.iter().find(|n| *n == name).cloned() };
-        let Some(answer) = answer else { return };
+        let Some(answer) = answer else { return Ok(()) };
         let conn = ConnRepr { request_id: q.request_id, discriminator: answer.into_bytes(), ..ConnRepr::default() };
         self.out.push(CmFrame { dst_mac: mac, dst_ep: ep, kind: Kind::NameReply, dst_vi: 0, src_vi: 0, generation: 0, imm: 0, ack: None, conn });
+        Ok(())
     }
 
     /// A `NameReply` from `mac`.
@@ -212,7 +225,7 @@ mod tests {
             let n = f.conn.emit(&mut buf);
             let c = ConnRepr::parse(&buf[..n]).unwrap();
             match f.kind {
-                Kind::NameQuery => to.on_query(from_mac, 7, &c),
+                Kind::NameQuery => to.on_query(from_mac, 7, &c, f.dst_mac.is_broadcast()).expect("a query this resolver asks"),
                 _ => to.on_reply(from_mac, &c),
             }
         }
@@ -243,6 +256,18 @@ mod tests {
         pump(&mut a, A, &mut b, 0);
         pump(&mut b, B, &mut a, 0);
         assert_eq!(a.poll(q, t0), Lookup::Found(B, "bee".into()));
+    }
+
+    /// "Everybody, say your name" is refused; the same empty query sent
+    /// to one MAC is answered.
+    #[test]
+    fn an_empty_broadcast_query_is_not_answered() {
+        let mut b = Resolver::new(vec!["bee".into()]);
+        let empty = ConnRepr { request_id: 5, ..ConnRepr::default() };
+        assert_eq!(b.on_query(A, 7, &empty, true), Err(QueryRefused));
+        assert!(b.outgoing().is_empty());
+        assert_eq!(b.on_query(A, 7, &empty, false), Ok(()));
+        assert_eq!(b.outgoing().len(), 1);
     }
 
     #[test]
@@ -288,7 +313,7 @@ mod tests {
         let t0 = Instant::now();
         let (mut a, mut b) = (Resolver::new(vec![]), Resolver::new(vec!["bee".into()]));
         // Not UTF-8: no answer, no panic.
-        b.on_query(A, 7, &ConnRepr { request_id: 1, discriminator: vec![0xff, 0xfe, b'b'], ..ConnRepr::default() });
+        b.on_query(A, 7, &ConnRepr { request_id: 1, discriminator: vec![0xff, 0xfe, b'b'], ..ConnRepr::default() }, true).unwrap();
         assert!(b.outgoing().is_empty());
         let q = a.begin_name("bee", t0, t0 + Duration::from_secs(1));
         // A reply with the right id but another name, an empty name, or bad UTF-8 does not answer it.

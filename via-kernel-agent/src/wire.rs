@@ -21,6 +21,11 @@
 //! zero ([`frame_checksum`]). The MAC addresses are left out: composite
 //! devices rewrite them on the way.
 //!
+//! With [`flags::AUTH`] instead (a cluster secret is configured), `check`
+//! is zero and the payload is followed by a [`TAG_LEN`]-byte tag, the
+//! keyed MAC of the same bytes ([`crate::auth`]); `payload_len` does not
+//! count it.
+//!
 //! In a standalone ACK (kind `Ack`), `rdma_addr` is the selective
 //! acknowledgement: bit `i` set when the receiver holds PSN `ack + 1 + i`
 //! past a gap. With `ACK_REQ`, the ACK is a NAK: the receiver has a gap
@@ -128,19 +133,34 @@ pub mod flags {
     pub const FATAL: u16 = 0x0080;
     /// `check` holds the frame's checksum ([`super::frame_checksum`]).
     pub const CHECKSUM: u16 = 0x0100;
+    /// A [`super::TAG_LEN`]-byte authentication tag follows the payload
+    /// ([`super::seal_authenticated`]).
+    pub const AUTH: u16 = 0x0200;
 }
+
+pub use crate::auth::TAG_LEN;
 
 /// Byte offset, within the Ethernet frame, of the `check` field.
 pub const CHECK_OFFSET: usize = ETH_HEADER_LEN + 60;
 
 /// Marks the frame whose headers are `head` ([`FRAME_HEADER_LEN`] bytes)
-/// and whose payload is `payload`, in pieces, as checksummed, and writes
-/// its checksum into `check`.
+/// and whose payload is `payload`, in pieces, as checksummed (and not
+/// authenticated: no tag follows), and writes its checksum into `check`.
 pub fn seal<'a>(head: &mut [u8], payload: impl IntoIterator<Item = &'a [u8]>) {
-    let fl = be16(head, ETH_HEADER_LEN + 2) | flags::CHECKSUM;
+    let fl = (be16(head, ETH_HEADER_LEN + 2) & !flags::AUTH) | flags::CHECKSUM;
     head[ETH_HEADER_LEN + 2..ETH_HEADER_LEN + 4].copy_from_slice(&fl.to_be_bytes());
     let c = frame_checksum(head, payload);
     head[CHECK_OFFSET..CHECK_OFFSET + 4].copy_from_slice(&c.to_be_bytes());
+}
+
+/// Marks the frame whose headers are `head` and whose payload is
+/// `payload` as authenticated (`check` zero) and returns the tag under
+/// `key` that must follow the payload.
+pub fn seal_authenticated<'a>(head: &mut [u8], key: &crate::auth::Key, payload: impl IntoIterator<Item = &'a [u8]>) -> crate::auth::Tag {
+    let fl = (be16(head, ETH_HEADER_LEN + 2) & !flags::CHECKSUM) | flags::AUTH;
+    head[ETH_HEADER_LEN + 2..ETH_HEADER_LEN + 4].copy_from_slice(&fl.to_be_bytes());
+    head[CHECK_OFFSET..CHECK_OFFSET + 4].fill(0);
+    crate::auth::frame_tag(key, head, payload)
 }
 
 /// The checksum of the frame whose headers are `head` (at least
@@ -209,7 +229,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
     /// kind and that `payload_len` fits in the frame.
     pub fn new_checked(buf: T) -> Result<Self, WireError> {
         let f = Self::check_header(buf)?;
-        if FRAME_HEADER_LEN + f.payload_len() as usize > f.buf.as_ref().len() {
+        if FRAME_HEADER_LEN + f.payload_len() as usize + f.trailer_len() > f.buf.as_ref().len() {
             return Err(WireError::BadLength);
         }
         Ok(f)
@@ -324,6 +344,26 @@ impl<T: AsRef<[u8]>> Frame<T> {
     /// match the headers and the payload in the frame?
     pub fn checksum_ok(&self) -> bool {
         self.flags() & flags::CHECKSUM != 0 && frame_checksum(&self.buf.as_ref()[..FRAME_HEADER_LEN], [self.payload()]) == self.check()
+    }
+    /// Bytes after the payload that belong to the frame: the tag of an
+    /// authenticated frame.
+    pub fn trailer_len(&self) -> usize {
+        if self.flags() & flags::AUTH != 0 {
+            TAG_LEN
+        } else {
+            0
+        }
+    }
+    /// The authentication tag, on a frame with [`flags::AUTH`] whose
+    /// payload is in it.
+    pub fn auth_tag(&self) -> Option<&[u8]> {
+        let at = FRAME_HEADER_LEN + self.payload_len() as usize;
+        (self.flags() & flags::AUTH != 0).then(|| self.buf.as_ref().get(at..at + TAG_LEN)).flatten()
+    }
+    /// Does the frame carry [`flags::AUTH`] and a tag that authenticates
+    /// it under `key`?
+    pub fn authentic(&self, key: &crate::auth::Key) -> bool {
+        self.auth_tag().is_some_and(|t| crate::auth::tag_ok(key, &self.buf.as_ref()[..FRAME_HEADER_LEN], self.payload(), t))
     }
     /// The payload, exactly `payload_len` bytes (Ethernet padding
     /// dropped); empty for a frame whose payload was lent.
@@ -441,17 +481,32 @@ pub struct ConnRepr {
     /// Encoded after `discriminator` as a u16 length and the bytes; absent
     /// (empty) on every other frame.
     pub peer_discriminator: Vec<u8>,
+    /// The sender's fresh nonce for key derivation ([`crate::auth`]), on a
+    /// request or accept of a host with a cluster secret. Encoded between
+    /// the fixed part and `discriminator`, flagged by bit 0 of byte 3.
+    pub nonce: Option<crate::auth::Nonce>,
 }
 
 /// Longest discriminator carried on the wire.
 pub const MAX_DISCRIMINATOR: usize = 64;
+
+/// Bit of a [`ConnRepr`]'s byte 3: a nonce follows the fixed part.
+const NONCE_PRESENT: u8 = 1;
 
 impl ConnRepr {
     pub const FIXED_LEN: usize = 16;
 
     pub fn len(&self) -> usize {
         let peer = if self.peer_discriminator.is_empty() { 0 } else { 2 + self.peer_discriminator.len() };
-        Self::FIXED_LEN + self.discriminator.len() + peer
+        Self::FIXED_LEN + self.nonce_len() + self.discriminator.len() + peer
+    }
+
+    fn nonce_len(&self) -> usize {
+        if self.nonce.is_some() {
+            crate::auth::NONCE_LEN
+        } else {
+            0
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -463,11 +518,14 @@ impl ConnRepr {
             return Err(WireError::Truncated);
         }
         let dlen = be16(p, 14) as usize;
-        if dlen > MAX_DISCRIMINATOR || p.len() < Self::FIXED_LEN + dlen {
+        let nlen = if p[3] & NONCE_PRESENT != 0 { crate::auth::NONCE_LEN } else { 0 };
+        let d0 = Self::FIXED_LEN + nlen;
+        if dlen > MAX_DISCRIMINATOR || p.len() < d0 + dlen {
             return Err(WireError::BadLength);
         }
+        let nonce = (nlen != 0).then(|| p[Self::FIXED_LEN..d0].try_into().expect("NONCE_LEN bytes"));
         let mut peer_discriminator = Vec::new();
-        let rest = &p[Self::FIXED_LEN + dlen..];
+        let rest = &p[d0 + dlen..];
         if rest.len() >= 2 {
             let plen = be16(rest, 0) as usize;
             if plen > MAX_DISCRIMINATOR || rest.len() < 2 + plen {
@@ -482,8 +540,9 @@ impl ConnRepr {
             max_transfer_size: be32(p, 4),
             mtu: be16(p, 8) as u32,
             request_id: be32(p, 10),
-            discriminator: p[Self::FIXED_LEN..Self::FIXED_LEN + dlen].to_vec(),
+            discriminator: p[d0..d0 + dlen].to_vec(),
             peer_discriminator,
+            nonce,
         })
     }
 
@@ -493,13 +552,17 @@ impl ConnRepr {
         let o = &mut out[..n];
         o[0..2].copy_from_slice(&self.reliability.to_be_bytes());
         o[2] = self.enable_rdma_write as u8 | (self.enable_rdma_read as u8) << 1;
-        o[3] = 0;
+        o[3] = if self.nonce.is_some() { NONCE_PRESENT } else { 0 };
         o[4..8].copy_from_slice(&self.max_transfer_size.to_be_bytes());
         o[8..10].copy_from_slice(&(self.mtu.min(u16::MAX as u32) as u16).to_be_bytes());
         o[10..14].copy_from_slice(&self.request_id.to_be_bytes());
         o[14..16].copy_from_slice(&(self.discriminator.len() as u16).to_be_bytes());
-        let d = Self::FIXED_LEN + self.discriminator.len();
-        o[16..d].copy_from_slice(&self.discriminator);
+        let d0 = Self::FIXED_LEN + self.nonce_len();
+        if let Some(nonce) = &self.nonce {
+            o[Self::FIXED_LEN..d0].copy_from_slice(nonce);
+        }
+        let d = d0 + self.discriminator.len();
+        o[d0..d].copy_from_slice(&self.discriminator);
         if !self.peer_discriminator.is_empty() {
             o[d..d + 2].copy_from_slice(&(self.peer_discriminator.len() as u16).to_be_bytes());
             o[d + 2..].copy_from_slice(&self.peer_discriminator);
@@ -613,6 +676,7 @@ mod tests {
             request_id: 0xabcdef01,
             discriminator: b"pingpong".to_vec(),
             peer_discriminator: Vec::new(),
+            nonce: None,
         };
         let mut buf = [0u8; 160];
         let n = c.emit(&mut buf);
@@ -627,5 +691,48 @@ mod tests {
         assert_eq!(n, ConnRepr::FIXED_LEN + 8 + 2 + 10);
         assert_eq!(ConnRepr::parse(&buf[..n]).unwrap(), p);
         assert_eq!(ConnRepr::parse(&buf[..n - 1]).unwrap_err(), WireError::BadLength);
+        // A keyed host's request carries its nonce.
+        let k = ConnRepr { nonce: Some([0x5a; crate::auth::NONCE_LEN]), ..p.clone() };
+        let n = k.emit(&mut buf);
+        assert_eq!(n, ConnRepr::FIXED_LEN + 16 + 8 + 2 + 10);
+        assert_eq!(ConnRepr::parse(&buf[..n]).unwrap(), k);
+        assert_eq!(ConnRepr::parse(&buf[..ConnRepr::FIXED_LEN + 10]).unwrap_err(), WireError::BadLength);
+    }
+
+    #[test]
+    fn authenticated_frames_carry_their_tag_after_the_payload() {
+        let key = [3u8; 16];
+        let mut hdr = [0u8; FRAME_HEADER_LEN];
+        sample().emit(&mut hdr);
+        let payload = *b"abcd";
+        let tag = seal_authenticated(&mut hdr, &key, [&payload[..]]);
+        let mut buf = hdr.to_vec();
+        buf.extend_from_slice(&payload);
+        // Without its tag the frame is too short for what it says.
+        assert_eq!(Frame::new_checked(&buf[..]).unwrap_err(), WireError::BadLength);
+        buf.extend_from_slice(&tag);
+        let f = Frame::new_checked(&buf[..]).unwrap();
+        assert_eq!(f.flags() & (flags::AUTH | flags::CHECKSUM), flags::AUTH);
+        assert_eq!(f.payload(), b"abcd", "the tag is not payload");
+        assert_eq!(f.trailer_len(), TAG_LEN);
+        assert_eq!(f.auth_tag(), Some(&tag[..]));
+        assert!(f.authentic(&key));
+        assert!(!f.authentic(&[4u8; 16]), "another key");
+        assert!(!f.checksum_ok(), "no CRC on an authenticated frame");
+        // A flipped bit anywhere from the EtherType on fails it.
+        for bit in 12 * 8..buf.len() * 8 {
+            let mut b = buf.clone();
+            b[bit / 8] ^= 1 << (bit % 8);
+            if let Ok(f) = Frame::new_checked(&b[..]) {
+                assert!(!f.authentic(&key), "bit {bit} flipped and still authentic");
+            }
+        }
+        // A plain frame has no tag.
+        let mut plain = [0u8; FRAME_HEADER_LEN];
+        sample().emit(&mut plain);
+        let mut p = plain.to_vec();
+        p.extend_from_slice(b"abcd");
+        let f = Frame::new_checked(&p[..]).unwrap();
+        assert_eq!((f.auth_tag(), f.trailer_len(), f.authentic(&key)), (None, 0, false));
     }
 }

@@ -38,6 +38,7 @@ pub mod region;
 mod usermem;
 pub mod vi;
 pub mod vi_api;
+mod waker;
 pub mod workqueue;
 
 pub use engine::{AsyncError, AsyncErrorKind, Config, Counters, IncomingRequest};

@@ -29,19 +29,13 @@ pub(crate) struct Shared {
     pub(crate) calls: AtomicU64,
     /// Rounds of progress the background thread ran.
     pub(crate) background_rounds: AtomicU64,
-    /// Threads asleep in a wait, and the eventfd that wakes them when
-    /// another thread's progress may have completed what they wait for
-    /// (that thread drained the device, so its fd will not wake them).
+    /// Threads asleep in a wait, and the wake-up eventfd of each (see
+    /// [`crate::waker`]): woken when another thread's progress may have
+    /// completed what they wait for (that thread drained the device, so its
+    /// fd will not wake them), or changed it (a disconnect, a destroy).
     sleepers: AtomicU32,
-    wake_fd: RawFd,
+    sleeper_fds: Mutex<Vec<RawFd>>,
     pub(crate) notifier: Notifier,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // SAFETY: closing the eventfd created in `Nic::with_device`.
-        unsafe { libc::close(self.wake_fd) };
-    }
 }
 
 /// Rounds a wait keeps spinning after frames arrived that did not
@@ -59,15 +53,23 @@ impl Shared {
     /// arrived.
     pub(crate) fn run_at(&self, e: &mut Engine, now: Instant) -> bool {
         let got = e.progress_at(now);
-        if got && self.sleepers.load(Ordering::Relaxed) > 0 {
-            let one: u64 = 1;
-            // SAFETY: writes 8 bytes from a valid u64 to our eventfd.
-            unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
+        if got {
+            self.wake_sleepers();
         }
         self.notifier.collect(e);
         got
     }
 
+    /// Wakes every thread asleep in a wait on this NIC, so it looks again
+    /// at what it waits for.
+    pub(crate) fn wake_sleepers(&self) {
+        if self.sleepers.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        for &fd in self.sleeper_fds.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            crate::waker::wake(fd);
+        }
+    }
 }
 
 /// An opened NIC (`VIP_NIC_HANDLE`). Cloning gives another handle to the
@@ -156,11 +158,6 @@ impl Nic {
         let background = config.progress_thread;
         let engine = Engine::new(dev, config)?;
         let fd = engine.wait_fd();
-        // SAFETY: plain eventfd creation; owned by `Shared`.
-        let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if wake_fd < 0 {
-            return Err(ViaError::io("creating the wake-up eventfd", std::io::Error::last_os_error()));
-        }
         let shared = Arc::new(Shared {
             engine: Mutex::new(engine),
             fd,
@@ -170,7 +167,7 @@ impl Nic {
             calls: AtomicU64::new(0),
             background_rounds: AtomicU64::new(0),
             sleepers: AtomicU32::new(0),
-            wake_fd,
+            sleeper_fds: Mutex::new(Vec::new()),
             notifier: Notifier::default(),
         });
         let gate = Arc::new(CloseGate::default());
@@ -197,13 +194,16 @@ impl Nic {
         self.shared.background_rounds.load(Ordering::Relaxed)
     }
 
-    /// Runs `f` on the engine after one round of progress.
+    /// Runs `f` on the engine after one round of progress, then wakes the
+    /// threads asleep in a wait: `f` may have completed or ended what they
+    /// wait for (a disconnect flushes, a destroy removes).
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
         let r = {
             let mut e = self.lock();
             self.shared.run(&mut e);
             f(&mut e)
         };
+        self.shared.wake_sleepers();
         self.shared.notifier.deliver();
         r
     }
@@ -268,33 +268,50 @@ impl Nic {
                 if deadline.is_some_and(|d| now >= d) {
                     return Err(ViaError::timeout(format!("{what}: timed out after {:?}", timeout.unwrap())));
                 }
-                if burst > 0 || now.duration_since(start) < self.shared.spin {
-                    burst = burst.saturating_sub(1);
-                    None
-                } else {
+                // This thread's own wake-up eventfd: only this thread drains
+                // it, so a wake-up written for it cannot be taken by another
+                // sleeper. (Without one, out of fds, the wait keeps spinning.)
+                let spinning = burst > 0 || now.duration_since(start) < self.shared.spin;
+                let wake_fd = if spinning { None } else { crate::waker::thread_fd().ok() };
+                if let Some(wake_fd) = wake_fd {
                     let now = *last_read.insert(Instant::now());
                     // Counted while still holding the lock, so a thread that
                     // completes our work after we let go sees us and wakes us.
-                    self.shared.sleepers.fetch_add(1, Ordering::Relaxed);
+                    self.register_sleeper(wake_fd);
                     let until = match (deadline, e.next_deadline()) {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
                     };
-                    Some(until.map(|u| u.saturating_duration_since(now)))
+                    Some((wake_fd, until.map(|u| u.saturating_duration_since(now))))
+                } else {
+                    burst = burst.saturating_sub(1);
+                    None
                 }
             };
             match sleep {
                 None => std::hint::spin_loop(),
-                Some(t) => {
-                    sleep_on(&[self.shared.fd, self.shared.wake_fd], t);
-                    self.shared.sleepers.fetch_sub(1, Ordering::Relaxed);
+                Some((wake_fd, t)) => {
+                    sleep_on(&[self.shared.fd, wake_fd], t);
+                    self.unregister_sleeper(wake_fd);
                     round = 0;
-                    let mut v: u64 = 0;
-                    // SAFETY: reads 8 bytes into a valid u64 from our nonblocking eventfd.
-                    unsafe { libc::read(self.shared.wake_fd, (&mut v as *mut u64).cast(), 8) };
+                    crate::waker::drain(wake_fd);
                 }
             }
         }
+    }
+
+    /// Records this thread (its wake-up fd) as asleep in a wait.
+    fn register_sleeper(&self, fd: RawFd) {
+        self.shared.sleeper_fds.lock().unwrap_or_else(|p| p.into_inner()).push(fd);
+        self.shared.sleepers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn unregister_sleeper(&self, fd: RawFd) {
+        let mut fds = self.shared.sleeper_fds.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = fds.iter().position(|&f| f == fd) {
+            fds.swap_remove(i);
+        }
+        self.shared.sleepers.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Drives progress until `cond` holds or `timeout` passes, spinning

@@ -7,7 +7,8 @@
 //! keep entering the engine, the thread only naps (1 ms, doubling to
 //! 16 ms). Once the application is idle it runs progress, then sleeps until
 //! the next timer, or on the device's fd when nothing is pending. It holds
-//! only a weak reference, and ends when the NIC is closed.
+//! only a weak reference, and ends when the NIC is closed (the last handle
+//! wakes it and joins it).
 
 use crate::nic::{sleep_on, Shared};
 use std::sync::atomic::Ordering;
@@ -26,13 +27,19 @@ const MAX_SLEEP: Duration = Duration::from_millis(50);
 /// Makes closing a NIC synchronous although the progress thread may hold a
 /// reference for a moment: the application's last handle waits until the
 /// thread has let go, so the device is closed (and can be opened again)
-/// when `drop` returns, not a moment later on the progress thread.
+/// when `drop` returns, not a moment later on the progress thread; then it
+/// wakes the thread and joins it, so nothing of the NIC runs any more.
 #[derive(Default)]
 pub(crate) struct CloseGate {
     /// Does the progress thread hold a strong reference now?
     held: Mutex<bool>,
     released: Condvar,
     thread: Mutex<Option<std::thread::ThreadId>>,
+    /// The progress thread, joined by the last handle.
+    handle: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The progress thread's wake-up eventfd while it runs (cleared, under
+    /// this lock, before the thread ends and its eventfd closes).
+    stop_fd: Mutex<Option<std::os::fd::RawFd>>,
 }
 
 impl CloseGate {
@@ -51,7 +58,19 @@ impl CloseGate {
             while *held {
                 held = self.released.wait(held).unwrap_or_else(|p| p.into_inner());
             }
+            drop(held);
+            self.stop_thread();
         }
+    }
+
+    /// Wakes the progress thread (it finds the NIC gone and ends) and
+    /// joins it.
+    fn stop_thread(&self) {
+        let Some(handle) = self.handle.lock().unwrap_or_else(|p| p.into_inner()).take() else { return };
+        if let Some(fd) = *self.stop_fd.lock().unwrap_or_else(|p| p.into_inner()) {
+            crate::waker::wake(fd);
+        }
+        let _ = handle.join();
     }
 
     fn take(&self, weak: &Weak<Shared>) -> Option<Arc<Shared>> {
@@ -71,15 +90,27 @@ impl CloseGate {
 
 /// Starts the progress thread of `shared`.
 pub(crate) fn start(shared: Weak<Shared>, gate: Arc<CloseGate>) -> std::io::Result<()> {
-    std::thread::Builder::new().name("via-progress".into()).spawn(move || run(shared, &gate)).map(|_| ())
+    let g = Arc::clone(&gate);
+    let handle = std::thread::Builder::new().name("via-progress".into()).spawn(move || run(shared, &g))?;
+    *gate.handle.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+    Ok(())
 }
 
 fn run(weak: Weak<Shared>, gate: &CloseGate) {
     *gate.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::thread::current().id());
+    // Without its own eventfd the thread still ends, at its next look.
+    let stop = crate::waker::thread_fd().ok();
+    *gate.stop_fd.lock().unwrap_or_else(|p| p.into_inner()) = stop;
+    run_rounds(&weak, gate, stop.unwrap_or(-1));
+    *gate.stop_fd.lock().unwrap_or_else(|p| p.into_inner()) = None;
+}
+
+/// Runs progress while the NIC is open; sleeps wake early on `stop`.
+fn run_rounds(weak: &Weak<Shared>, gate: &CloseGate, stop: std::os::fd::RawFd) {
     let mut seen = u64::MAX;
     let mut nap = IDLE_AFTER;
     loop {
-        let Some(shared) = gate.take(&weak) else { return };
+        let Some(shared) = gate.take(weak) else { return };
         let calls = shared.calls.load(Ordering::Relaxed);
         if calls != seen {
             // The application entered the engine since we last looked: it
@@ -87,7 +118,8 @@ fn run(weak: Weak<Shared>, gate: &CloseGate) {
             // busy, so that a spinning application is seldom interrupted.
             seen = calls;
             gate.give_back(shared);
-            std::thread::sleep(nap);
+            sleep_on(&[stop], Some(nap));
+            crate::waker::drain(stop);
             nap = (nap * 2).min(MAX_NAP);
             continue;
         }
@@ -109,6 +141,7 @@ fn run(weak: Weak<Shared>, gate: &CloseGate) {
         gate.give_back(shared);
         let now = Instant::now();
         let sleep = next.map_or(MAX_SLEEP, |t| t.saturating_duration_since(now).min(MAX_SLEEP));
-        sleep_on(&[fd], Some(sleep));
+        sleep_on(&[fd, stop], Some(sleep));
+        crate::waker::drain(stop);
     }
 }

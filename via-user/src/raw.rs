@@ -18,6 +18,22 @@ use via_kernel_agent::MacAddr;
 /// A long time standing for "no limit".
 const FOREVER: Duration = Duration::from_secs(3600 * 24 * 365);
 
+/// One look of a wait at the VI or CQ it waits on (`now`: its serial, or
+/// why it is not there): the first look notes which object it is; later
+/// ones end the wait with INVALID_STATE when it was destroyed meanwhile
+/// (and its number perhaps given to a new one).
+fn still_the_same(began_on: &mut Option<u64>, now: Result<u64>, what: &str) -> Result<()> {
+    match (now, *began_on) {
+        (Ok(s), None) => {
+            *began_on = Some(s);
+            Ok(())
+        }
+        (Ok(s), Some(b)) if s == b => Ok(()),
+        (Err(e), None) => Err(e),
+        _ => Err(ViaError::state(format!("the {what} was destroyed while this thread waited on it"))),
+    }
+}
+
 fn queue(send: bool) -> Queue {
     if send {
         Queue::Send
@@ -116,10 +132,17 @@ impl Nic {
         self.poll(|e| e.core.done(id, queue(send)))
     }
 
-    /// `VipSendWait` / `VipRecvWait` (None: no limit).
+    /// `VipSendWait` / `VipRecvWait` (None: no limit). A disconnect by
+    /// another thread flushes what is posted: the wait returns the flushed
+    /// descriptor. A destroy by another thread ends it with INVALID_STATE.
     pub fn vi_wait(&self, id: u16, send: bool, timeout: Option<Duration>) -> Result<usize> {
         let what = if send { "SendWait" } else { "RecvWait" };
-        self.wait(timeout, what, |e| e.core.done(id, queue(send)))
+        let mut began_on = None;
+        self.wait(timeout, what, |e| {
+            let now = e.core.vi(id).map(|v| v.serial);
+            still_the_same(&mut began_on, now, "VI")?;
+            e.core.done(id, queue(send))
+        })
     }
 
     /// `VipConnectRequest` from VI `id` to the server at `mac` waiting on
@@ -194,9 +217,11 @@ impl Nic {
         self.lock().core.create_cq(entries)
     }
 
-    /// `VipDestroyCQ`: INVALID_STATE while a VI uses it.
+    /// `VipDestroyCQ`: INVALID_STATE while a VI uses it. A thread waiting
+    /// on the CQ is woken and its wait ends with INVALID_STATE.
     pub fn cq_destroy(&self, id: u16) -> Result<()> {
         self.lock().core.destroy_cq(id)?;
+        self.shared.wake_sleepers();
         self.shared.notifier.disarm(&[crate::NotifyTarget::Cq(id)]);
         Ok(())
     }
@@ -206,9 +231,15 @@ impl Nic {
         self.poll(|e| e.core.cq_done(id))
     }
 
-    /// `VipCQWait`.
+    /// `VipCQWait`; ends with INVALID_STATE when another thread destroys
+    /// the CQ.
     pub fn cq_wait(&self, id: u16, timeout: Option<Duration>) -> Result<(u16, bool)> {
-        self.wait(timeout, "CQWait", |e| e.core.cq_done(id))
+        let mut began_on = None;
+        self.wait(timeout, "CQWait", |e| {
+            let now = e.core.cq_mut(id).map(|c| c.serial);
+            still_the_same(&mut began_on, now, "CQ")?;
+            e.core.cq_done(id)
+        })
     }
 
     /// `VipResizeCQ`: fails when more completions are queued than fit.

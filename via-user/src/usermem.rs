@@ -22,8 +22,17 @@ pub fn read_control(mem: &RegistrationTable, addr: usize, handle: u32, ptag: Pta
     Ok(cs)
 }
 
+/// Is the descriptor at `addr`, with its `segs` segments, still in memory
+/// registered as `handle` under `ptag`? Checked before its segments are
+/// read again after posting: the application may have deregistered (and
+/// unmapped) it since.
+pub fn descriptor_registered(mem: &RegistrationTable, addr: usize, handle: u32, segs: usize, ptag: Ptag) -> bool {
+    mem.check(handle, addr, descriptor_bytes(segs), ptag).is_ok()
+}
+
 /// Reads data segment `i` of the descriptor at `addr` (whose size was
-/// checked by [`read_control`]).
+/// checked by [`read_control`] when posted, and by
+/// [`descriptor_registered`] again since, when read after posting).
 pub fn read_segment(addr: usize, i: usize) -> DataSegment {
     // SAFETY: `read_control` checked that all `seg_count` segments lie in
     // registered memory; callers pass `i < seg_count`; 16-byte aligned.

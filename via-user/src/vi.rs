@@ -109,8 +109,35 @@ pub struct ReadJob {
     pub off: u32,
 }
 
+/// An RDMA read of the peer's that we served, remembered so that a
+/// duplicate of its request (the requester lost part of the response and
+/// asks again) can be told from one that is not: see
+/// `Core::on_read_request`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServedRead {
+    /// The request as it first came: PSN, message number, remote range.
+    pub psn: u32,
+    pub msg_seq: u32,
+    pub addr: u64,
+    pub handle: u32,
+    pub len: u32,
+    /// The offset the last repeat asked from, and how many repeats asked
+    /// from it.
+    pub resume_off: u32,
+    pub repeats: u32,
+}
+
+/// Numbers each VI and CQ ever created in the process, so that a wait can
+/// tell the object it began on from a later one given the same number.
+pub fn next_serial() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// One VI.
 pub struct ViState {
+    /// Unique in the process ([`next_serial`]).
+    pub serial: u64,
     pub attrs: ViAttributes,
     pub phase: ViPhase,
     pub send_cq: Option<u16>,
@@ -158,6 +185,9 @@ pub struct ViState {
     pub read_resume: bool,
     /// RDMA reads the peer asked of us, answered in order.
     pub read_jobs: VecDeque<ReadJob>,
+    /// The reads we served most recently (at most a work queue's worth:
+    /// what a requester can have outstanding), oldest first.
+    pub reads_served: VecDeque<ServedRead>,
 
     // ---- receiver ----
     pub rx_expected: u32,
@@ -183,6 +213,7 @@ pub struct ViState {
 impl ViState {
     pub fn new(attrs: ViAttributes, send_cq: Option<u16>, recv_cq: Option<u16>, depth: usize, rto: Duration) -> Self {
         ViState {
+            serial: next_serial(),
             attrs,
             phase: ViPhase::Idle,
             send_cq,
@@ -210,6 +241,7 @@ impl ViState {
             reads_outstanding: 0,
             read_resume: false,
             read_jobs: VecDeque::new(),
+            reads_served: VecDeque::new(),
             rx_expected: 0,
             rx: None,
             reorder: ReorderBuffer::default(),
@@ -282,6 +314,7 @@ impl ViState {
         self.reads_outstanding = 0;
         self.read_resume = false;
         self.read_jobs.clear();
+        self.reads_served.clear();
         self.last_rx_error = None;
         self.prot_violations = 0;
     }

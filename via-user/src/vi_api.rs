@@ -46,7 +46,11 @@ fn qi(q: Queue) -> usize {
 impl Nic {
     /// `VipCreateVi`: a VI with optional completion queues for its send and
     /// receive queues.
+    /// CQs of another NIC are refused (INVALID_PARAMETER).
     pub fn create_vi(&self, attrs: &ViAttributes, send_cq: Option<&Cq>, recv_cq: Option<&Cq>) -> Result<Vi> {
+        if [send_cq, recv_cq].into_iter().flatten().any(|c| !c.nic.same(self)) {
+            return Err(ViaError::invalid("the completion queue belongs to another NIC"));
+        }
         let id = self.lock().core.create_vi(*attrs, send_cq.map(|c| c.id), recv_cq.map(|c| c.id))?;
         Ok(Vi { nic: self.clone(), id, sent: VecDeque::new(), received: VecDeque::new(), armed: Default::default(), on_post: [None, None] })
     }

@@ -156,11 +156,13 @@ pub struct CompletionQueue {
     /// Completions that arrived while the queue was at capacity. They are
     /// kept (the queue grows), never dropped, and counted here.
     pub overflows: u64,
+    /// Unique in the process ([`crate::vi::next_serial`]).
+    pub serial: u64,
 }
 
 impl CompletionQueue {
     pub fn new(capacity: usize) -> Self {
-        CompletionQueue { entries: VecDeque::with_capacity(capacity), capacity, overflows: 0 }
+        CompletionQueue { entries: VecDeque::with_capacity(capacity), capacity, overflows: 0, serial: crate::vi::next_serial() }
     }
 
     pub fn push(&mut self, vi: u16, recv: bool) {

@@ -5,6 +5,9 @@
 //! - runs inside `catch_unwind`, so no Rust panic crosses into C (a panic
 //!   becomes VIP_ERROR_RESOURCE);
 //! - is thread-safe: the engine is behind one lock per NIC.
+//!
+//! The management, error-callback and name-service functions are in
+//! [`crate::manage`].
 
 use crate::handles::{self, NicObject, Object};
 use crate::types::*;
@@ -13,7 +16,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 use via_user::{MacAddr, MemAttributes, Nic, Notice, NotifyTarget, Ptag, Reliability, ViAttributes, ViPhase, ViaError, VipReturn};
 
-type R = Result<(), ViaError>;
+pub(crate) type R = Result<(), ViaError>;
 
 fn code(r: R) -> VipReturnCode {
     match r {
@@ -23,19 +26,34 @@ fn code(r: R) -> VipReturnCode {
 }
 
 /// Runs an entry point's body: errors become their codes, panics
-/// VIP_ERROR_RESOURCE.
-fn guard(f: impl FnOnce() -> R) -> VipReturnCode {
+/// VIP_ERROR_RESOURCE. With `VIPL_VERBOSE=1` in the environment, each
+/// error (other than NOT_DONE and TIMEOUT) is also written to stderr with
+/// its cause.
+pub(crate) fn guard(f: impl FnOnce() -> R) -> VipReturnCode {
     match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => code(r),
+        Ok(r) => {
+            if let Err(e) = &r {
+                log_error(e);
+            }
+            code(r)
+        }
         Err(_) => VipReturn::ErrorResource as VipReturnCode,
     }
 }
 
-fn invalid(what: &str) -> ViaError {
+fn log_error(e: &ViaError) {
+    static VERBOSE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let verbose = *VERBOSE.get_or_init(|| std::env::var("VIPL_VERBOSE").is_ok_and(|v| v != "0"));
+    if verbose && !matches!(e.code, VipReturn::NotDone | VipReturn::Timeout) {
+        eprintln!("vipl: {e}");
+    }
+}
+
+pub(crate) fn invalid(what: &str) -> ViaError {
     ViaError::invalid(what)
 }
 
-fn nic_of(h: VipHandle) -> Result<NicObject, ViaError> {
+pub(crate) fn nic_of(h: VipHandle) -> Result<NicObject, ViaError> {
     match handles::get(h) {
         Some(Object::Nic(n)) => Ok(n),
         _ => Err(invalid("not a NIC handle (NULL, closed or another kind)")),
@@ -67,7 +85,7 @@ fn timeout(ms: c_ulong) -> Option<Duration> {
     (ms != VIP_INFINITE).then(|| Duration::from_millis(ms as u64))
 }
 
-fn out<T>(p: *mut T, v: T) -> R {
+pub(crate) fn out<T>(p: *mut T, v: T) -> R {
     if p.is_null() {
         return Err(invalid("NULL output pointer"));
     }
@@ -111,7 +129,7 @@ fn c_vi_attrs(a: &ViAttributes, ptag: VipHandle) -> VipViAttributes {
 }
 
 /// (host address bytes, discriminator bytes) of a `VIP_NET_ADDRESS`.
-fn net_address<'a>(p: *const VipNetAddress) -> Result<(&'a [u8], &'a [u8]), ViaError> {
+pub(crate) fn net_address<'a>(p: *const VipNetAddress) -> Result<(&'a [u8], &'a [u8]), ViaError> {
     if p.is_null() {
         return Err(invalid("NULL VIP_NET_ADDRESS"));
     }
@@ -124,13 +142,13 @@ fn net_address<'a>(p: *const VipNetAddress) -> Result<(&'a [u8], &'a [u8]), ViaE
     }
 }
 
-fn mac_of(host: &[u8]) -> Result<MacAddr, ViaError> {
+pub(crate) fn mac_of(host: &[u8]) -> Result<MacAddr, ViaError> {
     <[u8; 6]>::try_from(host).map(MacAddr).map_err(|_| invalid("a host address is a 6-byte MAC"))
 }
 
 /// Writes `mac` as the host address of the caller's `VIP_NET_ADDRESS`
 /// (HostAddressLen 6), leaving its discriminator alone.
-fn write_host(p: *mut VipNetAddress, mac: MacAddr, discriminator: Option<&[u8]>) -> R {
+pub(crate) fn write_host(p: *mut VipNetAddress, mac: MacAddr, discriminator: Option<&[u8]>) -> R {
     if p.is_null() {
         return Err(invalid("NULL VIP_NET_ADDRESS"));
     }
@@ -164,12 +182,27 @@ pub extern "C" fn VipOpenNic(name: *const c_char, nic: *mut VipHandle) -> VipRet
     })
 }
 
+/// `VipCloseNic`: refused with VIP_INVALID_STATE while VIs, CQs,
+/// protection tags (and so registered memory, which needs one) or pending
+/// connection requests of the NIC exist, naming them (see `VIPL_VERBOSE`);
+/// otherwise the NIC closes for real before this returns: its device and
+/// file descriptors are closed and its progress thread has ended.
 #[no_mangle]
 pub extern "C" fn VipCloseNic(nic: VipHandle) -> VipReturnCode {
     guard(|| {
-        nic_of(nic)?;
-        handles::remove(nic);
-        Ok(())
+        let n = nic_of(nic)?;
+        let of_this_nic = |o: &Object| match o {
+            Object::Vi { nic_handle, .. } | Object::Cq { nic_handle, .. } => *nic_handle == nic,
+            Object::Ptag { nic, .. } | Object::Conn { nic, .. } => nic.same(&n.nic),
+            Object::Nic(_) => false,
+        };
+        match handles::remove_unless_used(nic, of_this_nic) {
+            Ok(_) => Ok(()), // with `n`, the last handle of the NIC: it closes on return
+            Err(used) => {
+                let list: Vec<String> = used.iter().map(|(k, n)| format!("{n} {k}")).collect();
+                Err(ViaError::state(format!("VipCloseNic: the NIC still has {}: destroy them first", list.join(", "))))
+            }
+        }
     })
 }
 
@@ -296,7 +329,16 @@ pub extern "C" fn VipCreateVi(nic: VipHandle, attrs: *const VipViAttributes, sen
         if vi.is_null() {
             return Err(invalid("NULL VI handle pointer"));
         }
-        let cq = |h: VipHandle| -> Result<Option<u16>, ViaError> { if h.is_null() { Ok(None) } else { Ok(Some(cq_of(h)?.3)) } };
+        let cq = |h: VipHandle| -> Result<Option<u16>, ViaError> {
+            if h.is_null() {
+                return Ok(None);
+            }
+            let (cq_nic, _, _, id) = cq_of(h)?;
+            if !cq_nic.same(&n.nic) {
+                return Err(invalid("VipCreateVi: the CQ belongs to another NIC"));
+            }
+            Ok(Some(id))
+        };
         let id = n.nic.vi_create(&a, cq(send_cq)?, cq(recv_cq)?)?;
         let h = handles::insert(Object::Vi { nic: n.nic.clone(), nic_handle: nic, id });
         handles::set_vi_handle(&n.vis, id, h);
@@ -403,7 +445,7 @@ pub extern "C" fn VipRecvWait(vi: VipHandle, ms: c_ulong, desc: *mut *mut c_void
 
 /// A C context pointer carried into a callback on another thread.
 #[derive(Clone, Copy)]
-struct Context(VipPvoid);
+pub(crate) struct Context(pub(crate) VipPvoid);
 // SAFETY: VIPL hands the context back to the program's own callback; what
 // it points to is the program's business, as in C.
 unsafe impl Send for Context {}
@@ -621,113 +663,6 @@ pub extern "C" fn VipCQNotify(cq: VipHandle, ctx: VipPvoid, f: Option<CqCallback
                 }
             }),
         );
-        Ok(())
-    })
-}
-
-// ---- management and errors ----
-
-#[no_mangle]
-pub extern "C" fn VipQuerySystemManagementInfo(nic: VipHandle, info_type: c_ulong, info: VipPvoid) -> VipReturnCode {
-    guard(|| {
-        nic_of(nic)?;
-        if info_type != VIP_SMI_AUTODISCOVERY {
-            return Err(invalid(&format!("system management info type {info_type} is not supported (only VIP_SMI_AUTODISCOVERY)")));
-        }
-        // No discovery of other hosts is kept: an empty list, one hop.
-        out(info.cast::<VipAutodiscoveryList>(), VipAutodiscoveryList { number_of_hops: 1, ad_addr_array: std::ptr::null_mut(), num_ad_addrs: 0 })
-    })
-}
-
-type ErrorCallback = extern "C" fn(VipPvoid, *mut VipErrorDescriptor);
-
-#[no_mangle]
-pub extern "C" fn VipErrorCallback(nic: VipHandle, ctx: VipPvoid, f: Option<ErrorCallback>) -> VipReturnCode {
-    guard(|| {
-        let n = nic_of(nic)?;
-        let Some(f) = f else {
-            n.nic.set_error_callback(None);
-            return Ok(());
-        };
-        let (ctx, nh, vis) = (Context(ctx), Context(nic), n.vis.clone());
-        n.nic.set_error_callback(Some(Box::new(move |e| {
-            let (ctx, nh) = (ctx, nh);
-            let (error_code, resource, cq_handle) = match e.kind {
-                via_user::AsyncErrorKind::ConnLost => (error_code::CONN_LOST, resource_code::VI, std::ptr::null_mut()),
-                via_user::AsyncErrorKind::RecvQueueEmpty => (error_code::RECVQ_EMPTY, resource_code::VI, std::ptr::null_mut()),
-                via_user::AsyncErrorKind::RdmaWriteProt => (error_code::RDMAW_PROT, resource_code::VI, std::ptr::null_mut()),
-                via_user::AsyncErrorKind::RdmaReadProt => (error_code::RDMAR_PROT, resource_code::VI, std::ptr::null_mut()),
-                via_user::AsyncErrorKind::CqOverflow { cq, .. } => {
-                    let h = handles::find(|o| matches!(o, handles::Object::Cq { nic_handle, id, .. } if *nic_handle == nh.0 && *id == cq));
-                    (error_code::CATASTROPHIC, resource_code::CQ, h)
-                }
-            };
-            let mut d = VipErrorDescriptor {
-                nic_handle: nh.0,
-                vi_handle: handles::vi_handle(&vis, e.vi),
-                cq_handle,
-                descriptor_ptr: std::ptr::null_mut(),
-                op_code: 0,
-                resource_code: resource,
-                error_code,
-            };
-            f(ctx.0, &mut d);
-        })));
-        Ok(())
-    })
-}
-
-// ---- name service ----
-
-#[no_mangle]
-pub extern "C" fn VipNSInit(nic: VipHandle, _init_info: VipPvoid) -> VipReturnCode {
-    guard(|| nic_of(nic)?.nic.ns_init(None))
-}
-
-#[no_mangle]
-pub extern "C" fn VipNSGetHostByName(nic: VipHandle, name: *const c_char, address: *mut VipNetAddress, name_index: c_ulong) -> VipReturnCode {
-    guard(|| {
-        let n = nic_of(nic)?;
-        if name.is_null() {
-            return Err(invalid("NULL host name"));
-        }
-        if name_index != 0 {
-            return Err(ViaError::new(VipReturn::ErrorNameService, "each name has one address here: NameIndex must be 0"));
-        }
-        // SAFETY: non-NULL, NUL-terminated by the VIPL contract.
-        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_str().map_err(|_| invalid("host name is not UTF-8"))?;
-        let mac = n.nic.lookup_host(name)?;
-        write_host(address, mac, None)
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn VipNSGetHostByAddr(nic: VipHandle, address: *const VipNetAddress, name: *mut c_char, name_len: *mut c_ulong) -> VipReturnCode {
-    guard(|| {
-        let n = nic_of(nic)?;
-        let (host, _) = net_address(address)?;
-        if name.is_null() || name_len.is_null() {
-            return Err(invalid("NULL name buffer or length"));
-        }
-        let found = n.nic.lookup_name(mac_of(host)?)?;
-        // SAFETY: non-NULL; the caller says how much room `name` has.
-        unsafe {
-            let room = *name_len as usize;
-            *name_len = (found.len() + 1) as c_ulong;
-            if found.len() + 1 > room {
-                return Err(ViaError::resource(format!("the name needs {} bytes with its NUL, the buffer has {room}", found.len() + 1)));
-            }
-            std::ptr::copy_nonoverlapping(found.as_ptr().cast::<c_char>(), name, found.len());
-            *name.add(found.len()) = 0;
-        }
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub extern "C" fn VipNSShutdown(nic: VipHandle) -> VipReturnCode {
-    guard(|| {
-        nic_of(nic)?.nic.ns_shutdown();
         Ok(())
     })
 }

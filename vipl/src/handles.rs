@@ -109,6 +109,39 @@ pub fn remove(h: *mut c_void) -> Option<Object> {
     s.object.take()
 }
 
+impl Object {
+    /// What the object is, for messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Object::Nic(_) => "NIC",
+            Object::Vi { .. } => "VI",
+            Object::Cq { .. } => "CQ",
+            Object::Ptag { .. } => "protection tag",
+            Object::Conn { .. } => "connection request (not accepted or rejected)",
+        }
+    }
+}
+
+/// Removes the object `h` names unless live objects that `depends`
+/// accepts remain; then returns how many of each kind remain, in one
+/// look at the table (no object can appear between the count and the
+/// removal).
+pub fn remove_unless_used(h: *mut c_void, depends: impl Fn(&Object) -> bool) -> Result<Option<Object>, Vec<(&'static str, usize)>> {
+    let (i, g) = slot_of(h).ok_or_else(Vec::new)?;
+    let mut t = table();
+    let mut used: Vec<(&'static str, usize)> = Vec::new();
+    for o in t.iter().filter_map(|s| s.object.as_ref()).filter(|o| depends(o)) {
+        match used.iter_mut().find(|(k, _)| *k == o.kind()) {
+            Some((_, n)) => *n += 1,
+            None => used.push((o.kind(), 1)),
+        }
+    }
+    if !used.is_empty() {
+        return Err(used);
+    }
+    Ok(t.get_mut(i).filter(|s| s.generation == g).and_then(|s| s.object.take()))
+}
+
 /// The handle of the first live object `pred` accepts (NULL if none).
 pub fn find(pred: impl Fn(&Object) -> bool) -> *mut c_void {
     let t = table();

@@ -4,10 +4,11 @@
 //!
 //! Modules: [`types`] (the `#[repr(C)]` structures and constants, layouts
 //! asserted), [`handles`] (the table behind every opaque handle), [`api`]
-//! (the functions).
+//! and [`manage`] (the functions).
 
 #![allow(non_snake_case)]
 
 pub mod api;
 pub mod handles;
+pub mod manage;
 pub mod types;

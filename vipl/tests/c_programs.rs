@@ -11,12 +11,13 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-/// The directory holding the libvipl.so of this build (next to the test
-/// binary's `deps/`).
+/// The directory holding the libvipl.so of this build: the test binary's
+/// `deps/`, where `cargo test` builds it (the copy one level up is only
+/// refreshed by `cargo build`, and may be older).
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
-    for d in [deps.parent().unwrap(), deps] {
+    for d in [deps, deps.parent().unwrap()] {
         if d.join("libvipl.so").exists() {
             return d.to_path_buf();
         }
@@ -157,4 +158,60 @@ fn c_rejected_connection() {
 fn c_peer_to_peer_connection() {
     let out = two_hosts("peer");
     assert_eq!(out.matches("OK peer").count(), 2, "{out}");
+}
+
+/// Runs `tests/c/misuse.c MODE` (see its header); returns (stdout, stderr).
+fn misuse(mode: &str, env: &[(&str, &str)]) -> (String, String) {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let exe = BUILT.get_or_init(|| {
+        let p = std::env::temp_dir().join(format!("vipl-misuse-{}", std::process::id()));
+        build("misuse", &p);
+        p
+    });
+    let run = Command::new(exe).arg(mode).env("LD_LIBRARY_PATH", lib_path()).envs(env.iter().copied()).output().unwrap();
+    let (out, err) = (String::from_utf8_lossy(&run.stdout).into_owned(), String::from_utf8_lossy(&run.stderr).into_owned());
+    assert!(run.status.success(), "misuse {mode} failed ({}):\n{out}\n{err}", run.status);
+    assert!(out.contains(&format!("OK {mode}")), "{out}");
+    (out, err)
+}
+
+#[test]
+fn close_nic_is_refused_while_its_objects_exist_and_says_which() {
+    let (_, err) = misuse("close", &[("VIPL_VERBOSE", "1")]);
+    let refusal = err.lines().find(|l| l.contains("VipCloseNic: the NIC still has")).unwrap_or_else(|| panic!("no refusal message:\n{err}"));
+    for what in ["1 VI", "1 CQ", "1 protection tag"] {
+        assert!(refusal.contains(what), "{refusal}");
+    }
+    assert!(refusal.starts_with("vipl: VIP_INVALID_STATE"), "{refusal}");
+}
+
+#[test]
+fn a_hundred_open_connect_close_cycles_leave_fds_threads_and_rss_at_baseline() {
+    let (out, _) = misuse("cycles", &[]);
+    assert!(out.contains("after 100 cycles"), "{out}");
+}
+
+#[test]
+fn a_receive_whose_memory_is_deregistered_completes_with_a_protection_error() {
+    misuse("recvgone", &[]);
+}
+
+#[test]
+fn a_send_whose_buffer_is_deregistered_completes_alone_with_a_protection_error() {
+    misuse("sendgone", &[]);
+}
+
+#[test]
+fn waits_are_woken_by_disconnect_and_destroy() {
+    misuse("wake", &[]);
+}
+
+#[test]
+fn a_cq_of_another_nic_is_refused() {
+    misuse("foreigncq", &[]);
+}
+
+#[test]
+fn cq_overflow_reaches_the_error_callback_as_catastrophic_cq() {
+    misuse("cqoverflow", &[]);
 }

@@ -1,4 +1,10 @@
-//! `mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--timeout SECONDS] -- PROGRAM ARGS`
+//! `mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--timeout SECONDS] [--no-auth] -- PROGRAM ARGS`
+//!
+//! Each run makes a cluster secret of its own (32 random bytes, mode 0600
+//! in a directory only root can enter, removed at exit) and hands it to
+//! the ranks in `VIA_SECRET`, so every VIA frame of the run carries a MAC
+//! (via_kernel_agent::auth); a `VIA_SECRET` set by the caller is used
+//! instead, and `--no-auth` runs without one (CRC-32C only).
 //!
 //! Runs an MTTL program as N processes on this machine, each in a network
 //! namespace of its own (`eth0`, 10.77.0.(rank+1)/16) joined by a bridge in
@@ -22,7 +28,8 @@
 //!
 //! The ranks share this host, so over VIA each opens a composite device:
 //! its `eth0` for the network and a shared-memory wire of the run for the
-//! other ranks (`/dev/via_eth0+shm:mttl<pid>`), which is the path their
+//! other ranks (`/dev/via_eth0+shm:mttl<pid>-<random>-h<host>`: a name
+//! no other user can guess and make the segment of first), which is the path their
 //! frames take. `--nic-only` gives them the software NIC alone.
 //! `--hosts K` plays a cluster of K SMP hosts: the ranks are dealt out in
 //! blocks and each block shares a wire of its own, so ranks on one host
@@ -51,24 +58,27 @@ struct Opts {
     timeout: Option<Duration>,
     mtu: u32,
     nic_only: bool,
+    /// No cluster secret: frames carry the CRC alone (`--no-auth`).
+    no_auth: bool,
     hosts: usize,
     cmd: Vec<String>,
 }
 
 fn usage() -> ! {
-    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--timeout SECONDS] -- PROGRAM [ARGS...]");
+    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--timeout SECONDS] [--no-auth] -- PROGRAM [ARGS...]");
     std::process::exit(2)
 }
 
 fn parse() -> Opts {
     let mut a = std::env::args().skip(1);
-    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: DEFAULT_MTU, nic_only: false, hosts: 1, cmd: Vec::new() };
+    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: DEFAULT_MTU, nic_only: false, no_auth: false, hosts: 1, cmd: Vec::new() };
     while let Some(x) = a.next() {
         match x.as_str() {
             "-n" | "--np" => o.n = a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
             "--transport" => o.transport = a.next().unwrap_or_else(|| usage()),
             "--mtu" => o.mtu = a.next().and_then(|v| v.parse().ok()).filter(|m| (576..=65000).contains(m)).unwrap_or_else(|| usage()),
             "--nic-only" => o.nic_only = true,
+            "--no-auth" => o.no_auth = true,
             "--hosts" => o.hosts = a.next().and_then(|v| v.parse().ok()).filter(|&k| k >= 1).unwrap_or_else(|| usage()),
             "--timeout" => o.timeout = Some(Duration::from_secs(a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()))),
             "--" => {
@@ -104,6 +114,8 @@ struct Net {
     names: Vec<String>,
     /// Emulated hosts, each with a shared-memory wire.
     hosts: usize,
+    /// The wires' random part (after the pid, which the stale sweep reads).
+    wire_suffix: String,
 }
 
 impl Net {
@@ -112,7 +124,7 @@ impl Net {
     }
     /// The shared-memory wire of host `h`'s composite devices.
     fn shm_wire(&self, h: usize) -> String {
-        format!("{}h{h}", self.prefix)
+        format!("{}{}-h{h}", self.prefix, self.wire_suffix)
     }
 
     fn rank(&self, i: usize) -> String {
@@ -121,7 +133,8 @@ impl Net {
 
     fn build(n: usize, mtu: u32, hosts: usize) -> Result<Net, String> {
         let mtu = mtu.to_string();
-        let mut net = Net { prefix: format!("mttl{}-", std::process::id()), names: Vec::new(), hosts };
+        let wire_suffix = via_softnic::shm::unguessable_suffix().map_err(|e| format!("drawing a random wire name: {e}"))?;
+        let mut net = Net { prefix: format!("mttl{}-", std::process::id()), names: Vec::new(), hosts, wire_suffix };
         let hub = net.hub();
         ip(&["netns", "add", &hub])?;
         net.names.push(hub.clone());
@@ -205,6 +218,44 @@ fn kill_all(children: &mut [Option<Child>], sig: libc::c_int) {
     }
 }
 
+/// The cluster secret of a run.
+enum RunSecret {
+    /// Made for this run in this private directory (removed on drop).
+    Made(std::path::PathBuf),
+    /// The caller's `VIA_SECRET`, passed through.
+    Callers,
+    /// `--no-auth`.
+    None,
+}
+
+impl RunSecret {
+    fn make(o: &Opts) -> std::io::Result<RunSecret> {
+        use std::os::unix::fs::DirBuilderExt;
+        if o.no_auth {
+            return Ok(RunSecret::None);
+        }
+        if std::env::var_os(via_kernel_agent::auth::SECRET_ENV).is_some_and(|v| !v.is_empty()) {
+            return Ok(RunSecret::Callers);
+        }
+        let mut name = [0u8; 8];
+        via_kernel_agent::auth::fill_random(&mut name);
+        let hex: String = name.iter().map(|b| format!("{b:02x}")).collect();
+        let dir = std::env::temp_dir().join(format!("mttl-secret-{hex}"));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        let made = RunSecret::Made(dir.clone());
+        via_kernel_agent::auth::create_secret_file(&dir.join("secret"))?;
+        Ok(made)
+    }
+}
+
+impl Drop for RunSecret {
+    fn drop(&mut self) {
+        if let RunSecret::Made(dir) = self {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let o = parse();
     // SAFETY: geteuid has no preconditions.
@@ -221,6 +272,13 @@ fn main() -> ExitCode {
         Ok(n) => n,
         Err(e) => {
             eprintln!("mttl-run: setting up the network: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let secret = match RunSecret::make(&o) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("mttl-run: making the run's cluster secret: {e}");
             return ExitCode::from(2);
         }
     };
@@ -255,6 +313,11 @@ fn main() -> ExitCode {
         if sleep_at_once {
             cmd.env("VIA_SPIN_US", "0");
         }
+        match &secret {
+            RunSecret::Made(dir) => cmd.env("VIA_SECRET", dir.join("secret")),
+            RunSecret::Callers => &mut cmd,
+            RunSecret::None => cmd.env_remove("VIA_SECRET"),
+        };
         let spawned = cmd
             .args(["netns", "exec", &net.rank(i)])
             .args(&o.cmd)

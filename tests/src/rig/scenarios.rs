@@ -55,7 +55,9 @@ pub fn parse_frame(data: &[u8]) {
             } else if Kind::from_u8(data[15]).is_none() {
                 WireError::BadKind
             } else {
-                assert!(FRAME_HEADER_LEN + u16::from_be_bytes([data[68], data[69]]) as usize > data.len(), "a well-formed frame refused");
+                // An authenticated frame's tag follows its payload.
+                let tag = if u16::from_be_bytes([data[16], data[17]]) & wire::flags::AUTH != 0 { wire::TAG_LEN } else { 0 };
+                assert!(FRAME_HEADER_LEN + u16::from_be_bytes([data[68], data[69]]) as usize + tag > data.len(), "a well-formed frame refused");
                 WireError::BadLength
             };
             assert_eq!(e, want);

@@ -45,6 +45,20 @@ fn list() {
     }
 }
 
+/// What frames of processes started with this environment trust.
+fn authentication() -> String {
+    use via_kernel_agent::auth::{ClusterSecret, SECRET_ENV};
+    match ClusterSecret::from_env() {
+        Ok(Some(_)) => format!("on ({SECRET_ENV}={}): every frame carries a MAC under keys derived from the cluster secret; a host without it can neither inject nor forge connection management", std::env::var(SECRET_ENV).unwrap_or_default()),
+        Ok(None) => format!(
+            "OFF ({SECRET_ENV} unset): frames carry a CRC-32C, which has no key. Anyone who sees one frame of a connection can inject \
+             into it: deliver sends as the peer, write into registered memory of a VI with RDMA write enabled, and take sequence \
+             numbers so that the real frames are dropped as duplicates. Set {SECRET_ENV} to a 0600 secret file on every host"
+        ),
+        Err(e) => format!("REFUSED: {e}"),
+    }
+}
+
 fn status() {
     let iommu = std::fs::read_dir("/sys/kernel/iommu_groups").map(|d| d.count()).unwrap_or(0);
     let vfio_pci = Path::new("/sys/bus/pci/drivers/vfio-pci").exists();
@@ -53,6 +67,7 @@ fn status() {
     println!("IOMMU groups:        {iommu}{}", if iommu == 0 { " (IOMMU off: boot with intel_iommu=on)" } else { "" });
     println!("vfio-pci loaded:     {}{}", yes(vfio_pci), if vfio_pci { "" } else { " (modprobe vfio-pci)" });
     println!("/dev/vfio/vfio:      {}", yes(vfio_dev));
+    println!("frame authentication: {}", authentication());
     let devs = pci::list().unwrap_or_else(|e| die(format!("reading /sys/bus/pci/devices: {e}")));
     for d in devs.iter().filter(|d| d.is_tulip()) {
         let state = match (&d.driver, &d.iommu_group) {

@@ -6,7 +6,8 @@ use super::Core;
 use crate::error::{Result, ViaError, VipReturn};
 use crate::vi::{Reliability, ViAttributes, ViPhase};
 use std::time::Instant;
-use via_kernel_agent::conn::{RejectReason, RequestState};
+use via_kernel_agent::auth::{ConnEnd, Nonce};
+use via_kernel_agent::conn::{Peer, RejectReason, RequestState};
 use via_kernel_agent::peer::compatible;
 use via_kernel_agent::wire::{ConnRepr, MAX_DISCRIMINATOR};
 use via_kernel_agent::MacAddr;
@@ -35,7 +36,28 @@ impl Core {
             request_id: 0,
             discriminator: discriminator.to_vec(),
             peer_discriminator: Vec::new(),
+            nonce: None,
         }
+    }
+
+    /// With a cluster secret: a fresh nonce for VI `id`'s request to
+    /// `asked` (or its accept), kept until the request settles.
+    fn nonce_for(&mut self, id: u16, asked: Option<MacAddr>) -> Option<Nonce> {
+        self.auth.as_mut().map(|k| k.new_nonce(id, asked))
+    }
+
+    /// With a cluster secret: derives and installs the keys of VI `id`'s
+    /// connection to `peer`, our nonce being `ours`. Fails when either
+    /// nonce is missing (the other side has no secret).
+    fn install_keys(&mut self, id: u16, ours: Option<Nonce>, peer: &Peer) -> Result<()> {
+        let ep = self.ep;
+        let Some(k) = self.auth.as_mut() else { return Ok(()) };
+        let (Some(mine), Some(theirs)) = (ours, peer.attrs.nonce) else {
+            return Err(ViaError::new(VipReturn::Reject, "the other side sent no key nonce: it has no cluster secret (VIA_SECRET) while this host has one"));
+        };
+        let keys = k.secret.connection_keys(&ConnEnd { ep, vi: id, nonce: mine }, &ConnEnd { ep: peer.ep, vi: peer.vi, nonce: theirs }, peer.generation);
+        k.set_vi(id, keys);
+        Ok(())
     }
 
     pub fn connect_wait_begin(&mut self, discriminator: &[u8]) -> Result<u32> {
@@ -79,8 +101,15 @@ impl Core {
             };
             return Err(ViaError::new(code, format!("connection attributes: {what} (the request was rejected)")));
         }
-        let repr = self.conn_repr(&attrs, &[]);
+        if self.auth.is_some() && remote.nonce.is_none() {
+            self.cm.reject(conn, RejectReason::Authentication);
+            return Err(ViaError::new(VipReturn::Reject, "the client sent no key nonce: it has no cluster secret (VIA_SECRET) while this host has one (the request was rejected)"));
+        }
+        let mut repr = self.conn_repr(&attrs, &[]);
+        repr.nonce = self.nonce_for(id, None);
         let peer = self.cm.accept(conn, id, &repr).expect("request checked above");
+        let ours = self.auth.as_mut().and_then(|k| k.take_nonce(id)).map(|(n, _)| n);
+        self.install_keys(id, ours, &peer)?;
         let rto = self.config.rto_initial;
         let vi = self.vi_mut(id)?;
         vi.reset_protocol(rto);
@@ -107,7 +136,8 @@ impl Core {
         if vi.phase != ViPhase::Idle {
             return Err(ViaError::state(format!("VI is {:?}, not Idle", vi.phase)));
         }
-        let repr = self.conn_repr(&vi.attrs, discriminator);
+        let mut repr = self.conn_repr(&vi.attrs, discriminator);
+        repr.nonce = self.nonce_for(id, Some(mac));
         self.vi_mut(id)?.phase = ViPhase::ConnectPending;
         self.cm.request_begin(id, mac, repr, Instant::now(), deadline);
         Ok(())
@@ -129,9 +159,20 @@ impl Core {
     /// `id`: connected, or back to Idle with the error. `None` while pending.
     fn settle_request(&mut self, id: u16, st: RequestState, who: &str) -> Option<Result<()>> {
         let rto = self.config.rto_initial;
+        self.vi(id).ok()?;
+        let (ours, asked) = match st {
+            RequestState::InProgress => return None,
+            _ => self.auth.as_mut().and_then(|k| k.take_nonce(id)).map_or((None, None), |(n, m)| (Some(n), m)),
+        };
+        let keys = match &st {
+            RequestState::Accepted(peer) => self.install_keys(id, ours, peer),
+            _ => Ok(()),
+        };
+        let unauthenticated = asked.is_some_and(|m| self.auth.as_ref().is_some_and(|k| k.sent_unauthenticated(m)));
         let vi = self.vi_mut(id).ok()?;
         let out = match st {
             RequestState::InProgress => return None,
+            RequestState::Accepted(_) if keys.is_err() => keys.unwrap_err(),
             RequestState::Accepted(peer) => {
                 vi.reset_protocol(rto);
                 vi.peer = Some(peer);
@@ -143,8 +184,10 @@ impl Core {
                 RejectReason::ReliabilityLevel => ViaError::new(VipReturn::InvalidReliabilityLevel, format!("{who}'s VI has another reliability level")),
                 RejectReason::Mtu => ViaError::new(VipReturn::InvalidMtu, format!("{who}'s VI has another MaxTransferSize")),
                 RejectReason::RdmaRead => ViaError::new(VipReturn::InvalidRdmaRead, format!("{who}'s VI differs in RDMA read enable")),
+                RejectReason::Authentication => ViaError::new(VipReturn::Reject, format!("{who} refused the connection: one host has a cluster secret (VIA_SECRET) and the other has none or another")),
             },
             RequestState::NoMatch => ViaError::new(VipReturn::NoMatch, "no ConnectWait is pending for that address (retry)"),
+            RequestState::TimedOut if unauthenticated => ViaError::timeout(format!("no authenticated answer from {who} to the connection request: it answered without a valid tag, so it has no cluster secret or another one (VIA_SECRET must name the same secret on both hosts)")),
             RequestState::TimedOut => ViaError::timeout(format!("no answer from {who} to the connection request")),
         };
         vi.phase = ViPhase::Idle;
@@ -165,6 +208,7 @@ impl Core {
         }
         let mut repr = self.conn_repr(&vi.attrs, local);
         repr.peer_discriminator = remote.to_vec();
+        repr.nonce = self.nonce_for(id, Some(mac));
         self.vi_mut(id)?.phase = ViPhase::ConnectPending;
         self.peers.begin(id, mac, repr, Instant::now(), deadline);
         Ok(())
@@ -207,6 +251,10 @@ impl Core {
         }
         self.flush_vi(id);
         self.cm.forget_vi(id);
+        if let Some(k) = self.auth.as_mut() {
+            k.clear_vi(id);
+            k.take_nonce(id);
+        }
         let rto = self.config.rto_initial;
         let vi = self.vi_mut(id)?;
         vi.phase = ViPhase::Idle;

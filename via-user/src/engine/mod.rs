@@ -15,6 +15,7 @@
 //! [`reorder`] (frames held past a gap for selective repeat),
 //! [`connect`] (the connection calls).
 
+mod authenticate;
 mod connect;
 pub mod post;
 mod rdma_target;
@@ -31,6 +32,7 @@ use crate::vi::{ViAttributes, ViPhase, ViState};
 use crate::workqueue::{CompletionQueue, Doorbell};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
+use via_kernel_agent::auth::{ClusterSecret, Keyring};
 use via_kernel_agent::conn::ConnectionManager;
 use via_kernel_agent::names::NameService;
 use via_kernel_agent::peer::PeerConnector;
@@ -152,8 +154,23 @@ pub struct Counters {
     pub rx_lent_failed: u64,
     /// Frames whose checksum was missing or wrong (corrupted on the way).
     pub rx_bad_checksum: u64,
+    /// Frames refused for their authentication: no tag, a wrong tag, or a
+    /// tag where this host has no cluster secret ([`via_kernel_agent::auth`]).
+    pub rx_bad_auth: u64,
+    /// Frames whose tag was checked and good.
+    pub rx_authenticated: u64,
     /// Frames an unreliable VI never received: gaps in its sequence.
     pub rx_lost: u64,
+    /// Answers to our connection requests (accept, reject, pending, no
+    /// match) from a host other than the one asked: dropped.
+    pub rx_cm_foreign: u64,
+    /// Broadcast name queries with an empty name: not answered.
+    pub rx_query_refused: u64,
+    /// Duplicate RDMA read requests served again (a response was lost).
+    pub read_requests_replayed: u64,
+    /// Duplicate RDMA read requests not served again: for no read we
+    /// served, or past what the requester may still be missing.
+    pub read_requests_stale: u64,
 }
 
 impl Counters {
@@ -183,7 +200,13 @@ impl Counters {
             ("rx_lent", self.rx_lent),
             ("rx_lent_failed", self.rx_lent_failed),
             ("rx_bad_checksum", self.rx_bad_checksum),
+            ("rx_bad_auth", self.rx_bad_auth),
+            ("rx_authenticated", self.rx_authenticated),
             ("rx_lost", self.rx_lost),
+            ("rx_cm_foreign", self.rx_cm_foreign),
+            ("rx_query_refused", self.rx_query_refused),
+            ("read_requests_replayed", self.read_requests_replayed),
+            ("read_requests_stale", self.read_requests_stale),
         ]
     }
 }
@@ -221,6 +244,9 @@ pub struct Core {
     /// Frames carry a checksum, and received ones must (the device cannot
     /// vouch for what it delivers: no Ethernet FCS check).
     pub checksum: bool,
+    /// The cluster secret's keys, when one is configured (`VIA_SECRET`):
+    /// every frame then carries a MAC in place of the checksum.
+    pub auth: Option<Keyring>,
     /// Payload bytes per fragment.
     pub frag: u32,
     /// Most unacknowledged frames per reliable VI.
@@ -269,6 +295,7 @@ impl Engine {
         if mtu < VIA_HEADER_LEN + 64 {
             return Err(ViaError::resource(format!("device MTU {mtu} is too small for VIA (need at least {})", VIA_HEADER_LEN + 64)));
         }
+        let auth = ClusterSecret::from_env().map_err(|e| ViaError::new(crate::VipReturn::InvalidParameter, e.to_string()))?.map(Keyring::new);
         let ep = loop {
             let e = random_u32();
             if e != ANY_ENDPOINT {
@@ -278,7 +305,8 @@ impl Engine {
         dev.set_filter(RxFilter { ethertype: ETHERTYPE, offset: DST_EP_OFFSET, accept: [ep, ANY_ENDPOINT] })
             .map_err(|e| ViaError::io("installing the receive filter", e))?;
         let mac = dev.mac();
-        let frag = (mtu - VIA_HEADER_LEN) as u32;
+        // An authenticated frame carries its tag after the payload.
+        let frag = (mtu - VIA_HEADER_LEN - if auth.is_some() { via_kernel_agent::wire::TAG_LEN } else { 0 }) as u32;
         // At most what the peer's reorder buffer spans, so that selective
         // repeat covers every frame in flight.
         let window = ((2 << 20) / mtu as u32).clamp(16, reorder::REORDER_SPAN);
@@ -288,6 +316,7 @@ impl Engine {
             ep,
             mtu,
             checksum,
+            auth,
             frag,
             window,
             cm: ConnectionManager::new(mac, ep),
@@ -453,6 +482,9 @@ impl Core {
         self.mem.release_ptag(vi.attrs.ptag);
         self.cm.forget_vi(id);
         self.peers.cancel(id);
+        if let Some(k) = self.auth.as_mut() {
+            k.clear_vi(id);
+        }
         for cq in [vi.send_cq, vi.recv_cq].into_iter().flatten() {
             if let Ok(c) = self.cq_mut(cq) {
                 c.forget_vi(id);

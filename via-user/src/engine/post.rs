@@ -181,7 +181,7 @@ impl Core {
     /// Completes, in order, descriptors at the head of the outstanding part
     /// of `q` that carry errors from posting.
     #[inline]
-    fn complete_pre_errored(&mut self, id: u16, q: Queue) {
+    pub(super) fn complete_pre_errored(&mut self, id: u16, q: Queue) {
         if self.pre_errored != 0 {
             self.complete_pre_errored_slow(id, q); // some descriptor failed validation
         }

@@ -2,11 +2,25 @@
 //! accesses to our memory (enable bits, protection tag, bounds), what a
 //! violation does to the connection, serving the peer's RDMA read requests
 //! and placing the responses to ours.
+//!
+//! A duplicate read request (the requester lost part of a response and
+//! asks again) is checked as a first one is: a wrong handle or range is a
+//! violation that breaks the connection, so duplicates cannot probe
+//! handles for free. It is served again only while the read may still be
+//! in flight: the same request as one of the last reads we served (as
+//! many as a requester's send queue can hold, the most it can have
+//! outstanding; a window of PSNs would not do, as a requester goes on
+//! sending while a long read streams), asking from no earlier offset than
+//! the last repeat, and from one offset no more often than the
+//! requester's retry limit lets it ask. Anything else is counted
+//! (`read_requests_stale`) and dropped, so replayed requests cannot make
+//! us send a read again and again.
 
-use super::receive::{segment_cursor, Payload, PlaceError};
+use super::receive::{Payload, PlaceError};
 use super::{vi_at, AsyncError, AsyncErrorKind, Core};
 use crate::descriptor::status;
-use crate::vi::ReadJob;
+use crate::vi::{ReadJob, ServedRead};
+use std::collections::VecDeque;
 use std::time::Instant;
 use via_kernel_agent::wire::{flags, seq_le, Frame};
 
@@ -62,14 +76,21 @@ impl Core {
     pub(super) fn on_read_request<T: AsRef<[u8]>>(&mut self, id: u16, f: &Frame<T>, again: bool) -> bool {
         let (psn, seq, len, off, handle) = (f.psn(), f.msg_seq(), f.msg_len(), f.offset(), f.rdma_handle());
         let Some(addr) = self.rdma_target(id, f.rdma_addr(), handle, len, false) else {
-            if again {
-                return true; // reported the first time
-            }
+            // Duplicates too: a wrong handle is a violation however it comes.
             return self.rdma_violation(id, psn, seq, AsyncErrorKind::RdmaReadProt);
         };
-        let max_jobs = self.config.queue_depth;
+        let (max_jobs, retries) = (self.config.queue_depth, self.config.retry_limit);
         let vi = vi_at(&mut self.vis, id).unwrap();
         if off > len || vi.read_jobs.iter().any(|j| j.psn == psn) {
+            return true;
+        }
+        let asked = ServedRead { psn, msg_seq: seq, addr: f.rdma_addr(), handle, len, resume_off: off, repeats: 0 };
+        if !again {
+            remember_read(&mut vi.reads_served, asked, max_jobs);
+        } else if replay_allowed(&mut vi.reads_served, &asked, retries) {
+            self.counters.read_requests_replayed += 1;
+        } else {
+            self.counters.read_requests_stale += 1;
             return true;
         }
         if vi.read_jobs.len() >= max_jobs {
@@ -111,8 +132,7 @@ impl Core {
             self.on_ack(id, psn.wrapping_add(1), false, None, now);
         }
         let ptag = self.vi(id).unwrap().attrs.ptag;
-        let mut cur = segment_cursor(e.desc, e.seg0 as usize, e.segs as usize, off);
-        let placed = match self.scatter(e.desc, e.segs as usize, ptag, &mut cur, payload) {
+        let placed = match self.scatter_at(&e, ptag, off, payload) {
             Err(PlaceError::SourceGone) => {
                 // Not placed: the read asks again for it, or times out.
                 self.counters.rx_lent_failed += 1;
@@ -133,5 +153,57 @@ impl Core {
             self.complete_acked(id);
         }
     }
+}
 
+/// Remembers a read we serve, forgetting the oldest past `keep` (O(1):
+/// this is on every read request's path).
+fn remember_read(served: &mut VecDeque<ServedRead>, read: ServedRead, keep: usize) {
+    while served.len() >= keep.max(1) {
+        served.pop_front();
+    }
+    served.push_back(read);
+}
+
+/// May the duplicate request `asked` be served again? Only when it is a
+/// read we served, asked for identically, from no earlier offset than the
+/// last repeat, and from the same offset at most `retries` times (a
+/// requester that sees no progress gives up after that many tries).
+fn replay_allowed(served: &mut VecDeque<ServedRead>, asked: &ServedRead, retries: u32) -> bool {
+    let Some(r) = served.iter_mut().rev().find(|r| r.psn == asked.psn) else { return false };
+    if (r.msg_seq, r.addr, r.handle, r.len) != (asked.msg_seq, asked.addr, asked.handle, asked.len) || asked.resume_off < r.resume_off {
+        return false;
+    }
+    if asked.resume_off > r.resume_off {
+        (r.resume_off, r.repeats) = (asked.resume_off, 0);
+    }
+    r.repeats += 1;
+    r.repeats <= retries.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(psn: u32, off: u32) -> ServedRead {
+        ServedRead { psn, msg_seq: 3, addr: 0x1000, handle: 0xabcd, len: 8192, resume_off: off, repeats: 0 }
+    }
+
+    #[test]
+    fn a_repeat_is_served_within_the_retry_budget_from_no_earlier_offset() {
+        let mut served = VecDeque::new();
+        remember_read(&mut served, read(7, 0), 4);
+        assert!(!replay_allowed(&mut served, &read(8, 0), 3), "never served");
+        assert!(!replay_allowed(&mut served, &ServedRead { handle: 1, ..read(7, 0) }, 3), "another request");
+        for _ in 0..3 {
+            assert!(replay_allowed(&mut served, &read(7, 0), 3));
+        }
+        assert!(!replay_allowed(&mut served, &read(7, 0), 3), "past the retry budget");
+        assert!(replay_allowed(&mut served, &read(7, 4096), 3), "progress: the budget starts over");
+        assert!(!replay_allowed(&mut served, &read(7, 0), 3), "from an earlier offset");
+        for psn in 10..14 {
+            remember_read(&mut served, read(psn, 0), 4);
+        }
+        assert!(!replay_allowed(&mut served, &read(7, 4096), 3), "forgotten: older than the reads kept");
+        assert_eq!(served.len(), 4);
+    }
 }

@@ -13,6 +13,8 @@ use super::{vi_at, AsyncError, AsyncErrorKind, Core};
 use crate::descriptor::status;
 use crate::usermem;
 use crate::vi::{Reliability, RxMessage, ViPhase};
+use crate::workqueue::WqEntry;
+use via_kernel_agent::memory::Ptag;
 use std::time::Instant;
 use via_kernel_agent::conn::CmHeader;
 use via_kernel_agent::wire::{flags, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT, FRAME_HEADER_LEN};
@@ -72,17 +74,14 @@ impl Core {
             self.counters.rx_malformed += 1;
             return;
         };
-        // A lent payload never crossed a wire; everything else is checked
-        // when it carries a checksum, and must carry one when our device
-        // cannot vouch for what it delivers.
-        if lent.is_none() && (self.checksum || f.flags() & flags::CHECKSUM != 0) && !f.checksum_ok() {
-            self.counters.rx_bad_checksum += 1;
+        // Its checksum or MAC (authenticate.rs): a counted drop when wrong.
+        if !self.frame_trusted(&f, lent.is_some()) {
             return;
         }
         // Longer than its header says: no sender pads a VIA frame (its
         // headers alone exceed the Ethernet minimum), so the bytes past the
-        // payload are not ours to guess about.
-        if lent.is_none() && bytes.len() != FRAME_HEADER_LEN + f.payload().len() {
+        // payload (and its tag) are not ours to guess about.
+        if lent.is_none() && bytes.len() != FRAME_HEADER_LEN + f.payload().len() + f.trailer_len() {
             self.counters.rx_malformed += 1;
             return;
         }
@@ -96,6 +95,12 @@ impl Core {
             return;
         }
         let kind = f.kind().expect("checked by new_checked");
+        if (f.dst_ep() == ANY_ENDPOINT || dst.is_broadcast()) && !for_anyone(kind) {
+            // Addressed to anyone, but not a request anyone may answer: a
+            // Disconnect (or data) to every process is for none of them.
+            self.counters.rx_not_for_us += 1;
+            return;
+        }
         if lent.is_some() && !matches!(kind, Kind::Data | Kind::RdmaWrite | Kind::RdmaReadResp) {
             self.counters.rx_malformed += 1; // only data is ever lent
             return;
@@ -108,18 +113,28 @@ impl Core {
             match ConnRepr::parse(f.payload()) {
                 Ok(c) => {
                     let (mac, ep, vi) = (f.src_mac(), f.src_ep(), f.src_vi());
+                    // Answers to our requests count only from the host
+                    // asked (`rx_cm_foreign` otherwise).
+                    let mut foreign = false;
                     match kind {
                         Kind::PeerRequest => self.peers.on_request(mac, ep, vi, c),
-                        Kind::NameQuery => self.resolver.on_query(mac, ep, &c),
+                        Kind::NameQuery => {
+                            if self.resolver.on_query(mac, ep, &c, dst.is_broadcast()).is_err() {
+                                self.counters.rx_query_refused += 1;
+                            }
+                        }
                         Kind::NameReply => self.resolver.on_reply(mac, &c),
-                        Kind::PeerAccept => self.peers.on_answer(kind, mac, ep, vi, f.generation(), f.imm(), c),
+                        Kind::PeerAccept => foreign = self.peers.on_answer(kind, mac, ep, vi, f.generation(), f.imm(), c).is_err(),
                         _ => {
                             if kind == Kind::ConnReject {
-                                self.peers.on_answer(kind, mac, ep, vi, f.generation(), f.imm(), c.clone());
+                                foreign = self.peers.on_answer(kind, mac, ep, vi, f.generation(), f.imm(), c.clone()).is_err();
                             }
                             let h = CmHeader { kind, src_mac: mac, src_ep: ep, src_vi: vi, dst_vi: f.dst_vi(), generation: f.generation(), imm: f.imm() };
-                            self.cm.on_frame(h, c, now)
+                            foreign |= self.cm.on_frame(h, c, now).is_err();
                         }
+                    }
+                    if foreign {
+                        self.counters.rx_cm_foreign += 1;
                     }
                 }
                 Err(_) => self.counters.rx_malformed += 1,
@@ -378,6 +393,15 @@ impl Core {
                 }
                 vi.rx_expected = psn.wrapping_add(1);
             } else {
+                if self.auth.is_some() && seq_lt(psn, vi.rx_expected) {
+                    // With frame authentication, a tagged frame from before
+                    // the one expected is a replay (or a late copy): never
+                    // placed again. (Without it, a spoofer may have taken
+                    // the peer's sequence number, and the peer's frames
+                    // that follow must still be taken.)
+                    self.counters.rx_duplicate += 1;
+                    return;
+                }
                 if psn != vi.rx_expected {
                     // Unreliable: a gap loses the rest of the message being
                     // reassembled; a descriptor it had consumed completes
@@ -547,7 +571,7 @@ impl Core {
             } else if let Some(entry) = m.entry {
                 let e = *vi.rq.get(entry);
                 let mut cur = (m.seg, m.seg_off);
-                let r = self.scatter(e.desc, e.segs as usize, ptag, &mut cur, payload);
+                let r = self.scatter(&e, ptag, &mut cur, payload);
                 (m.seg, m.seg_off) = cur;
                 r
             } else {
@@ -604,11 +628,17 @@ impl Core {
         }
     }
 
-    /// Copies `payload` into the descriptor at `desc` from the scatter
-    /// cursor `cur` (segment, offset in it) on. `segs` is the segment
-    /// count validated when it was posted.
+    /// Copies `payload` into the segments of the posted descriptor `e`
+    /// from the scatter cursor `cur` (segment, offset in it) on. Its
+    /// segment list and every range written are checked against the
+    /// registration table first: the application may have deregistered
+    /// (and unmapped) them since posting, and then nothing is written.
     #[inline]
-    pub(super) fn scatter(&self, desc: usize, segs: usize, ptag: via_kernel_agent::memory::Ptag, cur: &mut (u16, u32), payload: Payload<'_>) -> Result<(), PlaceError> {
+    pub(super) fn scatter(&self, e: &WqEntry, ptag: Ptag, cur: &mut (u16, u32), payload: Payload<'_>) -> Result<(), PlaceError> {
+        let (desc, segs) = (e.desc, e.segs as usize);
+        if !usermem::descriptor_registered(&self.mem, desc, e.desc_handle, segs, ptag) {
+            return Err(PlaceError::Protection);
+        }
         let mut from = 0;
         while from < payload.len() {
             if cur.0 as usize >= segs {
@@ -635,6 +665,16 @@ impl Core {
         Ok(())
     }
 
+    /// [`Core::scatter`] of `payload` as bytes `off..` of the message
+    /// (an RDMA read response).
+    pub(super) fn scatter_at(&self, e: &WqEntry, ptag: Ptag, off: u32, payload: Payload<'_>) -> Result<(), PlaceError> {
+        if !usermem::descriptor_registered(&self.mem, e.desc, e.desc_handle, e.segs as usize, ptag) {
+            return Err(PlaceError::Protection);
+        }
+        let mut cur = segment_cursor(e.desc, e.seg0 as usize, e.segs as usize, off);
+        self.scatter(e, ptag, &mut cur, payload)
+    }
+
     /// Breaks a reliable connection from our side: the peer is told.
     pub fn break_connection(&mut self, id: u16) {
         if let Ok(vi) = self.vi(id) {
@@ -646,9 +686,16 @@ impl Core {
     }
 }
 
+/// The kinds a frame addressed to any endpoint (or broadcast) may be:
+/// requests that any process may answer. Everything else must name our
+/// endpoint and MAC.
+fn for_anyone(kind: Kind) -> bool {
+    matches!(kind, Kind::ConnRequest | Kind::PeerRequest | Kind::NameQuery)
+}
+
 /// The scatter cursor (segment, offset in it) for byte `off` of the data
 /// segments `seg0..segs` of the descriptor at `desc`.
-pub(super) fn segment_cursor(desc: usize, seg0: usize, segs: usize, mut off: u32) -> (u16, u32) {
+fn segment_cursor(desc: usize, seg0: usize, segs: usize, mut off: u32) -> (u16, u32) {
     for i in seg0..segs {
         let len = usermem::read_segment(desc, i).length;
         if off < len {

@@ -24,7 +24,9 @@ use crate::usermem;
 use std::time::Instant;
 use via_kernel_agent::conn::{CmFrame, Peer};
 use via_kernel_agent::device::MAX_GATHER;
-use via_kernel_agent::wire::{flags, seal, seq_le, seq_lt, HeaderRepr, Kind, FRAME_HEADER_LEN, VIA_HEADER_LEN};
+use via_kernel_agent::auth::{Key, Keyring};
+use via_kernel_agent::conn::RejectReason;
+use via_kernel_agent::wire::{flags, seal, seal_authenticated, seq_le, seq_lt, HeaderRepr, Kind, ETH_HEADER_LEN, FRAME_HEADER_LEN, TAG_LEN, VIA_HEADER_LEN};
 use std::mem::MaybeUninit;
 use via_kernel_agent::{FrameDevice, TxFrame};
 
@@ -43,7 +45,7 @@ pub struct Spec {
 }
 
 /// Room for one control frame's payload.
-const CTL_PAYLOAD: usize = 160;
+const CTL_PAYLOAD: usize = 192;
 
 impl Engine {
     /// Transmits everything queued: control frames, data of rung VIs, ACKs.
@@ -68,7 +70,7 @@ impl Engine {
                 h.emit(&mut hdrs[i]);
                 specs[i] = Spec::default();
             }
-            let k = send_batch(dev.as_mut(), hdrs, core.checksum, &specs[..take]);
+            let k = send_batch(dev.as_mut(), hdrs, core.sealer(), &specs[..take]);
             core.counters.tx_frames += k as u64;
             core.reports.drain(..k);
             if k < take {
@@ -89,7 +91,7 @@ impl Engine {
         }
         while !core.cm.outgoing().is_empty() {
             let n = core.build_control(hdrs, specs);
-            let k = send_batch(dev.as_mut(), hdrs, core.checksum, &specs[..n]);
+            let k = send_batch(dev.as_mut(), hdrs, core.sealer(), &specs[..n]);
             core.counters.tx_frames += k as u64;
             if k < n {
                 core.counters.tx_ring_full += 1;
@@ -106,7 +108,7 @@ impl Engine {
                 if n == 0 {
                     break;
                 }
-                let k = send_batch(dev.as_mut(), hdrs, core.checksum, &specs[..n]);
+                let k = send_batch(dev.as_mut(), hdrs, core.sealer(), &specs[..n]);
                 core.after_side(id, specs, n, k);
                 if k < n {
                     core.doorbell.ring(id);
@@ -119,7 +121,7 @@ impl Engine {
                 if n == 0 {
                     break;
                 }
-                let k = send_batch(dev.as_mut(), hdrs, core.checksum, &specs[..n]);
+                let k = send_batch(dev.as_mut(), hdrs, core.sealer(), &specs[..n]);
                 core.after_transmit(id, specs, n, k, now);
                 if k < n {
                     core.doorbell.ring(id);
@@ -141,7 +143,7 @@ impl Engine {
                         n += 1;
                     }
                 }
-                let k = send_batch(dev.as_mut(), hdrs, core.checksum, &specs[..n]);
+                let k = send_batch(dev.as_mut(), hdrs, core.sealer(), &specs[..n]);
                 core.counters.tx_frames += k as u64;
                 core.counters.acks_sent += k as u64;
                 for (i, &id) in chunk.iter().enumerate().take(n) {
@@ -166,8 +168,11 @@ pub type Headers = [[u8; FRAME_HEADER_LEN]; BATCH];
 /// when it needs more than [`MAX_GATHER`] pieces (and then the frame may
 /// not be lent: the bounce slot is reused by the next batch).
 #[allow(clippy::too_many_arguments)]
-fn gather(mem: &RegistrationTable, bounce_buf: &mut Vec<u8>, frag: usize, e: &WqEntry, ptag: Ptag, off: u32, len: u32, slot: usize, spec: &mut Spec) -> bool {
+fn gather(mem: &RegistrationTable, bounce_buf: &mut Vec<u8>, frag: usize, e: &WqEntry, ptag: Ptag, off: u32, len: u32, slot: usize, spec: &mut Spec, max_pieces: usize) -> bool {
     let (desc, segs) = (e.desc, e.segs as usize);
+    if !usermem::descriptor_registered(mem, desc, e.desc_handle, segs, ptag) {
+        return false; // its segment list was deregistered since posting
+    }
     spec.n = 0;
     spec.resp = None;
     // Pieces go straight into `spec`; past MAX_GATHER they are copied
@@ -192,7 +197,7 @@ fn gather(mem: &RegistrationTable, bounce_buf: &mut Vec<u8>, frag: usize, e: &Wq
         }
         skip = 0;
         want -= take;
-        if bounce.is_none() && spec.n == MAX_GATHER {
+        if bounce.is_none() && spec.n == max_pieces {
             // Move what we have into the bounce slot and continue there.
             if bounce_buf.len() < frag * BATCH {
                 *bounce_buf = vec![0u8; frag * BATCH];
@@ -230,28 +235,109 @@ fn gather(mem: &RegistrationTable, bounce_buf: &mut Vec<u8>, frag: usize, e: &Wq
     true
 }
 
+/// How the frames of a batch are sealed before they leave.
+#[derive(Clone, Copy)]
+pub(super) enum Sealer<'a> {
+    /// The device vouches for what it delivers.
+    Nothing,
+    /// Each frame carries its CRC-32C (the device cannot vouch for it).
+    Checksum,
+    /// Each frame carries the MAC of its key: a VI's frames its
+    /// connection's, connection management the cluster's.
+    Mac(&'a Keyring),
+}
+
+impl Sealer<'_> {
+    /// Payload pieces a frame may gather: one gather entry is the tag's
+    /// when frames are authenticated.
+    pub(super) fn max_pieces(self) -> usize {
+        match self {
+            Sealer::Mac(_) => MAX_GATHER - 1,
+            _ => MAX_GATHER,
+        }
+    }
+}
+
+/// The key the frame whose headers are `h` is authenticated with: its
+/// VI's connection key, or the cluster's for connection management (and
+/// for the refusal of an unauthenticated request, which goes out plain:
+/// `None`).
+fn frame_key<'a>(keys: &'a Keyring, h: &[u8]) -> Option<&'a Key> {
+    let kind = h[ETH_HEADER_LEN + 1];
+    let src_vi = u16::from_be_bytes([h[ETH_HEADER_LEN + 14], h[ETH_HEADER_LEN + 15]]);
+    if kind < Kind::ConnRequest as u8 {
+        // A VI that lost its keys (it was torn down meanwhile) sends with
+        // the cluster key: the peer refuses the frame, as it should.
+        return Some(keys.vi(src_vi).map_or(&keys.cm, |k| &k.tx));
+    }
+    let imm = u32::from_be_bytes(h[ETH_HEADER_LEN + 36..ETH_HEADER_LEN + 40].try_into().expect("4 bytes"));
+    let plain_refusal = kind == Kind::ConnReject as u8 && imm == RejectReason::Authentication as u32;
+    (!plain_refusal).then_some(&keys.cm)
+}
+
+/// Is all the memory of the posted descriptor `e` (its segment list and
+/// its local data segments) still registered under `ptag`? Asked before
+/// its first frame goes out.
+fn message_registered(mem: &RegistrationTable, e: &WqEntry, ptag: Ptag) -> bool {
+    let segs = e.segs as usize;
+    if !usermem::descriptor_registered(mem, e.desc, e.desc_handle, segs, ptag) {
+        return false;
+    }
+    (e.seg0 as usize..segs).all(|i| {
+        let s = usermem::read_segment(e.desc, i);
+        s.length == 0 || mem.check(s.handle, s.data.address_bits as usize, s.length as usize, ptag).is_ok()
+    })
+}
+
+/// The payload pieces of the built frame `s`, as bytes.
+fn pieces_of(s: &Spec) -> impl Iterator<Item = &[u8]> + Clone {
+    // SAFETY: every piece was checked against the registration table (or
+    // lies in our own bounce buffer) when built, and the frame is
+    // transmitted before the engine lock is released.
+    s.pieces[..s.n].iter().map(|&(addr, len)| unsafe { usermem::bytes(addr, len) })
+}
+
 /// Hands the built frames `specs` (headers in `hdrs`) to the device with
-/// one doorbell; returns how many it accepted. With `checksum`, each frame
-/// carries its CRC-32C first (the device cannot vouch for it). Only the
-/// frames in use are initialised: nothing is allocated or cleared per batch.
-fn send_batch(dev: &mut dyn FrameDevice, hdrs: &mut Headers, checksum: bool, specs: &[Spec]) -> usize {
+/// one doorbell; returns how many it accepted. Each frame is sealed as
+/// `sealer` says first. Only the frames in use are initialised: nothing is
+/// allocated or cleared per batch.
+fn send_batch(dev: &mut dyn FrameDevice, hdrs: &mut Headers, sealer: Sealer<'_>, specs: &[Spec]) -> usize {
     if specs.is_empty() {
         return 0;
     }
-    let mut buf: [MaybeUninit<TxFrame<'_>>; BATCH] = [const { MaybeUninit::uninit() }; BATCH];
-    for (slot, (s, h)) in buf.iter_mut().zip(specs.iter().zip(hdrs.iter_mut())) {
-        // SAFETY: every piece was checked against the registration table
-        // (or lies in our own bounce buffer) when built, and the frame is
-        // transmitted before the engine lock is released.
-        let pieces = s.pieces[..s.n].iter().map(|&(addr, len)| unsafe { usermem::bytes(addr, len) });
-        if checksum {
-            seal(h, pieces.clone());
+    // Tags are written only for the frames that get one (`tagged` bit i):
+    // an unauthenticated batch clears nothing.
+    const _: () = assert!(BATCH <= 64);
+    let mut tags: [MaybeUninit<[u8; TAG_LEN]>; BATCH] = [const { MaybeUninit::uninit() }; BATCH];
+    let mut tagged = 0u64;
+    for (i, (s, h)) in specs.iter().zip(hdrs.iter_mut()).enumerate() {
+        match sealer {
+            Sealer::Nothing => {}
+            Sealer::Checksum => seal(h, pieces_of(s)),
+            Sealer::Mac(keys) => match frame_key(keys, h) {
+                Some(key) => {
+                    tags[i].write(seal_authenticated(h, key, pieces_of(s)));
+                    tagged |= 1 << i;
+                }
+                None => seal(h, pieces_of(s)),
+            },
         }
+    }
+    let mut buf: [MaybeUninit<TxFrame<'_>>; BATCH] = [const { MaybeUninit::uninit() }; BATCH];
+    for (i, (slot, (s, h))) in buf.iter_mut().zip(specs.iter().zip(hdrs.iter())).enumerate() {
         let h: &[u8] = h;
         let mut t = TxFrame::new(h);
-        t.lendable = s.lendable;
-        for p in pieces {
+        // A lent payload would leave the tag behind: authenticated frames
+        // are copied.
+        let has_tag = tagged & (1 << i) != 0;
+        t.lendable = s.lendable && !has_tag;
+        for p in pieces_of(s) {
             t.push(p);
+        }
+        if has_tag {
+            // SAFETY: bit i of `tagged` is set only where tags[i] was written.
+            let pushed = t.push(unsafe { tags[i].assume_init_ref() });
+            debug_assert!(pushed, "gather leaves one piece for the tag");
         }
         slot.write(t);
     }
@@ -261,18 +347,28 @@ fn send_batch(dev: &mut dyn FrameDevice, hdrs: &mut Headers, checksum: bool, spe
 }
 
 impl Core {
+    /// How this engine's frames are sealed.
+    pub(super) fn sealer(&self) -> Sealer<'_> {
+        match (&self.auth, self.checksum) {
+            (Some(keys), _) => Sealer::Mac(keys),
+            (None, true) => Sealer::Checksum,
+            (None, false) => Sealer::Nothing,
+        }
+    }
+
     /// Fixes VI `id`'s fragment size for its connection, if not yet done:
     /// the payload the device carries to the peer (asked with the start
     /// of a frame to it: destination and endpoint), at most what the
     /// header's 16-bit payload length can say.
     fn fix_frag(&mut self, dev: &mut dyn FrameDevice, id: u16) {
         let (mac, ep, core_frag) = (self.mac, self.ep, self.frag);
+        let tag = if self.auth.is_some() { TAG_LEN } else { 0 };
         let Some(vi) = vi_at(&mut self.vis, id) else { return };
         let Some(peer) = vi.peer.as_ref().filter(|_| vi.frag == 0) else { return };
         let mut head = [0u8; FRAME_HEADER_LEN];
         HeaderRepr { dst_mac: peer.mac, src_mac: mac, kind: Kind::Data as u8, dst_ep: peer.ep, src_ep: ep, dst_vi: peer.vi, src_vi: id, generation: peer.generation, ..HeaderRepr::default() }.emit(&mut head);
         let mtu = dev.mtu_to(&head);
-        vi.frag = (mtu.saturating_sub(VIA_HEADER_LEN) as u32).clamp(core_frag, u16::MAX as u32);
+        vi.frag = (mtu.saturating_sub(VIA_HEADER_LEN + tag) as u32).clamp(core_frag, u16::MAX as u32);
     }
 
     /// Transmits again, one frame each, the holes selective repeat found
@@ -292,7 +388,7 @@ impl Core {
             let resume = vi.tx_psn;
             self.seek(id, psn);
             let n = self.build_data(id, hdrs, specs, 1);
-            let k = send_batch(dev, hdrs, self.checksum, &specs[..n]);
+            let k = send_batch(dev, hdrs, self.sealer(), &specs[..n]);
             self.after_transmit(id, specs, n, k, now);
             self.seek(id, resume);
             if n == 0 || k < n {
@@ -312,7 +408,21 @@ impl Core {
     /// Builds up to `limit` (at most [`BATCH`]) data fragments of VI `id`
     /// from its transmit position; returns how many.
     fn build_data(&mut self, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH], limit: usize) -> usize {
-        let Core { vis, mem, bounce, window, mac, ep, .. } = self;
+        let mut refused = false;
+        let n = self.build_data_frames(id, hdrs, specs, limit, &mut refused);
+        if refused {
+            self.complete_pre_errored(id, Queue::Send); // in order, when at the head
+        }
+        n
+    }
+
+    /// [`Core::build_data`]'s frames. A descriptor whose memory was
+    /// deregistered since it was posted is marked, before any of it is
+    /// sent, to complete with a protection error (`refused` set); the ones
+    /// after it go on.
+    fn build_data_frames(&mut self, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH], limit: usize, refused: &mut bool) -> usize {
+        let max_pieces = self.sealer().max_pieces();
+        let Core { vis, mem, bounce, window, mac, ep, pre_errored, .. } = self;
         let (window, mac, ep) = (*window, *mac, *ep);
         let Some(vi) = vi_at(vis, id) else { return 0 };
         let Some(peer) = vi.peer.as_ref().filter(|_| vi.phase == ViPhase::Connected) else { return 0 };
@@ -336,6 +446,14 @@ impl Core {
                 break; // QFENCE: wait until the earlier RDMA reads complete
             }
             let en = vi.sq.get_mut(vi.tx_idx);
+            if en.nframes == 0 && !message_registered(mem, en, ptag) {
+                en.pre_status = crate::descriptor::status::PROTECTION_ERROR;
+                *pre_errored += 1;
+                *refused = true;
+                vi.tx_idx = vi.tx_idx.wrapping_add(1);
+                vi.tx_off = 0;
+                continue;
+            }
             if en.nframes == 0 {
                 en.first_psn = vi.tx_psn;
                 en.nframes = if is_read { 1 } else { en.len.div_ceil(frag).max(1) };
@@ -393,8 +511,9 @@ impl Core {
             if is_read {
                 specs[n].n = 0;
                 specs[n].lendable = false;
-            } else if !gather(mem, bounce, frag as usize, &e, ptag, off, len, n, &mut specs[n]) {
-                // The memory went away under a posted descriptor.
+            } else if !gather(mem, bounce, frag as usize, &e, ptag, off, len, n, &mut specs[n], max_pieces) {
+                // The memory went away under a descriptor part of which the
+                // peer already has: its message cannot be finished.
                 self.break_connection(id);
                 return 0;
             }

@@ -5,6 +5,7 @@
 //! guard on normal return, error and panic, and a signal thread for Ctrl-C
 //! and SIGTERM. Without root it runs VIA alone over the in-process loopback.
 
+use std::os::unix::fs::DirBuilderExt;
 use crate::common::{json_array, parse_json_array, print_tables, Options, Row};
 use crate::probe::Probe;
 use std::io::{BufRead, BufReader, Read};
@@ -31,12 +32,34 @@ pub fn untrack(pid: u32) {
 }
 
 
-/// The shared-memory wire of the via-shm transport.
+/// The shared-memory wire of the via-shm transport: random past the pid,
+/// so that no other user can guess it and make its segment first (were
+/// there no randomness, a segment made first is still refused, not used).
 fn shm_wire() -> String {
-    format!("pingpong{}", std::process::id())
+    static WIRE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let suffix = || {
+        via_softnic::shm::unguessable_suffix().unwrap_or_else(|e| {
+            eprintln!("via-pingpong: no random wire name ({e}): using a guessable one");
+            "0".into()
+        })
+    };
+    WIRE.get_or_init(|| format!("pingpong{}-{}", std::process::id(), suffix())).clone()
+}
+
+/// The cluster secret of the via-auth transport: made once per demo, 0600
+/// in a private directory, removed by [`cleanup`].
+fn demo_secret() -> Result<std::path::PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!("via-demo-secret-{}", std::process::id()));
+    let path = dir.join("secret");
+    if !path.exists() {
+        std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        via_kernel_agent::auth::create_secret_file(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(path)
 }
 
 fn cleanup() {
+    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("via-demo-secret-{}", std::process::id())));
     via_softnic::shm::remove_wire(&shm_wire());
     let mut c = created();
     for pid in c.0.drain(..) {
@@ -150,7 +173,9 @@ fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<
     };
     let (t, rel, rdma) = match transport {
         "via-unrel" => ("via", "unreliable", None),
-        "via-shm" | "via-shm-lent" => ("via", "reliable", None),
+        // via-auth: reliable delivery with a cluster secret on both ends
+        // (every frame carries a MAC in place of the CRC).
+        "via-shm" | "via-shm-lent" | "via-auth" => ("via", "reliable", None),
         "via-write" => ("via", "reliable", Some("write")),
         "via-read" => ("via", "reliable", Some("read")),
         t => (t, "reliable", None),
@@ -167,7 +192,15 @@ fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<
     if pinned {
         sargs.extend(["--cpu".to_string(), "0".to_string()]);
     }
-    let mut server = Command::new("ip").args(&sargs).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| e.to_string())?;
+    let secret = if transport == "via-auth" { Some(demo_secret()?) } else { None };
+    let keyed = |mut c: Command| {
+        match &secret {
+            Some(s) => c.env("VIA_SECRET", s),
+            None => c.env_remove("VIA_SECRET"),
+        };
+        c
+    };
+    let mut server = keyed(Command::new("ip")).args(&sargs).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| e.to_string())?;
     created().0.push(server.id());
     let mut sout = BufReader::new(server.stdout.take().unwrap());
     let mut line = String::new();
@@ -185,7 +218,7 @@ fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<
     if pinned {
         cargs.extend(["--cpu".to_string(), "1".to_string()]);
     }
-    let client = Command::new("ip").args(&cargs).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| e.to_string())?;
+    let client = keyed(Command::new("ip")).args(&cargs).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| e.to_string())?;
     created().0.push(client.id());
     let out = client.wait_with_output().map_err(|e| e.to_string())?;
     let sres = server.wait();
@@ -329,7 +362,7 @@ fn alternating_rounds(o: &Options, h: &Hosts, probe: Option<&Probe>) -> (Vec<Row
 fn print_ratios(rows: &[Row], rounds: Option<&Rounds>) {
     let paired = rounds.is_some();
     println!("\n=== VIA against the baselines (same run; {}) ===", if paired { "median of per-round ratios of alternating rounds" } else { "sweep figures" });
-    if !rows.iter().any(|r| !r.transport.starts_with("via") || r.transport.starts_with("via?")) && !rows.iter().any(|r| r.transport == "via-write") {
+    if !rows.iter().any(|r| !r.transport.starts_with("via") || r.transport.starts_with("via?")) && !rows.iter().any(|r| r.transport == "via-write" || r.transport == "via-auth") {
         println!("(no baseline rows: they need root, or their runs failed above)");
         return;
     }
@@ -357,6 +390,12 @@ fn print_ratios(rows: &[Row], rounds: Option<&Rounds>) {
     }
     if let Some((w, v, r)) = ratio("via-write", "via", "lat") {
         println!("latency 64 B    RDMA write/send = {r:.3}  (medians {w:.2} / {v:.2} us; target <= 1) {}", verdict(r <= 1.0));
+    }
+    if let Some((a, p, r)) = ratio("via-auth", "via", "lat") {
+        println!("latency 64 B    auth/plain = {r:.3}  (target <= 1.05; medians {a:.2} / {p:.2} us; via-auth against via)");
+    }
+    if let Some((a, p, r)) = ratio("via-auth", "via", "bw") {
+        println!("bandwidth 1 MiB auth/plain = {r:.3}  (medians {a:.1} / {p:.1} MB/s; via-auth against via)");
     }
     if let Some((s, v, r)) = ratio("via-shm", "via", "lat") {
         println!("latency 64 B    shared memory/software NIC = {r:.3}  (medians {s:.2} / {v:.2} us; via-shm against via)");

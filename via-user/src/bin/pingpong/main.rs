@@ -29,12 +29,15 @@ USAGE:
 
     --demo            as root: create two network namespaces joined by a veth pair, run
                       server and client of every transport, print the tables, the ratios
-                      VIA/raw, VIA/udp, VIA/tcp and peak memory, remove everything again.
+                      VIA/raw, VIA/udp, VIA/tcp, tcp and udp against the C probe,
+                      auth/plain and peak memory, remove everything again.
                       Without root: VIA over the in-process loopback (/dev/via_lo) only.
     --transport T     via (default), raw (AF_PACKET frames, the floor), udp, tcp
     --transports L    the demo's transports, comma-separated (default
-                      raw,via,via-shm,via-unrel,via-write,via-read,udp,tcp; via-shm
-                      is VIA through composite devices joined by shared memory;
+                      raw,via,via-auth,via-shm,via-unrel,via-write,via-read,udp,tcp,
+                      and c-tcp,c-udp, the C probe, beside tcp and udp; via-auth is
+                      VIA with a cluster secret on both ends (every frame carries a
+                      MAC); via-shm is VIA through composite devices joined by shared memory;
                       via-shm-lent, not in the default, the same with payloads of
                       16 KiB and more lent: copied once, from the sender's memory;
                       via?<faults>, e.g. via?loss=0.05, VIA over devices that lose,
