@@ -6,10 +6,14 @@
 //! scattered by one `recvmsg`), no allocation or staging copy per message,
 //! and the same wait as VIA ([`spin_then_poll`]).
 //!
-//! UDP: a message goes as datagrams that fit the path MTU (as raw and VIA
-//! frame at the MTU; IP never fragments), each with a 4-byte header
-//! holding the message length, received straight into the caller's buffer.
-//! TCP: one `writev` of a 4-byte length and the message (TCP_NODELAY);
+//! UDP: a message goes as datagrams that fit the MTU (as raw and VIA frame
+//! at the MTU; IP never fragments), received straight into the caller's
+//! buffer; a message that fits one datagram is exactly its bytes (one
+//! `send`, one `recv`), a longer one's first datagram carries a 4-byte
+//! trailer with its length (see [`UdpLink::send`]).
+//! TCP: a 4-byte length and the message in one system call (TCP_NODELAY;
+//! up to 1 KiB copied beside the length and sent as one buffer, larger
+//! messages gathered by `sendmsg`);
 //! the receiver reads what is there into a reusable buffer and copies
 //! each message out once, large messages' tails straight into place.
 
@@ -88,43 +92,59 @@ impl UdpLink {
     }
 }
 
+impl UdpLink {
+    /// Sends one datagram of `parts` (gathered), waiting while the socket is full.
+    fn send_datagram(&self, parts: &[&[u8]]) -> io::Result<()> {
+        let fd = self.sock.as_raw_fd();
+        spin_then_poll(fd, libc::POLLOUT, T, || {
+            let r = match parts {
+                // SAFETY: sends from a valid slice of its length.
+                [one] => unsafe { libc::send(fd, one.as_ptr().cast(), one.len(), libc::MSG_DONTWAIT) },
+                [a, b] => {
+                    let iov = [libc::iovec { iov_base: a.as_ptr() as *mut _, iov_len: a.len() }, libc::iovec { iov_base: b.as_ptr() as *mut _, iov_len: b.len() }];
+                    // SAFETY: a zeroed msghdr pointing at two valid iovecs.
+                    unsafe {
+                        let mut m: libc::msghdr = std::mem::zeroed();
+                        m.msg_iov = iov.as_ptr() as *mut _;
+                        m.msg_iovlen = 2;
+                        libc::sendmsg(fd, &m, libc::MSG_DONTWAIT)
+                    }
+                }
+                _ => unreachable!("one or two parts"),
+            };
+            if r >= 0 {
+                return Ok(Step::Done(()));
+            }
+            let e = last_error();
+            if would_block(&e) { Ok(Step::Empty) } else { Err(e) }
+        })
+    }
+}
+
 impl Link for UdpLink {
+    /// A message of at most `chunk` bytes is one datagram of exactly its
+    /// bytes (one `send`, as the C probe does). A longer one starts with a
+    /// datagram of `chunk` bytes plus a 4-byte trailer holding the message
+    /// length — a size no single-datagram message has — followed by
+    /// datagrams of its remaining bytes.
     fn send(&mut self, msg: &[u8]) -> io::Result<()> {
         if !self.connected {
             return Err(io::Error::other("udp: no peer yet"));
         }
-        let fd = self.sock.as_raw_fd();
-        let hdr = (msg.len() as u32).to_be_bytes();
-        let mut at = 0;
-        loop {
-            let end = (at + self.chunk).min(msg.len());
-            let iov = [
-                libc::iovec { iov_base: hdr.as_ptr() as *mut _, iov_len: HDR },
-                libc::iovec { iov_base: msg[at..end].as_ptr() as *mut _, iov_len: end - at },
-            ];
-            spin_then_poll(fd, libc::POLLOUT, T, || {
-                // SAFETY: a zeroed msghdr pointing at two valid iovecs.
-                let r = unsafe {
-                    let mut m: libc::msghdr = std::mem::zeroed();
-                    m.msg_iov = iov.as_ptr() as *mut _;
-                    m.msg_iovlen = 2;
-                    libc::sendmsg(fd, &m, libc::MSG_DONTWAIT)
-                };
-                if r >= 0 {
-                    return Ok(Step::Done(()));
-                }
-                let e = last_error();
-                if would_block(&e) { Ok(Step::Empty) } else { Err(e) }
-            })?;
-            at = end;
-            if at >= msg.len() {
-                return Ok(());
-            }
+        if msg.len() <= self.chunk {
+            return self.send_datagram(&[msg]);
         }
+        let total = (msg.len() as u32).to_be_bytes();
+        self.send_datagram(&[&msg[..self.chunk], &total])?;
+        for piece in msg[self.chunk..].chunks(self.chunk) {
+            self.send_datagram(&[piece])?;
+        }
+        Ok(())
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let fd = self.sock.as_raw_fd();
+        let chunk = self.chunk;
         let mut total: Option<usize> = None;
         let mut got = 0usize;
         // SAFETY: sockaddr_storage is plain data; all zeroes is a valid value.
@@ -134,25 +154,29 @@ impl Link for UdpLink {
         let t = spin_then_poll(fd, libc::POLLIN, T, || {
             let mut arrived = false;
             loop {
-                let mut hdr = [0u8; HDR];
+                // Straight into the caller's buffer; a first datagram's
+                // trailer lands in `tail` when the buffer ends first.
+                let mut tail = [0u8; HDR];
                 let room = buf.len().saturating_sub(got);
-                let iov = [
-                    libc::iovec { iov_base: hdr.as_mut_ptr().cast(), iov_len: HDR },
-                    libc::iovec { iov_base: buf[got..].as_mut_ptr().cast(), iov_len: room },
-                ];
-                // SAFETY: a zeroed msghdr pointing at two valid iovecs and,
-                // before the peer is known, at a sockaddr_storage.
-                let r = unsafe {
-                    let mut m: libc::msghdr = std::mem::zeroed();
-                    m.msg_iov = iov.as_ptr() as *mut _;
-                    m.msg_iovlen = 2;
-                    if !connected {
-                        m.msg_name = (&mut peer as *mut libc::sockaddr_storage).cast();
-                        m.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+                let r = if connected && room >= chunk + HDR {
+                    // SAFETY: receives into a valid, writable slice of its length.
+                    unsafe { libc::recv(fd, buf[got..].as_mut_ptr().cast(), room, libc::MSG_DONTWAIT) }
+                } else {
+                    let iov = [libc::iovec { iov_base: buf[got..].as_mut_ptr().cast(), iov_len: room }, libc::iovec { iov_base: tail.as_mut_ptr().cast(), iov_len: HDR }];
+                    // SAFETY: a zeroed msghdr pointing at two valid iovecs and,
+                    // before the peer is known, at a sockaddr_storage.
+                    unsafe {
+                        let mut m: libc::msghdr = std::mem::zeroed();
+                        m.msg_iov = iov.as_ptr() as *mut _;
+                        m.msg_iovlen = 2;
+                        if !connected {
+                            m.msg_name = (&mut peer as *mut libc::sockaddr_storage).cast();
+                            m.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+                        }
+                        let r = libc::recvmsg(fd, &mut m, libc::MSG_DONTWAIT);
+                        peer_len = m.msg_namelen;
+                        r
                     }
-                    let r = libc::recvmsg(fd, &mut m, libc::MSG_DONTWAIT);
-                    peer_len = m.msg_namelen;
-                    r
                 };
                 if r < 0 {
                     let e = last_error();
@@ -162,17 +186,27 @@ impl Link for UdpLink {
                     return Ok(if arrived { Step::Partial } else { Step::Empty });
                 }
                 let n = r as usize;
-                if n < HDR {
-                    continue; // not ours
-                }
                 arrived = true;
-                let t = *total.get_or_insert(u32::from_be_bytes(hdr) as usize);
-                if t > buf.len() {
-                    return Err(io::Error::other(format!("udp: message of {t} bytes exceeds the buffer of {}", buf.len())));
+                match total {
+                    None if n == chunk + HDR => {
+                        // The first datagram of a longer message: its trailer.
+                        let mut t = [0u8; HDR];
+                        for (i, b) in t.iter_mut().enumerate() {
+                            let at = chunk + i;
+                            *b = if at < room { buf[got + at] } else { tail[at - room] };
+                        }
+                        let t = u32::from_be_bytes(t) as usize;
+                        if t > buf.len() {
+                            return Err(io::Error::other(format!("udp: message of {t} bytes exceeds the buffer of {}", buf.len())));
+                        }
+                        total = Some(t);
+                        got = chunk;
+                    }
+                    None => return Ok(Step::Done(n.min(room))), // a whole message
+                    Some(_) => got += n.min(room),
                 }
-                got += n - HDR;
-                if got >= t {
-                    return Ok(Step::Done(t));
+                if total.is_some_and(|t| got >= t) {
+                    return Ok(Step::Done(total.unwrap()));
                 }
             }
         })?;
@@ -198,11 +232,15 @@ pub struct TcpLink {
     rx: Vec<u8>,
     head: usize,
     tail: usize,
+    /// A small message and its length, sent as one buffer.
+    tx: Vec<u8>,
 }
 
 impl TcpLink {
     /// The receive buffer: many small messages per read, the head of a large one.
     const RX: usize = 256 << 10;
+    /// Messages up to this size are sent from one buffer with their length.
+    const SMALL: usize = 1024;
 
     pub fn server(bind: &str, port: u16, ready: impl FnOnce()) -> io::Result<TcpLink> {
         let l = TcpListener::bind((bind, port))?;
@@ -226,7 +264,7 @@ impl TcpLink {
     fn setup(s: TcpStream) -> io::Result<TcpLink> {
         s.set_nodelay(true)?;
         s.set_nonblocking(true)?;
-        Ok(TcpLink { s, rx: vec![0u8; Self::RX], head: 0, tail: 0 })
+        Ok(TcpLink { s, rx: vec![0u8; Self::RX], head: 0, tail: 0, tx: vec![0u8; HDR + Self::SMALL] })
     }
 
     /// One non-blocking read into `to`: Some(n) (n > 0), None if nothing is there.
@@ -269,6 +307,27 @@ impl Link for TcpLink {
     fn send(&mut self, msg: &[u8]) -> io::Result<()> {
         let fd = self.s.as_raw_fd();
         let hdr = (msg.len() as u32).to_be_bytes();
+        if msg.len() <= Self::SMALL {
+            // A small message goes with its length as one `send` of one
+            // buffer, as the C probe sends (no iovec to import).
+            let n = HDR + msg.len();
+            self.tx[..HDR].copy_from_slice(&hdr);
+            self.tx[HDR..n].copy_from_slice(msg);
+            let mut off = 0;
+            while off < n {
+                let b = &self.tx[off..n];
+                off += spin_then_poll(fd, libc::POLLOUT, T, || {
+                    // SAFETY: sends from a valid slice of its length.
+                    let r = unsafe { libc::send(fd, b.as_ptr().cast(), b.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+                    if r >= 0 {
+                        return Ok(Step::Done(r as usize));
+                    }
+                    let e = last_error();
+                    if would_block(&e) { Ok(Step::Empty) } else { Err(e) }
+                })?;
+            }
+            return Ok(());
+        }
         let mut off = 0usize; // bytes of header + message written
         let total = HDR + msg.len();
         while off < total {
