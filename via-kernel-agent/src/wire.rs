@@ -701,7 +701,7 @@ mod tests {
 
     #[test]
     fn authenticated_frames_carry_their_tag_after_the_payload() {
-        let key = [3u8; 16];
+        let key = [3u8; 48];
         let mut hdr = [0u8; FRAME_HEADER_LEN];
         sample().emit(&mut hdr);
         let payload = *b"abcd";
@@ -717,7 +717,7 @@ mod tests {
         assert_eq!(f.trailer_len(), TAG_LEN);
         assert_eq!(f.auth_tag(), Some(&tag[..]));
         assert!(f.authentic(&key));
-        assert!(!f.authentic(&[4u8; 16]), "another key");
+        assert!(!f.authentic(&[4u8; 48]), "another key");
         assert!(!f.checksum_ok(), "no CRC on an authenticated frame");
         // A flipped bit anywhere from the EtherType on fails it.
         for bit in 12 * 8..buf.len() * 8 {

@@ -4,20 +4,26 @@
 //!
 //! It knows what anyone on the segment can learn from frames in clear:
 //! MACs, endpoints, VI ids, generations, sequence numbers, memory handles
-//! and addresses. It has no key: what it sends carries the CRC-32C anyone
-//! can compute ([`wire::seal`]).
+//! and addresses. It has not the hosts' cluster secret: what it sends
+//! carries the CRC-32C anyone can compute ([`wire::seal`]) or, when it was
+//! given a key of its own ([`Attacker::key`], a different secret's), a tag
+//! under that key: a frame of the authenticated format that fails the
+//! check.
 
 use super::segment::{Segment, Station};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 use via_kernel_agent::wire::{self, flags, ConnRepr, Frame, HeaderRepr, Kind, ETHERTYPE, FRAME_HEADER_LEN};
+use via_kernel_agent::auth::Key;
 use via_kernel_agent::MacAddr;
 
 /// The raw socket on M and everything it has seen.
 pub struct Attacker {
     fd: OwnedFd,
     pub mac: MacAddr,
+    /// The key M tags its forgeries with (not the hosts'), or none: CRC only.
+    pub key: Option<Key>,
     /// Every VIA frame seen on the segment (sent by A or B), in order.
     pub seen: Vec<Vec<u8>>,
 }
@@ -28,7 +34,7 @@ impl Attacker {
     pub fn open(seg: &Segment) -> Attacker {
         let ifname = seg.ifname(Station::M);
         let (fd, mac) = seg.within(Station::M, || open_socket(&ifname)).unwrap_or_else(|e| panic!("opening the attacker's socket on {ifname}: {e}"));
-        Attacker { fd, mac, seen: Vec::new() }
+        Attacker { fd, mac, key: None, seen: Vec::new() }
     }
 
     /// Takes every frame already received, without waiting.
@@ -77,9 +83,12 @@ impl Attacker {
     }
 
     /// Forges and sends the frame with header `h` and `payload`, with the
-    /// CRC anyone can compute.
+    /// CRC anyone can compute, or tagged under M's own key.
     pub fn forge(&self, h: &HeaderRepr, payload: &[u8]) {
-        self.send_raw(&forged(h, payload));
+        match &self.key {
+            None => self.send_raw(&forged(h, payload)),
+            Some(k) => self.send_raw(&forged_tagged(h, payload, k)),
+        }
     }
 
     /// Forges a connection-management frame carrying `conn`.
@@ -101,7 +110,7 @@ impl Attacker {
             // SAFETY: buf and from are valid for the lengths given.
             let n = unsafe { libc::recvfrom(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT, (&mut from as *mut libc::sockaddr_ll).cast(), &mut len) };
             if n >= 0 {
-                if from.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+                if from.sll_pkttype == libc::PACKET_OUTGOING {
                     continue; // our own forgeries
                 }
                 buf.truncate(n as usize);
@@ -130,6 +139,27 @@ pub fn forged(h: &HeaderRepr, payload: &[u8]) -> Vec<u8> {
     let mut f = head.to_vec();
     f.extend_from_slice(payload);
     f
+}
+
+/// The bytes of a frame with header `h` and `payload` in the
+/// authenticated format ([`flags::AUTH`], the tag after the payload),
+/// tagged under `key`.
+pub fn forged_tagged(h: &HeaderRepr, payload: &[u8], key: &Key) -> Vec<u8> {
+    let mut head = [0u8; FRAME_HEADER_LEN];
+    HeaderRepr { payload_len: payload.len() as u16, ..*h }.emit(&mut head);
+    let tag = wire::seal_authenticated(&mut head, key, [payload]);
+    let mut f = head.to_vec();
+    f.extend_from_slice(payload);
+    f.extend_from_slice(&tag);
+    f
+}
+
+/// A key of a secret nobody else has: what M tags with when it plays a
+/// host of another cluster (or guesses).
+pub fn stranger_key() -> Key {
+    let mut s = [0u8; 32];
+    via_kernel_agent::auth::fill_random(&mut s);
+    via_kernel_agent::auth::ClusterSecret::from_bytes(&s).cm_key()
 }
 
 /// The next frame of a sequenced stream whose last frame was `last`:

@@ -195,3 +195,32 @@ impl Connected {
         (d.length(), self.mem_b.to_vec(range).unwrap())
     }
 }
+
+/// A cluster secret file for A and B (mode 0600, in a private directory),
+/// removed on drop.
+pub struct SecretFile {
+    dir: std::path::PathBuf,
+    path: std::path::PathBuf,
+}
+
+impl SecretFile {
+    /// A fresh random secret; `name` keeps concurrent tests apart.
+    pub fn new(name: &str) -> SecretFile {
+        let dir = std::env::temp_dir().join(format!("via-third-host-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+        let path = dir.join("secret");
+        via_kernel_agent::auth::create_secret_file(&path).unwrap_or_else(|e| panic!("creating the secret {}: {e}", path.display()));
+        SecretFile { dir, path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for SecretFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
