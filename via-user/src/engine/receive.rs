@@ -635,10 +635,15 @@ impl Core {
     /// (and unmapped) them since posting, and then nothing is written.
     #[inline]
     pub(super) fn scatter(&self, e: &WqEntry, ptag: Ptag, cur: &mut (u16, u32), payload: Payload<'_>) -> Result<(), PlaceError> {
-        let (desc, segs) = (e.desc, e.segs as usize);
-        if !usermem::descriptor_registered(&self.mem, desc, e.desc_handle, segs, ptag) {
+        if !usermem::descriptor_registered(&self.mem, e.desc, e.desc_handle, e.segs as usize, ptag) {
             return Err(PlaceError::Protection);
         }
+        self.scatter_registered(e, ptag, cur, payload)
+    }
+
+    /// [`Core::scatter`] once the descriptor's registration was checked.
+    fn scatter_registered(&self, e: &WqEntry, ptag: Ptag, cur: &mut (u16, u32), payload: Payload<'_>) -> Result<(), PlaceError> {
+        let (desc, segs) = (e.desc, e.segs as usize);
         let mut from = 0;
         while from < payload.len() {
             if cur.0 as usize >= segs {
@@ -671,8 +676,9 @@ impl Core {
         if !usermem::descriptor_registered(&self.mem, e.desc, e.desc_handle, e.segs as usize, ptag) {
             return Err(PlaceError::Protection);
         }
+        // Checked before the cursor reads the segment list; not again.
         let mut cur = segment_cursor(e.desc, e.seg0 as usize, e.segs as usize, off);
-        self.scatter(e, ptag, &mut cur, payload)
+        self.scatter_registered(e, ptag, &mut cur, payload)
     }
 
     /// Breaks a reliable connection from our side: the peer is told.
