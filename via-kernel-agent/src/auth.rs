@@ -33,9 +33,6 @@ use siphasher::sip128::{Hasher128, SipHasher24};
 
 use crate::wire::{ETH_HEADER_LEN, FRAME_HEADER_LEN};
 
-/// Where, within the frame, the VIA header's `payload_len` (u16) sits.
-const PAYLOAD_LEN_OFFSET: usize = ETH_HEADER_LEN + 54;
-
 /// Bytes of the authentication tag that follows an authenticated frame's payload.
 pub const TAG_LEN: usize = 16;
 /// Bytes of the nonce each side puts into a connection request or accept.
@@ -224,13 +221,12 @@ pub fn fill_random(buf: &mut [u8]) {
 
 /// The tag of the frame whose headers are `head` ([`FRAME_HEADER_LEN`]
 /// bytes, flags as sent) and whose payload is `payload`, in pieces.
-/// Frames of [`LARGE_FRAME`] covered bytes or more — by the header's own
-/// `payload_len`, itself covered — are tagged with keyed BLAKE3 (its first
-/// 16 bytes), the others with SipHash-2-4-128.
-pub fn frame_tag<'a>(key: &Key, head: &[u8], payload: impl IntoIterator<Item = &'a [u8]>) -> Tag {
+/// Frames of [`LARGE_FRAME`] covered bytes or more — by `payload_len`, the
+/// payload's length as the (covered) header says it — are tagged with
+/// keyed BLAKE3 (its first 16 bytes), the others with SipHash-2-4-128.
+pub fn frame_tag<'a>(key: &Key, head: &[u8], payload_len: usize, payload: impl IntoIterator<Item = &'a [u8]>) -> Tag {
     let covered = &head[ETH_HEADER_LEN - 2..FRAME_HEADER_LEN];
-    let len = u16::from_be_bytes([head[PAYLOAD_LEN_OFFSET], head[PAYLOAD_LEN_OFFSET + 1]]) as usize;
-    if covered.len() + len >= LARGE_FRAME {
+    if covered.len() + payload_len >= LARGE_FRAME {
         let k: &[u8; 32] = key[16..].try_into().expect("48-byte key");
         let mut h = blake3::Hasher::new_keyed(k);
         h.update(covered);
@@ -253,7 +249,7 @@ pub fn frame_tag<'a>(key: &Key, head: &[u8], payload: impl IntoIterator<Item = &
 /// Does `tag` authenticate the frame (headers `head`, payload `payload`)
 /// under `key`? Compared in constant time.
 pub fn tag_ok(key: &Key, head: &[u8], payload: &[u8], tag: &[u8]) -> bool {
-    let want = frame_tag(key, head, [payload]);
+    let want = frame_tag(key, head, payload.len(), [payload]);
     tag.len() == TAG_LEN && want.iter().zip(tag).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
@@ -379,14 +375,9 @@ mod tests {
         }
         // The two halves of a key serve the two sizes: each matters to its own.
         let (small, large) = (vec![2u8; 130], vec![2u8; LARGE_FRAME]);
-        let head_of = |n: usize| {
-            let mut h = [1u8; FRAME_HEADER_LEN];
-            h[PAYLOAD_LEN_OFFSET..PAYLOAD_LEN_OFFSET + 2].copy_from_slice(&(n as u16).to_be_bytes());
-            h
-        };
-        let (hs, hl) = (head_of(small.len()), head_of(large.len()));
+        let (hs, hl) = ([1u8; FRAME_HEADER_LEN], [1u8; FRAME_HEADER_LEN]);
         let key = [9u8; 48];
-        let (ts, tl) = (frame_tag(&key, &hs, [&small[..]]), frame_tag(&key, &hl, [&large[..]]));
+        let (ts, tl) = (frame_tag(&key, &hs, small.len(), [&small[..]]), frame_tag(&key, &hl, large.len(), [&large[..]]));
         let mut k = key;
         k[47] ^= 1; // BLAKE3's half
         assert!(tag_ok(&k, &hs, &small, &ts) && !tag_ok(&k, &hl, &large, &tl));
@@ -401,8 +392,7 @@ mod tests {
             *b = i as u8;
         }
         let payload: Vec<u8> = (0..n).map(|i| i as u8).collect();
-        head[PAYLOAD_LEN_OFFSET..PAYLOAD_LEN_OFFSET + 2].copy_from_slice(&(n as u16).to_be_bytes());
-        let tag = frame_tag(&key, &head, [&payload[..40], &payload[40..]]);
+        let tag = frame_tag(&key, &head, n, [&payload[..40], &payload[40..]]);
         assert!(tag_ok(&key, &head, &payload, &tag));
         for bit in (ETH_HEADER_LEN - 2) * 8..FRAME_HEADER_LEN * 8 {
             let mut h = head;

@@ -160,7 +160,8 @@ pub fn seal_authenticated<'a>(head: &mut [u8], key: &crate::auth::Key, payload: 
     let fl = (be16(head, ETH_HEADER_LEN + 2) & !flags::CHECKSUM) | flags::AUTH;
     head[ETH_HEADER_LEN + 2..ETH_HEADER_LEN + 4].copy_from_slice(&fl.to_be_bytes());
     head[CHECK_OFFSET..CHECK_OFFSET + 4].fill(0);
-    crate::auth::frame_tag(key, head, payload)
+    let len = Frame { buf: &*head }.payload_len() as usize;
+    crate::auth::frame_tag(key, head, len, payload)
 }
 
 /// The checksum of the frame whose headers are `head` (at least
@@ -222,6 +223,15 @@ fn be64(b: &[u8], at: usize) -> u64 {
 #[derive(Clone, Copy, Debug)]
 pub struct Frame<T: AsRef<[u8]>> {
     buf: T,
+}
+
+impl<'a> Frame<&'a [u8]> {
+    /// A view of headers alone, as built for sending (before the payload
+    /// is gathered): the header fields' accessors; [`Frame::payload`] is
+    /// empty. Unchecked: the caller built them.
+    pub fn of_headers(head: &'a [u8; FRAME_HEADER_LEN]) -> Self {
+        Frame { buf: &head[..] }
+    }
 }
 
 impl<T: AsRef<[u8]>> Frame<T> {

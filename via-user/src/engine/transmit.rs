@@ -26,7 +26,7 @@ use via_kernel_agent::conn::{CmFrame, Peer};
 use via_kernel_agent::device::MAX_GATHER;
 use via_kernel_agent::auth::{Key, Keyring};
 use via_kernel_agent::conn::RejectReason;
-use via_kernel_agent::wire::{flags, seal, seal_authenticated, seq_le, seq_lt, HeaderRepr, Kind, ETH_HEADER_LEN, FRAME_HEADER_LEN, TAG_LEN, VIA_HEADER_LEN};
+use via_kernel_agent::wire::{flags, seal, seal_authenticated, seq_le, seq_lt, Frame, HeaderRepr, Kind, FRAME_HEADER_LEN, TAG_LEN, VIA_HEADER_LEN};
 use std::mem::MaybeUninit;
 use via_kernel_agent::{FrameDevice, TxFrame};
 
@@ -262,17 +262,17 @@ impl Sealer<'_> {
 /// VI's connection key, or the cluster's for connection management (and
 /// for the refusal of an unauthenticated request, which goes out plain:
 /// `None`).
-fn frame_key<'a>(keys: &'a Keyring, h: &[u8]) -> Option<&'a Key> {
-    let kind = h[ETH_HEADER_LEN + 1];
-    let src_vi = u16::from_be_bytes([h[ETH_HEADER_LEN + 14], h[ETH_HEADER_LEN + 15]]);
-    if kind < Kind::ConnRequest as u8 {
+fn frame_key<'a>(keys: &'a Keyring, h: &[u8; FRAME_HEADER_LEN]) -> Option<&'a Key> {
+    let f = Frame::of_headers(h);
+    match f.kind() {
+        Some(kind) if kind.is_connection_management() => {
+            let plain_refusal = kind == Kind::ConnReject && f.imm() == RejectReason::Authentication as u32;
+            (!plain_refusal).then_some(&keys.cm)
+        }
         // A VI that lost its keys (it was torn down meanwhile) sends with
         // the cluster key: the peer refuses the frame, as it should.
-        return Some(keys.vi(src_vi).map_or(&keys.cm, |k| &k.tx));
+        _ => Some(keys.vi(f.src_vi()).map_or(&keys.cm, |k| &k.tx)),
     }
-    let imm = u32::from_be_bytes(h[ETH_HEADER_LEN + 36..ETH_HEADER_LEN + 40].try_into().expect("4 bytes"));
-    let plain_refusal = kind == Kind::ConnReject as u8 && imm == RejectReason::Authentication as u32;
-    (!plain_refusal).then_some(&keys.cm)
 }
 
 /// Is all the memory of the posted descriptor `e` (its segment list and
@@ -314,7 +314,7 @@ fn send_batch(dev: &mut dyn FrameDevice, hdrs: &mut Headers, sealer: Sealer<'_>,
         match sealer {
             Sealer::Nothing => {}
             Sealer::Checksum => seal(h, pieces_of(s)),
-            Sealer::Mac(keys) => match frame_key(keys, h) {
+            Sealer::Mac(keys) => match frame_key(keys, &*h) {
                 Some(key) => {
                     tags[i].write(seal_authenticated(h, key, pieces_of(s)));
                     tagged |= 1 << i;
