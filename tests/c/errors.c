@@ -8,25 +8,7 @@
 #include <string.h>
 #include <vipl.h>
 
-static int failures;
-
-#define EXPECT(call, want)                                                                   \
-    do {                                                                                     \
-        VIP_RETURN r_ = (call);                                                              \
-        if (r_ != (want)) {                                                                  \
-            fprintf(stderr, "%s:%d: %s gave %d, expected %s (%d)\n", __FILE__, __LINE__, #call, \
-                    (int)r_, #want, (int)(want));                                            \
-            failures++;                                                                      \
-        }                                                                                    \
-    } while (0)
-
-#define CHECK(cond)                                                             \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                         \
-        }                                                                       \
-    } while (0)
+#include "check.h"
 
 int main(int argc, char **argv) {
     const char *dev = argc > 1 ? argv[1] : "/dev/via_lo";

@@ -31,35 +31,7 @@
 #define TIMEOUT 10000UL /* ms */
 #define DEV "/dev/via_lo"
 
-static int failures;
-
-#define EXPECT(call, want)                                                                        \
-    do {                                                                                          \
-        VIP_RETURN r_ = (call);                                                                   \
-        if (r_ != (want)) {                                                                       \
-            fprintf(stderr, "%s:%d: %s gave %d, expected %s (%d)\n", __FILE__, __LINE__, #call, \
-                    (int)r_, #want, (int)(want));                                                 \
-            failures++;                                                                           \
-        }                                                                                         \
-    } while (0)
-
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                               \
-        }                                                                             \
-    } while (0)
-
-/* Setup steps whose failure makes the rest meaningless. */
-#define MUST(call)                                                                            \
-    do {                                                                                      \
-        VIP_RETURN r_ = (call);                                                               \
-        if (r_ != VIP_SUCCESS) {                                                              \
-            fprintf(stderr, "%s:%d: %s gave %d\n", __FILE__, __LINE__, #call, (int)r_);       \
-            exit(1);                                                                          \
-        }                                                                                     \
-    } while (0)
+#include "check.h"
 
 static void watchdog(int sig) {
     (void)sig;
