@@ -96,8 +96,8 @@ fn replayed_forged_and_untagged_frames_have_no_effect_on_a_keyed_connection() {
         for s in 0..3 {
             rig.a.post_recv(s, &[s * 1000..s * 1000 + MSG]);
         }
-        let key = rig.b.engine.core.auth.as_ref().unwrap().vi(rig.b.vi).unwrap().tx;
-        assert_eq!(Some(key), rig.a.engine.core.auth.as_ref().unwrap().vi(rig.a.vi).map(|k| k.rx), "{level:?}: what one sends the other checks");
+        let key = rig.b.engine.core.auth.as_ref().unwrap().vi(rig.b.vi).unwrap().tx.clone();
+        assert_eq!(Some(&key), rig.a.engine.core.auth.as_ref().unwrap().vi(rig.a.vi).map(|k| &k.rx), "{level:?}: what one sends the other checks");
         let first = rig.genuine(MSG);
         send(&mut rig, 0);
         expect_message(&mut rig, 0);
@@ -113,7 +113,7 @@ fn replayed_forged_and_untagged_frames_have_no_effect_on_a_keyed_connection() {
         // Next in sequence, untagged (as from a host without the secret).
         assert!(rig.inject(&frame_bytes(&next, &message(9))));
         // Next in sequence, tagged under another key (the cluster's).
-        let cm = rig.a.engine.core.auth.as_ref().unwrap().cm;
+        let cm = rig.a.engine.core.auth.as_ref().unwrap().cm.clone();
         assert!(rig.inject(&tagged(&next, &message(9), &cm)));
         // Next in sequence, tagged right, one payload bit flipped on the way.
         let mut flipped = tagged(&next, &message(9), &key);

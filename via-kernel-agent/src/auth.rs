@@ -12,24 +12,29 @@
 //!   both sides' fresh nonces (carried in the request and the accept), both
 //!   ends' endpoint and VI ids, and the connection's generation. MAC
 //!   addresses are left out: composite devices rewrite them on the way.
-//! - The MAC is SipHash-2-4 with a 128-bit output (the `siphasher` crate)
-//!   for frames under [`LARGE_FRAME`] covered bytes and keyed BLAKE3
-//!   (truncated to 16 bytes) from there on; both are PRFs: no nonce per frame, so a retransmission whose piggybacked ACK
-//!   changed is safe. It covers what the CRC covers (EtherType to the end
-//!   of the payload, `check` included, which an authenticated sender leaves
-//!   zero), and travels as a [`TAG_LEN`]-byte trailer after the payload
-//!   ([`crate::wire::flags::AUTH`]). Why SipHash: docs/DESIGN-NOTES.md.
+//! - The MAC is AEGISMAC-128L with a 128-bit tag (RFC 10032 section 7, the
+//!   `aegis` crate), at every frame size. It is the one AEGIS function that
+//!   allows a `(key, nonce)` pair to authenticate many different inputs,
+//!   so it needs no nonce per frame: a retransmission whose piggybacked ACK
+//!   changed is safe. Each [`Key`] keeps the MAC state initialised under its
+//!   key (and the fixed all-zero nonce), and each frame starts from a copy
+//!   of it. The tag covers the VIA header and the payload (`check`
+//!   included, which an authenticated sender leaves zero): 64 bytes, two
+//!   whole AEGIS-128L blocks, so the payload is absorbed from a block
+//!   boundary. The Ethernet header is left out: the MAC addresses because
+//!   composite devices rewrite them, the EtherType because only ours
+//!   reaches the parser. The tag travels as a [`TAG_LEN`]-byte trailer after the payload
+//!   ([`crate::wire::flags::AUTH`]). Why AEGIS: docs/DESIGN-NOTES.md.
 //! - Keys are derived with BLAKE3's `derive_key` (the `blake3` crate).
 //!
 //! Replays are refused by what already refuses duplicates: a replayed data
 //! frame carries a PSN the receiver has passed.
 
 use std::fmt;
-use std::hash::Hasher;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use siphasher::sip128::{Hasher128, SipHasher24};
+use aegis::aegis128l::Aegis128LMac;
 
 use crate::wire::{ETH_HEADER_LEN, FRAME_HEADER_LEN};
 
@@ -42,21 +47,50 @@ pub const SECRET_ENV: &str = "VIA_SECRET";
 /// Shortest and longest secret file accepted.
 pub const SECRET_MIN: usize = 16;
 pub const SECRET_MAX: usize = 4096;
+/// Bytes of a MAC key (AEGIS-128L's key).
+pub const KEY_LEN: usize = 16;
 
-/// A MAC key: 16 bytes for SipHash-2-4 (small frames) and 32 for keyed
-/// BLAKE3 (large frames), drawn apart from one derivation.
-pub type Key = [u8; 48];
-/// Covered bytes (headers and payload) from which a frame is tagged with
-/// keyed BLAKE3 instead of SipHash-2-4: SipHash is quicker on small frames
-/// (74 against 207 ns at 130 B, 683 against 1652 ns at 1500 B), BLAKE3 on
-/// large ones (2654 against 3982 ns at 9000 B; docs/DESIGN-NOTES.md).
-pub const LARGE_FRAME: usize = 4096;
 pub type Tag = [u8; TAG_LEN];
 pub type Nonce = [u8; NONCE_LEN];
 
+/// A MAC key: its bytes and the AEGISMAC-128L state initialised under
+/// them, which every tag starts from (a copy: the ten initialisation
+/// rounds are paid once per key, not per frame).
+#[derive(Clone)]
+pub struct Key {
+    bytes: [u8; KEY_LEN],
+    mac: Aegis128LMac<TAG_LEN>,
+}
+
+impl Key {
+    /// The key whose bytes are `bytes`.
+    pub fn new(bytes: [u8; KEY_LEN]) -> Key {
+        Key { bytes, mac: Aegis128LMac::new(&bytes) }
+    }
+
+    /// The key's bytes.
+    pub fn bytes(&self) -> &[u8; KEY_LEN] {
+        &self.bytes
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Key) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl Eq for Key {}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Key(..)")
+    }
+}
+
 const CONTEXT_SECRET: &str = "via-rs 2026-11 cluster secret";
-const CONTEXT_CM: &str = "via-rs 2026-11 connection management frame key";
-const CONTEXT_CONN: &str = "via-rs 2026-11 connection frame key";
+const CONTEXT_CM: &str = "via-rs 2026-11 connection management frame key (AEGISMAC-128L)";
+const CONTEXT_CONN: &str = "via-rs 2026-11 connection frame key (AEGISMAC-128L)";
 
 /// Why a secret could not be used.
 #[derive(Debug)]
@@ -113,7 +147,7 @@ impl ConnEnd {
 }
 
 /// The keys of one connection as one end sees them.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ConnKeys {
     /// What this end's frames are authenticated with.
     pub tx: Key,
@@ -189,12 +223,11 @@ impl ClusterSecret {
     }
 }
 
-/// A [`Key`] derived (BLAKE3 `derive_key` mode, extended output) from
-/// `material` in `context`.
+/// A [`Key`] derived (BLAKE3 `derive_key` mode) from `material` in `context`.
 fn expand(context: &str, material: &[u8]) -> Key {
-    let mut out = [0u8; 48];
+    let mut out = [0u8; KEY_LEN];
     blake3::Hasher::new_derive_key(context).update(material).finalize_xof().fill(&mut out);
-    out
+    Key::new(out)
 }
 
 /// A fresh random nonce (getrandom).
@@ -220,36 +253,21 @@ pub fn fill_random(buf: &mut [u8]) {
 }
 
 /// The tag of the frame whose headers are `head` ([`FRAME_HEADER_LEN`]
-/// bytes, flags as sent) and whose payload is `payload`, in pieces.
-/// Frames of [`LARGE_FRAME`] covered bytes or more — by `payload_len`, the
-/// payload's length as the (covered) header says it — are tagged with
-/// keyed BLAKE3 (its first 16 bytes), the others with SipHash-2-4-128.
-pub fn frame_tag<'a>(key: &Key, head: &[u8], payload_len: usize, payload: impl IntoIterator<Item = &'a [u8]>) -> Tag {
-    let covered = &head[ETH_HEADER_LEN - 2..FRAME_HEADER_LEN];
-    if covered.len() + payload_len >= LARGE_FRAME {
-        let k: &[u8; 32] = key[16..].try_into().expect("48-byte key");
-        let mut h = blake3::Hasher::new_keyed(k);
-        h.update(covered);
-        for p in payload {
-            h.update(p);
-        }
-        let mut tag = [0u8; TAG_LEN];
-        tag.copy_from_slice(&h.finalize().as_bytes()[..TAG_LEN]);
-        return tag;
-    }
-    let k: &[u8; 16] = key[..16].try_into().expect("48-byte key");
-    let mut h = SipHasher24::new_with_key(k);
-    h.write(covered);
+/// bytes, flags as sent) and whose payload is `payload`, in pieces:
+/// AEGISMAC-128L under `key` of the VIA header and the payload.
+pub fn frame_tag<'a>(key: &Key, head: &[u8], payload: impl IntoIterator<Item = &'a [u8]>) -> Tag {
+    let mut mac = key.mac.clone();
+    mac.update(&head[ETH_HEADER_LEN..FRAME_HEADER_LEN]);
     for p in payload {
-        h.write(p);
+        mac.update(p);
     }
-    h.finish128().as_bytes()
+    mac.finalize()
 }
 
 /// Does `tag` authenticate the frame (headers `head`, payload `payload`)
 /// under `key`? Compared in constant time.
 pub fn tag_ok(key: &Key, head: &[u8], payload: &[u8], tag: &[u8]) -> bool {
-    let want = frame_tag(key, head, payload.len(), [payload]);
+    let want = frame_tag(key, head, [payload]);
     tag.len() == TAG_LEN && want.iter().zip(tag).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
@@ -356,7 +374,7 @@ mod tests {
         let (a, b) = (end(10, 1, 1), end(20, 2, 2));
         let ka = s.connection_keys(&a, &b, 7);
         let kb = s.connection_keys(&b, &a, 7);
-        assert_eq!((ka.tx, ka.rx), (kb.rx, kb.tx), "what one sends the other checks");
+        assert_eq!((&ka.tx, &ka.rx), (&kb.rx, &kb.tx), "what one sends the other checks");
         assert_ne!(ka.tx, ka.rx, "each direction its own key");
         assert_ne!(ka.tx, s.cm_key());
         // Anything else different, other keys.
@@ -369,54 +387,71 @@ mod tests {
 
     #[test]
     fn a_flipped_bit_anywhere_covered_fails() {
-        // Under and over LARGE_FRAME: SipHash and BLAKE3 alike.
-        for (key, n) in [([9u8; 48], 130usize), ([5u8; 48], LARGE_FRAME)] {
-            flipped_bits_fail(key, n);
+        // A small message's frame, an MTU-sized one and a large one: the
+        // same MAC at every size.
+        for (key, n) in [(Key::new([9; KEY_LEN]), 64usize), (Key::new([5; KEY_LEN]), 1422), (Key::new([3; KEY_LEN]), 9000)] {
+            flipped_bits_fail(&key, n);
         }
-        // The two halves of a key serve the two sizes: each matters to its own.
-        let (small, large) = (vec![2u8; 130], vec![2u8; LARGE_FRAME]);
-        let (hs, hl) = ([1u8; FRAME_HEADER_LEN], [1u8; FRAME_HEADER_LEN]);
-        let key = [9u8; 48];
-        let (ts, tl) = (frame_tag(&key, &hs, small.len(), [&small[..]]), frame_tag(&key, &hl, large.len(), [&large[..]]));
-        let mut k = key;
-        k[47] ^= 1; // BLAKE3's half
-        assert!(tag_ok(&k, &hs, &small, &ts) && !tag_ok(&k, &hl, &large, &tl));
-        let mut k = key;
-        k[0] ^= 1; // SipHash's half
-        assert!(!tag_ok(&k, &hs, &small, &ts) && tag_ok(&k, &hl, &large, &tl));
     }
 
-    fn flipped_bits_fail(key: Key, n: usize) {
+    #[test]
+    fn the_tag_is_aegismac_128l_of_the_covered_bytes() {
+        // The same tag as the crate's one-shot MAC over the covered bytes
+        // in one piece, whatever the pieces: pieces are only how the
+        // payload lies in memory.
+        let key = Key::new(*b"0123456789abcdef");
+        let head: Vec<u8> = (0..FRAME_HEADER_LEN as u8).collect();
+        let payload: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+        let mut whole = head[ETH_HEADER_LEN..].to_vec();
+        whole.extend_from_slice(&payload);
+        let mut one = Aegis128LMac::<TAG_LEN>::new(b"0123456789abcdef");
+        one.update(&whole);
+        let want = one.finalize();
+        assert_eq!(frame_tag(&key, &head, [&payload[..]]), want);
+        assert_eq!(frame_tag(&key, &head, [&payload[..1], &payload[1..33], &payload[33..]]), want);
+        // And the state a key keeps is not used up by a tag.
+        assert_eq!(frame_tag(&key, &head, [&payload[..]]), want);
+    }
+
+    fn flipped_bits_fail(key: &Key, n: usize) {
         let mut head = [0u8; FRAME_HEADER_LEN];
         for (i, b) in head.iter_mut().enumerate() {
             *b = i as u8;
         }
         let payload: Vec<u8> = (0..n).map(|i| i as u8).collect();
-        let tag = frame_tag(&key, &head, n, [&payload[..40], &payload[40..]]);
-        assert!(tag_ok(&key, &head, &payload, &tag));
-        for bit in (ETH_HEADER_LEN - 2) * 8..FRAME_HEADER_LEN * 8 {
+        let tag = frame_tag(key, &head, [&payload[..40], &payload[40..]]);
+        assert!(tag_ok(key, &head, &payload, &tag));
+        for bit in ETH_HEADER_LEN * 8..FRAME_HEADER_LEN * 8 {
             let mut h = head;
             h[bit / 8] ^= 1 << (bit % 8);
-            assert!(!tag_ok(&key, &h, &payload, &tag), "header bit {bit}");
+            assert!(!tag_ok(key, &h, &payload, &tag), "header bit {bit}");
         }
         for bit in (0..payload.len() * 8).step_by(if n > 1000 { 7 } else { 1 }) {
             let mut p = payload.clone();
             p[bit / 8] ^= 1 << (bit % 8);
-            assert!(!tag_ok(&key, &head, &p, &tag), "payload bit {bit}");
+            assert!(!tag_ok(key, &head, &p, &tag), "payload bit {bit}");
         }
         for bit in 0..TAG_LEN * 8 {
             let mut t = tag;
             t[bit / 8] ^= 1 << (bit % 8);
-            assert!(!tag_ok(&key, &head, &payload, &t), "tag bit {bit}");
+            assert!(!tag_ok(key, &head, &payload, &t), "tag bit {bit}");
         }
-        let mut k = key;
-        k[if n >= LARGE_FRAME { 47 } else { 0 }] ^= 1;
-        assert!(!tag_ok(&k, &head, &payload, &tag), "another key");
-        assert!(!tag_ok(&key, &head, &payload, &tag[..15]), "a short tag");
-        // The MAC addresses are not covered (composite devices rewrite them).
+        for byte in 0..KEY_LEN {
+            let mut k = *key.bytes();
+            k[byte] ^= 1;
+            assert!(!tag_ok(&Key::new(k), &head, &payload, &tag), "another key (byte {byte})");
+        }
+        assert!(!tag_ok(key, &head, &payload, &tag[..15]), "a short tag");
+        // A byte more or less of payload is another message.
+        assert!(!tag_ok(key, &head, &payload[..n - 1], &tag), "a shorter payload");
+        let mut longer = payload.clone();
+        longer.push(0);
+        assert!(!tag_ok(key, &head, &longer, &tag), "a longer payload");
+        // The Ethernet header is not covered (composite devices rewrite
+        // the MAC addresses; only our EtherType reaches the parser).
         let mut h = head;
-        h[..12].fill(0xee);
-        assert!(tag_ok(&key, &h, &payload, &tag));
+        h[..ETH_HEADER_LEN].fill(0xee);
+        assert!(tag_ok(key, &h, &payload, &tag));
     }
 
     fn secret_file(name: &str, mode: u32, content: &[u8]) -> PathBuf {

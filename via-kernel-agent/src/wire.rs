@@ -23,8 +23,8 @@
 //!
 //! With [`flags::AUTH`] instead (a cluster secret is configured), `check`
 //! is zero and the payload is followed by a [`TAG_LEN`]-byte tag, the
-//! keyed MAC of the same bytes ([`crate::auth`]); `payload_len` does not
-//! count it.
+//! keyed MAC of the VIA header and the payload ([`crate::auth`]);
+//! `payload_len` does not count it.
 //!
 //! In a standalone ACK (kind `Ack`), `rdma_addr` is the selective
 //! acknowledgement: bit `i` set when the receiver holds PSN `ack + 1 + i`
@@ -160,8 +160,7 @@ pub fn seal_authenticated<'a>(head: &mut [u8], key: &crate::auth::Key, payload: 
     let fl = (be16(head, ETH_HEADER_LEN + 2) & !flags::CHECKSUM) | flags::AUTH;
     head[ETH_HEADER_LEN + 2..ETH_HEADER_LEN + 4].copy_from_slice(&fl.to_be_bytes());
     head[CHECK_OFFSET..CHECK_OFFSET + 4].fill(0);
-    let len = Frame { buf: &*head }.payload_len() as usize;
-    crate::auth::frame_tag(key, head, len, payload)
+    crate::auth::frame_tag(key, head, payload)
 }
 
 /// The checksum of the frame whose headers are `head` (at least
@@ -711,7 +710,7 @@ mod tests {
 
     #[test]
     fn authenticated_frames_carry_their_tag_after_the_payload() {
-        let key = [3u8; 48];
+        let key = crate::auth::Key::new([3u8; crate::auth::KEY_LEN]);
         let mut hdr = [0u8; FRAME_HEADER_LEN];
         sample().emit(&mut hdr);
         let payload = *b"abcd";
@@ -727,9 +726,10 @@ mod tests {
         assert_eq!(f.trailer_len(), TAG_LEN);
         assert_eq!(f.auth_tag(), Some(&tag[..]));
         assert!(f.authentic(&key));
-        assert!(!f.authentic(&[4u8; 48]), "another key");
+        assert!(!f.authentic(&crate::auth::Key::new([4u8; crate::auth::KEY_LEN])), "another key");
         assert!(!f.checksum_ok(), "no CRC on an authenticated frame");
-        // A flipped bit anywhere from the EtherType on fails it.
+        // A flipped bit anywhere from the EtherType on fails it: in the
+        // EtherType the frame is not ours, from the VIA header on the tag fails.
         for bit in 12 * 8..buf.len() * 8 {
             let mut b = buf.clone();
             b[bit / 8] ^= 1 << (bit % 8);
