@@ -32,9 +32,13 @@
 //!   IOMMU fault, then the same NICs open reset and carry verified traffic;
 //! - with `VIA_GUEST_ONLY=bench` (`qemu/run.sh --only bench`): VIA against
 //!   raw frames on the same two tulips, latency and bandwidth.
+//!
+//! A check that runs for 110 s is reported with the state of every thread
+//! of the suite and its children, and fails (`stuck.rs`).
 
 mod killed;
 mod memlock;
+mod stuck;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -750,13 +754,16 @@ fn main() {
     let mut record = |name: &str, r: Result<(), String>| match r {
         Ok(()) => {
             passed += 1;
+            stuck::PASSED.store(passed, std::sync::atomic::Ordering::SeqCst);
             println!("PASS {name}");
         }
         Err(e) => {
             failed += 1;
+            stuck::FAILED.store(failed, std::sync::atomic::Ordering::SeqCst);
             println!("FAIL {name}: {e}");
         }
     };
+    stuck::watch(planned);
     record(
         NIC_COUNT_CHECK,
         if devs.len() == given { Ok(()) } else { Err(format!("{given} NICs given, {} tulips bound to vfio-pci ({tulips_present} present): {devs:?}", devs.len())) },
@@ -767,7 +774,9 @@ fn main() {
             continue;
         }
         let t0 = Instant::now();
+        stuck::running(Some(&c.name));
         let r = (c.run)(&devs);
+        stuck::running(None);
         println!("  ({}: {:.1} s)", c.name, t0.elapsed().as_secs_f64());
         record(&c.name, r);
     }
