@@ -66,7 +66,7 @@ TARGET=x86_64-unknown-linux-gnu
 echo "qemu/run.sh: building static guest binaries"
 CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" \
     cargo build --manifest-path "$ROOT/Cargo.toml" --profile guest --target $TARGET \
-    -p via-kernel-agent --bin via-agent -p via-user --bin via-pingpong \
+    -p via-kernel-agent --bin via-agent -p via-pingpong --bin via-pingpong \
     -p via-tests --bin via-testpeer --bin via-conform --bin via-guest-suite \
     -p nas-cg --bin cg
 BINDIR=${CARGO_TARGET_DIR:-$ROOT/target}/$TARGET/guest
@@ -126,7 +126,7 @@ boot() {
     local n=$1 log=$2 mon=$WORK/monitor i
     local args=(-accel tcg -machine q35 -cpu max -smp 2 -m 1024 -device intel-iommu
           -kernel "$KERNEL" -initrd "$WORK/initrd.gz"
-          -append "console=ttyS0 intel_iommu=on panic=-1 quiet loglevel=3 via_nics=$n via_only=$ONLY$ENVS"
+          -append "console=ttyS0 intel_iommu=on panic=-1 quiet loglevel=3 printk.devkmsg=on printk.time=0 via_nics=$n via_only=$ONLY$ENVS"
           -nographic -no-reboot -nodefaults -serial stdio -monitor "pipe:$mon")
     for i in $(seq 0 $((n - 1))); do
         args+=(-netdev "hubport,id=p$i,hubid=0" -device "tulip,netdev=p$i,mac=52:54:00:00:00:$(printf %02x $((i + 1)))")
@@ -147,7 +147,7 @@ boot() {
             quiet=$((quiet + 5))
             [ "$quiet" -ge "$SILENCE" ] || continue
             if grep -qaE "$SUITE_STARTED" "$log"; then touch "$WORK/hung"; else touch "$WORK/silent"; fi
-            printf 'info status\ninfo cpus\ninfo registers -a\n' > "$mon.in"
+            printf 'info status\ninfo cpus\ninfo pic\ninfo irq\ninfo registers -a\n' > "$mon.in"
             sleep 5
             {
                 echo "qemu/run.sh: the guest printed nothing for ${quiet} s; QEMU's monitor says:"
