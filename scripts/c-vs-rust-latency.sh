@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-5}"
-cargo build --release -p vipl -p via-user >/dev/null 2>&1
+cargo build --release -p vipl -p via-pingpong >/dev/null 2>&1
 target="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/release"
 work="$(mktemp -d /tmp/c-vs-rust.XXXXXX)"
 a="cvr-a-$$"; b="cvr-b-$$"; va="cva$$"; vb="cvb$$"

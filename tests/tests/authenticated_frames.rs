@@ -12,8 +12,8 @@
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use via_kernel_agent::auth::Key;
-use via_kernel_agent::wire::{self, Frame, HeaderRepr, Kind, FRAME_HEADER_LEN};
+use via_wire::tag::Key;
+use via_wire::{self as wire, Frame, HeaderRepr, Kind, FRAME_HEADER_LEN};
 use via_tests::rig::{frame_bytes, Rig};
 use via_user::descriptor::status;
 use via_user::engine::post::Queue;

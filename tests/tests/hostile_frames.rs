@@ -12,8 +12,8 @@
 //! (or cost an unreliable VI that message), without a hostile byte in any
 //! receive or anywhere else.
 
-use via_kernel_agent::wire::{self, flags, HeaderRepr, Kind, ANY_ENDPOINT, ETH_HEADER_LEN, FRAME_HEADER_LEN};
-use via_kernel_agent::MacAddr;
+use via_wire::{self as wire, flags, HeaderRepr, Kind, ANY_ENDPOINT, ETH_HEADER_LEN, FRAME_HEADER_LEN};
+use via_wire::MacAddr;
 use via_tests::rig::arena::{page, pages, PAGE};
 use via_tests::rig::{frame_bytes, Host, Rig};
 use via_user::descriptor::status;

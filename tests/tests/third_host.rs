@@ -25,8 +25,8 @@
 //! A and B flows intact afterwards.
 
 use std::path::Path;
-use via_kernel_agent::wire::{flags, ConnRepr, Frame, HeaderRepr, Kind, ANY_ENDPOINT};
-use via_kernel_agent::MacAddr;
+use via_wire::{flags, ConnRepr, Frame, HeaderRepr, Kind, ANY_ENDPOINT};
+use via_wire::MacAddr;
 use via_tests::attack::{next_in_stream, stranger_key, Attacker, Connected, Host, HostOptions, SecretFile, Segment, Station, SERVICE, STEP};
 use via_user::{AsyncErrorKind, Counters, ViPhase};
 

@@ -1,5 +1,5 @@
-//! Frame authentication: the cluster secret, the keys derived from it, and
-//! the keyed MAC that replaces the CRC-32C when a secret is configured.
+//! Frame authentication: the cluster secret and the keys derived from it
+//! for the keyed MAC that replaces the CRC-32C when a secret is configured.
 //!
 //! - The **cluster secret** is a file readable only by its owner (the
 //!   caller's uid): [`ClusterSecret::load`] refuses anything else, naming
@@ -12,19 +12,8 @@
 //!   both sides' fresh nonces (carried in the request and the accept), both
 //!   ends' endpoint and VI ids, and the connection's generation. MAC
 //!   addresses are left out: composite devices rewrite them on the way.
-//! - The MAC is AEGISMAC-128L with a 128-bit tag (RFC 10032 section 7, the
-//!   `aegis` crate), at every frame size. It is the one AEGIS function that
-//!   allows a `(key, nonce)` pair to authenticate many different inputs,
-//!   so it needs no nonce per frame: a retransmission whose piggybacked ACK
-//!   changed is safe. Each [`Key`] keeps the MAC state initialised under its
-//!   key (and the fixed all-zero nonce), and each frame starts from a copy
-//!   of it. The tag covers the VIA header and the payload (`check`
-//!   included, which an authenticated sender leaves zero): 64 bytes, two
-//!   whole AEGIS-128L blocks, so the payload is absorbed from a block
-//!   boundary. The Ethernet header is left out: the MAC addresses because
-//!   composite devices rewrite them, the EtherType because only ours
-//!   reaches the parser. The tag travels as a [`TAG_LEN`]-byte trailer after the payload
-//!   ([`crate::wire::flags::AUTH`]). Why AEGIS: docs/DESIGN-NOTES.md.
+//! - The MAC itself, the tag every authenticated frame carries, is
+//!   [`via_wire::tag`]'s (AEGISMAC-128L).
 //! - Keys are derived with BLAKE3's `derive_key` (the `blake3` crate).
 //!
 //! Replays are refused by what already refuses duplicates: a replayed data
@@ -34,59 +23,14 @@ use std::fmt;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use aegis::aegis128l::Aegis128LMac;
+pub use via_wire::{Nonce, NONCE_LEN};
+use via_wire::tag::{Key, KEY_LEN};
 
-use crate::wire::{ETH_HEADER_LEN, FRAME_HEADER_LEN};
-
-/// Bytes of the authentication tag that follows an authenticated frame's payload.
-pub const TAG_LEN: usize = 16;
-/// Bytes of the nonce each side puts into a connection request or accept.
-pub const NONCE_LEN: usize = 16;
 /// The environment variable naming the cluster secret file.
 pub const SECRET_ENV: &str = "VIA_SECRET";
 /// Shortest and longest secret file accepted.
 pub const SECRET_MIN: usize = 16;
 pub const SECRET_MAX: usize = 4096;
-/// Bytes of a MAC key (AEGIS-128L's key).
-pub const KEY_LEN: usize = 16;
-
-pub type Tag = [u8; TAG_LEN];
-pub type Nonce = [u8; NONCE_LEN];
-
-/// A MAC key: its bytes and the AEGISMAC-128L state initialised under
-/// them, which every tag starts from (a copy: the ten initialisation
-/// rounds are paid once per key, not per frame).
-#[derive(Clone)]
-pub struct Key {
-    bytes: [u8; KEY_LEN],
-    mac: Aegis128LMac<TAG_LEN>,
-}
-
-impl Key {
-    /// The key whose bytes are `bytes`.
-    pub fn new(bytes: [u8; KEY_LEN]) -> Key {
-        Key { bytes, mac: Aegis128LMac::new(&bytes) }
-    }
-
-    /// The key's bytes.
-    pub fn bytes(&self) -> &[u8; KEY_LEN] {
-        &self.bytes
-    }
-}
-
-impl PartialEq for Key {
-    fn eq(&self, other: &Key) -> bool {
-        self.bytes == other.bytes
-    }
-}
-
-impl Eq for Key {}
-
-impl fmt::Debug for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Key(..)")
-    }
-}
 
 const CONTEXT_SECRET: &str = "via-rs 2026-11 cluster secret";
 const CONTEXT_CM: &str = "via-rs 2026-11 connection management frame key (AEGISMAC-128L)";
@@ -252,25 +196,6 @@ pub fn fill_random(buf: &mut [u8]) {
     }
 }
 
-/// The tag of the frame whose headers are `head` ([`FRAME_HEADER_LEN`]
-/// bytes, flags as sent) and whose payload is `payload`, in pieces:
-/// AEGISMAC-128L under `key` of the VIA header and the payload.
-pub fn frame_tag<'a>(key: &Key, head: &[u8], payload: impl IntoIterator<Item = &'a [u8]>) -> Tag {
-    let mut mac = key.mac.clone();
-    mac.update(&head[ETH_HEADER_LEN..FRAME_HEADER_LEN]);
-    for p in payload {
-        mac.update(p);
-    }
-    mac.finalize()
-}
-
-/// Does `tag` authenticate the frame (headers `head`, payload `payload`)
-/// under `key`? Compared in constant time.
-pub fn tag_ok(key: &Key, head: &[u8], payload: &[u8], tag: &[u8]) -> bool {
-    let want = frame_tag(key, head, [payload]);
-    tag.len() == TAG_LEN && want.iter().zip(tag).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
-}
-
 /// What an engine holds when a secret is configured: the
 /// connection-management key and each VI's connection keys.
 #[derive(Clone, Debug)]
@@ -281,10 +206,10 @@ pub struct Keyring {
     vis: Vec<Option<ConnKeys>>,
     /// Our nonce of each VI's pending request or accept (VI id, nonce,
     /// the host asked).
-    nonces: Vec<(u16, Nonce, Option<crate::MacAddr>)>,
+    nonces: Vec<(u16, Nonce, Option<via_wire::MacAddr>)>,
     /// Hosts that sent us connection management without (valid)
     /// authentication lately: why a request to them went unanswered.
-    unauthenticated: Vec<crate::MacAddr>,
+    unauthenticated: Vec<via_wire::MacAddr>,
 }
 
 /// Hosts remembered in [`Keyring::saw_unauthenticated`].
@@ -297,7 +222,7 @@ impl Keyring {
 
     /// A fresh nonce for VI `vi`'s request to `asked` (or accept),
     /// remembered until the request settles ([`Keyring::take_nonce`]).
-    pub fn new_nonce(&mut self, vi: u16, asked: Option<crate::MacAddr>) -> Nonce {
+    pub fn new_nonce(&mut self, vi: u16, asked: Option<via_wire::MacAddr>) -> Nonce {
         let n = fresh_nonce();
         self.nonces.retain(|(v, ..)| *v != vi);
         self.nonces.push((vi, n, asked));
@@ -305,14 +230,14 @@ impl Keyring {
     }
 
     /// VI `vi`'s nonce and the host its request asked, forgotten as taken.
-    pub fn take_nonce(&mut self, vi: u16) -> Option<(Nonce, Option<crate::MacAddr>)> {
+    pub fn take_nonce(&mut self, vi: u16) -> Option<(Nonce, Option<via_wire::MacAddr>)> {
         let i = self.nonces.iter().position(|(v, ..)| *v == vi)?;
         let (_, n, asked) = self.nonces.swap_remove(i);
         Some((n, asked))
     }
 
     /// Notes that `mac` sent connection management we could not authenticate.
-    pub fn saw_unauthenticated(&mut self, mac: crate::MacAddr) {
+    pub fn saw_unauthenticated(&mut self, mac: via_wire::MacAddr) {
         if !self.unauthenticated.contains(&mac) {
             if self.unauthenticated.len() == UNAUTHENTICATED_KEPT {
                 self.unauthenticated.remove(0);
@@ -322,7 +247,7 @@ impl Keyring {
     }
 
     /// Did `mac` send us unauthenticated connection management lately?
-    pub fn sent_unauthenticated(&self, mac: crate::MacAddr) -> bool {
+    pub fn sent_unauthenticated(&self, mac: via_wire::MacAddr) -> bool {
         self.unauthenticated.contains(&mac)
     }
 
@@ -383,75 +308,6 @@ mod tests {
             assert_ne!(other.rx, ka.rx);
         }
         assert_ne!(ClusterSecret::from_bytes(b"another secret!!").cm_key(), s.cm_key());
-    }
-
-    #[test]
-    fn a_flipped_bit_anywhere_covered_fails() {
-        // A small message's frame, an MTU-sized one and a large one: the
-        // same MAC at every size.
-        for (key, n) in [(Key::new([9; KEY_LEN]), 64usize), (Key::new([5; KEY_LEN]), 1422), (Key::new([3; KEY_LEN]), 9000)] {
-            flipped_bits_fail(&key, n);
-        }
-    }
-
-    #[test]
-    fn the_tag_is_aegismac_128l_of_the_covered_bytes() {
-        // The same tag as the crate's one-shot MAC over the covered bytes
-        // in one piece, whatever the pieces: pieces are only how the
-        // payload lies in memory.
-        let key = Key::new(*b"0123456789abcdef");
-        let head: Vec<u8> = (0..FRAME_HEADER_LEN as u8).collect();
-        let payload: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
-        let mut whole = head[ETH_HEADER_LEN..].to_vec();
-        whole.extend_from_slice(&payload);
-        let mut one = Aegis128LMac::<TAG_LEN>::new(b"0123456789abcdef");
-        one.update(&whole);
-        let want = one.finalize();
-        assert_eq!(frame_tag(&key, &head, [&payload[..]]), want);
-        assert_eq!(frame_tag(&key, &head, [&payload[..1], &payload[1..33], &payload[33..]]), want);
-        // And the state a key keeps is not used up by a tag.
-        assert_eq!(frame_tag(&key, &head, [&payload[..]]), want);
-    }
-
-    fn flipped_bits_fail(key: &Key, n: usize) {
-        let mut head = [0u8; FRAME_HEADER_LEN];
-        for (i, b) in head.iter_mut().enumerate() {
-            *b = i as u8;
-        }
-        let payload: Vec<u8> = (0..n).map(|i| i as u8).collect();
-        let tag = frame_tag(key, &head, [&payload[..40], &payload[40..]]);
-        assert!(tag_ok(key, &head, &payload, &tag));
-        for bit in ETH_HEADER_LEN * 8..FRAME_HEADER_LEN * 8 {
-            let mut h = head;
-            h[bit / 8] ^= 1 << (bit % 8);
-            assert!(!tag_ok(key, &h, &payload, &tag), "header bit {bit}");
-        }
-        for bit in (0..payload.len() * 8).step_by(if n > 1000 { 7 } else { 1 }) {
-            let mut p = payload.clone();
-            p[bit / 8] ^= 1 << (bit % 8);
-            assert!(!tag_ok(key, &head, &p, &tag), "payload bit {bit}");
-        }
-        for bit in 0..TAG_LEN * 8 {
-            let mut t = tag;
-            t[bit / 8] ^= 1 << (bit % 8);
-            assert!(!tag_ok(key, &head, &payload, &t), "tag bit {bit}");
-        }
-        for byte in 0..KEY_LEN {
-            let mut k = *key.bytes();
-            k[byte] ^= 1;
-            assert!(!tag_ok(&Key::new(k), &head, &payload, &tag), "another key (byte {byte})");
-        }
-        assert!(!tag_ok(key, &head, &payload, &tag[..15]), "a short tag");
-        // A byte more or less of payload is another message.
-        assert!(!tag_ok(key, &head, &payload[..n - 1], &tag), "a shorter payload");
-        let mut longer = payload.clone();
-        longer.push(0);
-        assert!(!tag_ok(key, &head, &longer, &tag), "a longer payload");
-        // The Ethernet header is not covered (composite devices rewrite
-        // the MAC addresses; only our EtherType reaches the parser).
-        let mut h = head;
-        h[..ETH_HEADER_LEN].fill(0xee);
-        assert!(tag_ok(key, &h, &payload, &tag));
     }
 
     fn secret_file(name: &str, mode: u32, content: &[u8]) -> PathBuf {

@@ -2,7 +2,7 @@
 //! machine: the engine feeds it connection-management frames and the clock,
 //! and transmits the frames it queues in [`ConnectionManager::outgoing`].
 //!
-//! Protocol (frame kinds in [`crate::wire::Kind`]):
+//! Protocol (frame kinds in [`via_wire::Kind`]):
 //! - The client sends `ConnRequest` to the server's MAC, endpoint
 //!   [`ANY_ENDPOINT`], carrying its VI attributes, a request id and the
 //!   discriminator. It retransmits with backoff until an answer or its
@@ -32,9 +32,9 @@
 //! an answer, whatever its discriminator).
 
 use crate::backoff::Backoff;
-use crate::mac::MacAddr;
+use via_wire::MacAddr;
 use crate::memory::random_u32;
-use crate::wire::{ConnRepr, Kind, ANY_ENDPOINT};
+use via_wire::{ConnRepr, Kind, ANY_ENDPOINT};
 use std::time::{Duration, Instant};
 
 /// First retransmission interval of a connection request.

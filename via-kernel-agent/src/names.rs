@@ -8,7 +8,7 @@
 //! device named `DEVICE` (as in the composite's name, `/dev/via_eth1`), at
 //! the second MAC on that device's network.
 
-use crate::mac::MacAddr;
+use via_wire::MacAddr;
 use std::io;
 use std::path::{Path, PathBuf};
 

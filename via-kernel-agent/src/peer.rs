@@ -21,9 +21,9 @@
 
 use crate::conn::{answered_by_asked, CmFrame, Foreign, Peer, RejectReason, RequestState, REQUEST_RTO, REQUEST_RTO_MAX};
 use crate::backoff::Backoff;
-use crate::mac::MacAddr;
+use via_wire::MacAddr;
 use crate::memory::random_u32;
-use crate::wire::{ConnRepr, Kind, ANY_ENDPOINT};
+use via_wire::{ConnRepr, Kind, ANY_ENDPOINT};
 use std::time::Instant;
 
 /// Accepts remembered for duplicate requests.

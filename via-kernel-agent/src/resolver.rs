@@ -15,8 +15,8 @@
 
 use crate::backoff::Backoff;
 use crate::conn::CmFrame;
-use crate::mac::MacAddr;
-use crate::wire::{ConnRepr, Kind, ANY_ENDPOINT, MAX_DISCRIMINATOR};
+use via_wire::MacAddr;
+use via_wire::{ConnRepr, Kind, ANY_ENDPOINT, MAX_DISCRIMINATOR};
 use std::time::{Duration, Instant};
 
 /// First retransmission interval of a query.

@@ -10,7 +10,7 @@
 //! header. Registered memory is mapped into the IOMMU by
 //! [`FrameDevice::map_memory`] and unmapped by `unmap_memory`. VFIO pins
 //! what is mapped and charges it to `RLIMIT_MEMLOCK`; a mapping refused for
-//! that names the limit (`via_kernel_agent::memlock`).
+//! that names the limit (`via_device::memlock`).
 //!
 //! Transmit completion is polled (OWN clears); a batch that sends from user
 //! memory returns only once the NIC has released it, so the caller may
@@ -27,8 +27,8 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
-use via_kernel_agent::memlock::explain_pin_error;
-use via_kernel_agent::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_device::memlock::explain_pin_error;
+use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
 
 /// Receive descriptors (frames the NIC can take while the process is busy).
 pub const RX_RING: usize = 1024;

@@ -1,5 +1,5 @@
 //! DEC 2114x ("tulip") driver over VFIO: a user-space
-//! [`FrameDevice`](via_kernel_agent::FrameDevice) for the 21140/21143 and
+//! [`FrameDevice`](via_device::FrameDevice) for the 21140/21143 and
 //! for QEMU's emulated 21143.
 //!
 //! | module     | owns                                                        |
@@ -29,8 +29,8 @@ pub mod vfio;
 pub use device::TulipDevice;
 
 use std::io;
-use via_kernel_agent::device::DeviceOpener;
-use via_kernel_agent::{pci, FrameDevice};
+use via_device::DeviceOpener;
+use via_device::{pci, FrameDevice};
 
 /// Opens `tulip:<pci>` and `/dev/via_tulip<N>` as [`TulipDevice`]s.
 #[derive(Clone, Copy, Debug, Default)]

@@ -4,7 +4,7 @@
 //! 16-bit half of an address sits in the low half of a 32-bit longword
 //! (bytes 0-1 of each 4), the high half is ignored.
 
-use via_kernel_agent::MacAddr;
+use via_device::MacAddr;
 
 pub const SETUP_FRAME_LEN: usize = 192;
 

@@ -8,7 +8,7 @@
 //! DO; chip select low. The MAC is in words 10-12, low byte first.
 
 use crate::regs::srom::{CS, DI, DO, RD, SK, SR};
-use via_kernel_agent::MacAddr;
+use via_device::MacAddr;
 
 /// Address bits of a 93C46.
 pub const ADDR_BITS: u32 = 6;

@@ -9,7 +9,8 @@
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use via_device::EventFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -89,10 +90,27 @@ struct IrqSet<const N: usize> {
     data: [i32; N],
 }
 
-fn ioctl(fd: RawFd, req: u64, arg: *mut libc::c_void, what: &str) -> io::Result<i32> {
-    // SAFETY: every caller passes a request number from linux/vfio.h with
-    // the argument type that request expects (a pointer to a live, correctly
-    // sized `repr(C)` struct, or a plain integer cast to a pointer).
+// The layouts linux/vfio.h gives (struct vfio_group_status,
+// vfio_region_info, vfio_iommu_type1_dma_map and _unmap, vfio_irq_set).
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<GroupStatus>() == 8);
+    assert!(size_of::<RegionInfoRaw>() == 32 && offset_of!(RegionInfoRaw, size) == 16 && offset_of!(RegionInfoRaw, offset) == 24);
+    assert!(size_of::<DmaMap>() == 32 && offset_of!(DmaMap, vaddr) == 8 && offset_of!(DmaMap, iova) == 16 && offset_of!(DmaMap, size) == 24);
+    assert!(size_of::<DmaUnmap>() == 24 && offset_of!(DmaUnmap, iova) == 8 && offset_of!(DmaUnmap, size) == 16);
+    assert!(size_of::<IrqSet<0>>() == 20 && offset_of!(IrqSet<1>, data) == 20 && size_of::<IrqSet<1>>() == 24);
+};
+
+/// The ioctl system call on a VFIO descriptor; errors name the request
+/// (`what`).
+///
+/// # Safety
+/// `req` is a request number from linux/vfio.h and `arg` what that request
+/// takes: a pointer to a live `repr(C)` struct of the layout the header
+/// gives (the asserts above), a NUL-terminated string, or an integer or
+/// null cast to a pointer.
+unsafe fn ioctl(fd: RawFd, req: u64, arg: *mut libc::c_void, what: &str) -> io::Result<i32> {
+    // SAFETY: the caller's promise (see above).
     let r = unsafe { libc::ioctl(fd, req as _, arg) };
     if r < 0 {
         let e = io::Error::last_os_error();
@@ -117,7 +135,7 @@ pub struct VfioDevice {
     device: File,
     _group: File,
     container: File,
-    irq: Option<OwnedFd>,
+    irq: Option<EventFd>,
 }
 
 impl VfioDevice {
@@ -140,24 +158,30 @@ impl VfioDevice {
             io::Error::new(e.kind(), format!("opening {group_path}: {e} (bind the device first: `via-agent bind {address}`; if it is bound, another process may own it)"))
         })?;
         let cfd = container.as_raw_fd();
-        if ioctl(cfd, GET_API_VERSION, std::ptr::null_mut(), "VFIO_GET_API_VERSION")? != API_VERSION {
+        // SAFETY: VFIO_GET_API_VERSION takes no argument.
+        if unsafe { ioctl(cfd, GET_API_VERSION, std::ptr::null_mut(), "VFIO_GET_API_VERSION") }? != API_VERSION {
             return Err(io::Error::other("unknown VFIO API version"));
         }
-        if ioctl(cfd, CHECK_EXTENSION, TYPE1_IOMMU as *mut libc::c_void, "VFIO_CHECK_EXTENSION")? != 1 {
+        // SAFETY: VFIO_CHECK_EXTENSION takes an integer argument.
+        if unsafe { ioctl(cfd, CHECK_EXTENSION, TYPE1_IOMMU as *mut libc::c_void, "VFIO_CHECK_EXTENSION") }? != 1 {
             return Err(io::Error::other("the VFIO container does not support the type-1 IOMMU"));
         }
         let mut status = GroupStatus { argsz: std::mem::size_of::<GroupStatus>() as u32, flags: 0 };
-        ioctl(group_file.as_raw_fd(), GROUP_GET_STATUS, (&mut status as *mut GroupStatus).cast(), "VFIO_GROUP_GET_STATUS")?;
+        // SAFETY: VFIO_GROUP_GET_STATUS takes a pointer to a live `GroupStatus`, which `status` is.
+        unsafe { ioctl(group_file.as_raw_fd(), GROUP_GET_STATUS, (&mut status as *mut GroupStatus).cast(), "VFIO_GROUP_GET_STATUS") }?;
         if status.flags & GROUP_FLAGS_VIABLE == 0 {
             return Err(io::Error::other(format!(
                 "IOMMU group {group} is not viable: another device in it is still bound to a kernel driver (`via-agent status` shows the group)"
             )));
         }
         let mut cfd_arg: i32 = cfd;
-        ioctl(group_file.as_raw_fd(), GROUP_SET_CONTAINER, (&mut cfd_arg as *mut i32).cast(), "VFIO_GROUP_SET_CONTAINER")?;
-        ioctl(cfd, SET_IOMMU, TYPE1_IOMMU as *mut libc::c_void, "VFIO_SET_IOMMU")?;
+        // SAFETY: VFIO_GROUP_SET_CONTAINER takes a pointer to a live `i32`, which `cfd_arg` is.
+        unsafe { ioctl(group_file.as_raw_fd(), GROUP_SET_CONTAINER, (&mut cfd_arg as *mut i32).cast(), "VFIO_GROUP_SET_CONTAINER") }?;
+        // SAFETY: VFIO_SET_IOMMU takes an integer argument.
+        unsafe { ioctl(cfd, SET_IOMMU, TYPE1_IOMMU as *mut libc::c_void, "VFIO_SET_IOMMU") }?;
         let name = CString::new(address).map_err(|_| io::Error::other("PCI address contains NUL"))?;
-        let dfd = ioctl(group_file.as_raw_fd(), GROUP_GET_DEVICE_FD, name.as_ptr() as *mut libc::c_void, "VFIO_GROUP_GET_DEVICE_FD")?;
+        // SAFETY: VFIO_GROUP_GET_DEVICE_FD takes a NUL-terminated string, which `name` (a CString) is.
+        let dfd = unsafe { ioctl(group_file.as_raw_fd(), GROUP_GET_DEVICE_FD, name.as_ptr() as *mut libc::c_void, "VFIO_GROUP_GET_DEVICE_FD") }?;
         // SAFETY: the ioctl returned a new file descriptor that we now own.
         let device = unsafe { File::from_raw_fd(dfd) };
         Ok(VfioDevice { device, _group: group_file, container, irq: None })
@@ -166,7 +190,8 @@ impl VfioDevice {
     /// Describes region `index` (BAR n is index n).
     pub fn region(&self, index: u32) -> io::Result<Region> {
         let mut info = RegionInfoRaw { argsz: std::mem::size_of::<RegionInfoRaw>() as u32, index, ..Default::default() };
-        ioctl(self.device.as_raw_fd(), DEVICE_GET_REGION_INFO, (&mut info as *mut RegionInfoRaw).cast(), "VFIO_DEVICE_GET_REGION_INFO")?;
+        // SAFETY: VFIO_DEVICE_GET_REGION_INFO takes a pointer to a live `RegionInfoRaw`, which `info` is.
+        unsafe { ioctl(self.device.as_raw_fd(), DEVICE_GET_REGION_INFO, (&mut info as *mut RegionInfoRaw).cast(), "VFIO_DEVICE_GET_REGION_INFO") }?;
         Ok(Region { index, size: info.size, offset: info.offset, mmap: info.flags & REGION_INFO_FLAG_MMAP != 0 })
     }
 
@@ -214,32 +239,31 @@ impl VfioDevice {
 
     /// Function-level reset when the device supports one.
     pub fn reset(&self) -> io::Result<()> {
-        ioctl(self.device.as_raw_fd(), DEVICE_RESET, std::ptr::null_mut(), "VFIO_DEVICE_RESET").map(|_| ())
+        // SAFETY: VFIO_DEVICE_RESET takes no argument.
+        unsafe { ioctl(self.device.as_raw_fd(), DEVICE_RESET, std::ptr::null_mut(), "VFIO_DEVICE_RESET") }.map(|_| ())
     }
 
     /// Makes `[vaddr, vaddr + size)` reachable by the device at `iova`.
     pub fn map_dma(&self, vaddr: usize, iova: u64, size: usize) -> io::Result<()> {
         let mut m = DmaMap { argsz: std::mem::size_of::<DmaMap>() as u32, flags: DMA_MAP_FLAG_READ | DMA_MAP_FLAG_WRITE, vaddr: vaddr as u64, iova, size: size as u64 };
-        ioctl(self.container.as_raw_fd(), IOMMU_MAP_DMA, (&mut m as *mut DmaMap).cast(), "VFIO_IOMMU_MAP_DMA").map(|_| ())
+        // SAFETY: VFIO_IOMMU_MAP_DMA takes a pointer to a live `DmaMap`, which `m` is.
+        unsafe { ioctl(self.container.as_raw_fd(), IOMMU_MAP_DMA, (&mut m as *mut DmaMap).cast(), "VFIO_IOMMU_MAP_DMA") }.map(|_| ())
     }
 
     /// Removes the mapping at `iova`.
     pub fn unmap_dma(&self, iova: u64, size: usize) -> io::Result<()> {
         let mut m = DmaUnmap { argsz: std::mem::size_of::<DmaUnmap>() as u32, flags: 0, iova, size: size as u64 };
-        ioctl(self.container.as_raw_fd(), IOMMU_UNMAP_DMA, (&mut m as *mut DmaUnmap).cast(), "VFIO_IOMMU_UNMAP_DMA").map(|_| ())
+        // SAFETY: VFIO_IOMMU_UNMAP_DMA takes a pointer to a live `DmaUnmap`, which `m` is.
+        unsafe { ioctl(self.container.as_raw_fd(), IOMMU_UNMAP_DMA, (&mut m as *mut DmaUnmap).cast(), "VFIO_IOMMU_UNMAP_DMA") }.map(|_| ())
     }
 
     /// Routes INTx to a new eventfd and returns it (non-blocking).
     pub fn enable_intx(&mut self) -> io::Result<RawFd> {
-        // SAFETY: plain eventfd creation; the result is checked and owned.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if efd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `efd` is a new descriptor we own.
-        let owned = unsafe { OwnedFd::from_raw_fd(efd) };
+        let owned = EventFd::new()?;
+        let efd = owned.as_raw_fd();
         let mut set = IrqSet::<1> { argsz: std::mem::size_of::<IrqSet<1>>() as u32, flags: IRQ_SET_DATA_EVENTFD | IRQ_SET_ACTION_TRIGGER, index: INTX, start: 0, count: 1, data: [efd] };
-        ioctl(self.device.as_raw_fd(), DEVICE_SET_IRQS, (&mut set as *mut IrqSet<1>).cast(), "VFIO_DEVICE_SET_IRQS (INTx eventfd)")?;
+        // SAFETY: VFIO_DEVICE_SET_IRQS takes a pointer to a live `IrqSet<1>`, which `set` is.
+        unsafe { ioctl(self.device.as_raw_fd(), DEVICE_SET_IRQS, (&mut set as *mut IrqSet<1>).cast(), "VFIO_DEVICE_SET_IRQS (INTx eventfd)") }?;
         self.irq = Some(owned);
         Ok(efd)
     }
@@ -247,25 +271,20 @@ impl VfioDevice {
     /// Unmasks INTx after an interrupt (VFIO masks it when it fires).
     pub fn unmask_intx(&self) -> io::Result<()> {
         let mut set = IrqSet::<0> { argsz: std::mem::size_of::<IrqSet<0>>() as u32, flags: IRQ_SET_DATA_NONE | IRQ_SET_ACTION_UNMASK, index: INTX, start: 0, count: 1, data: [] };
-        ioctl(self.device.as_raw_fd(), DEVICE_SET_IRQS, (&mut set as *mut IrqSet<0>).cast(), "VFIO_DEVICE_SET_IRQS (unmask)").map(|_| ())
+        // SAFETY: VFIO_DEVICE_SET_IRQS takes a pointer to a live `IrqSet<0>`, which `set` is.
+        unsafe { ioctl(self.device.as_raw_fd(), DEVICE_SET_IRQS, (&mut set as *mut IrqSet<0>).cast(), "VFIO_DEVICE_SET_IRQS (unmask)") }.map(|_| ())
     }
 
     /// Makes the interrupt eventfd readable without an interrupt (a wake-up
     /// for a sleeper that would otherwise miss work already there).
     pub fn signal(&self) {
         if let Some(fd) = self.irq.as_ref() {
-            let one = 1u64;
-            // SAFETY: writes 8 bytes from a local u64 to our eventfd.
-            unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+            fd.signal();
         }
     }
 
     /// Consumes pending interrupt signals; true when there were any.
     pub fn take_interrupt(&self) -> bool {
-        let Some(fd) = self.irq.as_ref() else { return false };
-        let mut v = 0u64;
-        // SAFETY: reads 8 bytes into a local u64 from our eventfd.
-        let n = unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-        n == 8
+        self.irq.as_ref().is_some_and(|fd| fd.drain() > 0)
     }
 }

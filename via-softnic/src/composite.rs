@@ -40,8 +40,8 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use via_kernel_agent::names::NameService;
-use via_kernel_agent::wire::ETH_HEADER_LEN;
-use via_kernel_agent::{Capabilities, FrameDevice, LentPayload, MacAddr, RxFilter, TxFrame};
+use via_device::ETH_HEADER_LEN;
+use via_device::{Capabilities, FrameDevice, LentPayload, MacAddr, RxFilter, TxFrame};
 
 /// NICs a composite may own.
 pub const MAX_NICS: usize = 4;

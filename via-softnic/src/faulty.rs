@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
-use via_kernel_agent::{Capabilities, FrameDevice, LentPayload, MacAddr, RxFilter, TxFrame};
+use via_device::{Capabilities, FrameDevice, LentPayload, MacAddr, RxFilter, TxFrame};
 
 /// Fault rates, each the probability per transmitted frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

@@ -5,7 +5,7 @@
 //!   through an AF_PACKET socket: frames arrive in a PACKET_MMAP ring
 //!   (TPACKET_V2) and are handed out in place; a batch goes out with one
 //!   `sendmmsg`, each frame gathered from the engine's header and the user's
-//!   registered memory; [`RxFilter`](via_kernel_agent::RxFilter)s become a
+//!   registered memory; [`RxFilter`](via_device::RxFilter)s become a
 //!   classic BPF program on the socket, so several VIA processes can share
 //!   one interface and each sees only frames for its own endpoint. It needs
 //!   CAP_NET_RAW.
@@ -57,8 +57,8 @@ pub use packet::{PacketDevice, PacketOptions};
 pub use shm::ShmDevice;
 
 use std::io;
-use via_kernel_agent::device::{interface_of, open_device, DeviceOpener};
-use via_kernel_agent::FrameDevice;
+use via_device::{interface_of, open_device, DeviceOpener};
+use via_device::FrameDevice;
 
 /// Opens `/dev/via_lo` (wire `lo`) and `loop:<wire>` as [`LoopbackDevice`]s.
 #[derive(Clone, Copy, Debug, Default)]
@@ -167,7 +167,7 @@ mod tests {
         let mut b = open("loop:lib-names").unwrap();
         let mut h = [0u8; 20];
         h[..6].copy_from_slice(&b.mac().0);
-        assert_eq!(a.transmit(&[via_kernel_agent::TxFrame::new(&h)]).unwrap(), 1);
+        assert_eq!(a.transmit(&[via_device::TxFrame::new(&h)]).unwrap(), 1);
         assert_eq!(b.receive(8, &mut |f| assert_eq!(f, h)).unwrap(), 1);
         assert!(open("/dev/via_lo").is_ok());
         assert_eq!(open("loop:").err().unwrap().kind(), io::ErrorKind::InvalidInput);

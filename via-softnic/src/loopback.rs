@@ -7,11 +7,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use via_kernel_agent::wire::ETH_HEADER_LEN;
-use via_kernel_agent::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_device::ETH_HEADER_LEN;
+use via_device::{Capabilities, EventFd, FrameDevice, MacAddr, RxFilter, TxFrame};
 
 /// Frames a device queues before it drops more (like a full ring).
 pub const QUEUE_FRAMES: usize = 4096;
@@ -19,7 +19,7 @@ pub const QUEUE_FRAMES: usize = 4096;
 /// The receiving half of a device, shared with the wire.
 struct Port {
     mac: MacAddr,
-    efd: OwnedFd,
+    efd: EventFd,
     rx: Mutex<RxQueue>,
 }
 
@@ -79,7 +79,7 @@ impl LoopbackDevice {
     /// Attaches a new device with the given MTU to the wire called `wire`.
     /// Its MAC is 02:00:00:xx:xx:xx, unique in the process.
     pub fn with_mtu(wire: &str, mtu: usize) -> io::Result<LoopbackDevice> {
-        let efd = sys::eventfd()?;
+        let efd = EventFd::new()?;
         let n = NEXT_MAC.fetch_add(1, Ordering::Relaxed).to_be_bytes();
         let mac = MacAddr([0x02, 0x00, 0x00, n[1], n[2], n[3]]);
         let port = Arc::new(Port { mac, efd, rx: Mutex::default() });
@@ -122,7 +122,7 @@ impl Port {
         q.frames.push_back(buf);
         // Signalled under the queue lock, so it cannot race with the drain
         // in `receive`.
-        sys::signal(self.efd.as_raw_fd());
+        self.efd.signal();
     }
 }
 
@@ -162,7 +162,7 @@ impl FrameDevice for LoopbackDevice {
         });
         *filtered += (before - frames.len()) as u64;
         if frames.is_empty() {
-            sys::drain(self.port.efd.as_raw_fd());
+            self.port.efd.drain();
         }
         Ok(())
     }
@@ -180,7 +180,7 @@ impl FrameDevice for LoopbackDevice {
                     None => break,
                 }
                 if q.frames.is_empty() {
-                    sys::drain(self.port.efd.as_raw_fd());
+                    self.port.efd.drain();
                 }
             }
             sink(&self.current);
@@ -238,37 +238,6 @@ impl Drop for LoopbackDevice {
                 table.remove(&self.wire_name);
             }
         }
-    }
-}
-
-/// The eventfd calls, each confining its `unsafe`.
-mod sys {
-    use super::*;
-
-    pub fn eventfd() -> io::Result<OwnedFd> {
-        // SAFETY: plain eventfd creation.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just created and is owned by nobody else.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
-
-    /// Makes the eventfd readable.
-    pub fn signal(efd: RawFd) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a live u64 to the eventfd. It cannot
-        // fail short of 2^64 - 1 pending signals.
-        unsafe { libc::write(efd, (&one as *const u64).cast(), 8) };
-    }
-
-    /// Makes the eventfd unreadable again.
-    pub fn drain(efd: RawFd) {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a live u64 from the nonblocking eventfd
-        // (EAGAIN when already drained).
-        unsafe { libc::read(efd, (&mut v as *mut u64).cast(), 8) };
     }
 }
 

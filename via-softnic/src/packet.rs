@@ -12,9 +12,9 @@ use std::mem::size_of;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
-use via_kernel_agent::device::MAX_GATHER;
-use via_kernel_agent::wire::{ETHERTYPE, ETH_HEADER_LEN};
-use via_kernel_agent::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_device::MAX_GATHER;
+use via_device::{ETHERTYPE, ETH_HEADER_LEN};
+use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
 
 /// Frames handed to the kernel per `sendmmsg` call.
 pub const TX_BATCH: usize = 64;
@@ -513,7 +513,7 @@ mod sys {
     use std::mem::size_of;
     use std::os::fd::{FromRawFd, OwnedFd, RawFd};
     use std::ptr::NonNull;
-    use via_kernel_agent::MacAddr;
+    use via_device::MacAddr;
 
     /// C structs for which all-zero bytes are a valid value.
     ///

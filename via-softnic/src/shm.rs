@@ -57,9 +57,9 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
-use via_kernel_agent::device::MAX_GATHER;
-use via_kernel_agent::wire::ETH_HEADER_LEN;
-use via_kernel_agent::{Capabilities, FrameDevice, LentPayload, MacAddr, RxFilter, TxFrame};
+use via_device::MAX_GATHER;
+use via_device::ETH_HEADER_LEN;
+use via_device::{Capabilities, EventFd, FrameDevice, LentPayload, MacAddr, RxFilter, TxFrame};
 
 mod members;
 mod segment;
@@ -101,12 +101,12 @@ pub struct ShmDevice {
     pid: u32,
     identity: MacAddr,
     /// Our eventfd: the wait descriptor.
-    wake: OwnedFd,
+    wake: EventFd,
     /// Live ports by identity, as of `epoch`.
     routes: HashMap<MacAddr, Vec<Route>>,
     epoch: u64,
     /// Other ports' eventfds (our copies), with their generation.
-    doorbells: HashMap<usize, (u32, OwnedFd)>,
+    doorbells: HashMap<usize, (u32, EventFd)>,
     /// The ports of the frame being sent (kept for reuse).
     targets: Vec<Route>,
     /// Our eventfd may be clear (we emptied it and have not rung it since).
@@ -215,7 +215,7 @@ impl ShmDevice {
         c.head.store(0, Ordering::Release);
         c.generation.fetch_add(1, Ordering::AcqRel);
         seg.unlock(port);
-        let wake = sys::eventfd().map_err(|e| io::Error::new(e.kind(), format!("making the doorbell eventfd: {e}")))?;
+        let wake = EventFd::new().map_err(|e| io::Error::new(e.kind(), format!("making the doorbell eventfd: {e}")))?;
         c.wake_fd.store(wake.as_raw_fd() as u32, Ordering::Release);
         sys::allow_fd_copies();
         c.state.store(LIVE, Ordering::Release);
@@ -391,7 +391,7 @@ impl ShmDevice {
                     return;
                 }
                 Ok(fd) => {
-                    self.doorbells.insert(r.port, (r.generation, fd));
+                    self.doorbells.insert(r.port, (r.generation, EventFd::from(fd)));
                 }
                 Err(e) => {
                     // The owner is going away (ESRCH), or we may not copy
@@ -407,7 +407,7 @@ impl ShmDevice {
             }
         }
         if let Some((_, fd)) = self.doorbells.get(&r.port) {
-            sys::ring(fd.as_raw_fd());
+            fd.signal();
         }
     }
 
@@ -480,7 +480,7 @@ impl ShmDevice {
             }
             // Found nothing: empty the doorbell, then look once more (the
             // fence pairs with the senders').
-            sys::drain(self.wake.as_raw_fd());
+            self.wake.drain();
             self.drained = true;
             std::sync::atomic::fence(Ordering::SeqCst);
         }
@@ -489,7 +489,7 @@ impl ShmDevice {
         // the ring was empty, so keep our eventfd readable ourselves, as a
         // NIC's ring descriptor stays readable while frames wait.
         if self.drained && c.tail.load(Ordering::Acquire) > head {
-            sys::ring(self.wake.as_raw_fd());
+            self.wake.signal();
             self.drained = false;
         }
         if n > 0 {
@@ -624,20 +624,9 @@ impl Drop for ShmDevice {
     }
 }
 
-/// The eventfd calls, each confining its `unsafe`.
+/// The descriptor calls, each confining its `unsafe`.
 mod sys {
     use super::*;
-
-    /// A fresh nonblocking eventfd.
-    pub fn eventfd() -> io::Result<OwnedFd> {
-        // SAFETY: plain eventfd creation.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just created and is ours.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
 
     /// Lets processes of our user copy our descriptors (`pidfd_getfd`)
     /// under Yama's "restricted ptrace" policy; without Yama it fails, and
@@ -657,19 +646,6 @@ mod sys {
         }
         // SAFETY: the kernel gave us this descriptor (close-on-exec).
         Ok(unsafe { OwnedFd::from_raw_fd(copy as RawFd) })
-    }
-
-    /// Makes the eventfd readable.
-    pub fn ring(fd: RawFd) {
-        // SAFETY: writes 8 bytes from a live buffer to a nonblocking eventfd.
-        unsafe { libc::write(fd, 1u64.to_ne_bytes().as_ptr().cast(), 8) };
-    }
-
-    /// Empties the eventfd.
-    pub fn drain(fd: RawFd) {
-        let mut b = [0u8; 8];
-        // SAFETY: reads 8 bytes into a live buffer from a nonblocking eventfd.
-        unsafe { libc::read(fd, b.as_mut_ptr().cast(), 8) };
     }
 }
 

@@ -7,8 +7,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-use via_kernel_agent::wire::{ANY_ENDPOINT, DST_EP_OFFSET, ETHERTYPE};
-use via_kernel_agent::{FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_wire::{ANY_ENDPOINT, DST_EP_OFFSET, ETHERTYPE};
+use via_device::{FrameDevice, MacAddr, RxFilter, TxFrame};
 use via_softnic::{PacketDevice, PacketOptions};
 
 const IFNAME: &str = "veth0";

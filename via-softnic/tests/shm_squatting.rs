@@ -11,7 +11,7 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::process::Command;
 use std::sync::{Arc, Barrier};
-use via_kernel_agent::{FrameDevice, MacAddr, TxFrame};
+use via_device::{FrameDevice, MacAddr, TxFrame};
 use via_softnic::shm::{remove_wire, segment_path, unguessable_suffix};
 use via_softnic::ShmDevice;
 

@@ -10,7 +10,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use via_kernel_agent::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
 use via_user::{Config, Descriptor, MemAttributes, MemoryRegion, Nic, Op, Reliability, ViAttributes};
 
 type Wire = Arc<Mutex<VecDeque<Vec<u8>>>>;

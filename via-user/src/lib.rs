@@ -31,7 +31,6 @@ pub mod engine;
 pub mod error;
 pub mod nic;
 pub mod notify;
-pub mod plot;
 mod progress;
 pub mod raw;
 pub mod region;
@@ -49,7 +48,7 @@ pub use region::{Descriptor, MemoryRegion, Op, RemoteBuffer};
 pub use vi::{Reliability, ViAttributes, ViPhase};
 pub use vi_api::{Cq, Vi};
 pub use via_kernel_agent::memory::{MemAttributes, Ptag};
-pub use via_kernel_agent::MacAddr;
+pub use via_wire::MacAddr;
 
 /// Opens a frame device by its VIA name, trying every driver:
 /// `tulip:<pci>` and `/dev/via_tulip<N>` (DEC 2114x over VFIO),
@@ -58,8 +57,8 @@ pub use via_kernel_agent::MacAddr;
 /// (shared memory between processes of this host) and `<nic>+shm:<wire>`
 /// (a composite: the wire for processes attached to it, the NIC for the
 /// rest).
-pub fn open_device(name: &str) -> std::io::Result<Box<dyn via_kernel_agent::FrameDevice>> {
-    let mut drivers: Vec<&dyn via_kernel_agent::DeviceOpener> = vec![&via_nic_tulip::TulipOpener];
+pub fn open_device(name: &str) -> std::io::Result<Box<dyn via_device::FrameDevice>> {
+    let mut drivers: Vec<&dyn via_device::DeviceOpener> = vec![&via_nic_tulip::TulipOpener];
     drivers.extend(via_softnic::drivers());
     via_softnic::open_with(name, &drivers)
 }

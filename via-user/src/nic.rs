@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use via_kernel_agent::memory::{Ptag, MAX_PTAGS, MAX_REGIONS};
 use via_kernel_agent::names::NameService;
 use via_kernel_agent::resolver::Lookup;
-use via_kernel_agent::wire::MAX_DISCRIMINATOR;
-use via_kernel_agent::{FrameDevice, MacAddr};
+use via_wire::MAX_DISCRIMINATOR;
+use via_device::{FrameDevice, MacAddr};
 
 pub(crate) struct Shared {
     pub(crate) engine: Mutex<Engine>,
@@ -294,7 +294,7 @@ impl Nic {
                     sleep_on(&[self.shared.fd, wake_fd], t);
                     self.unregister_sleeper(wake_fd);
                     round = 0;
-                    crate::waker::drain(wake_fd);
+                    crate::waker::drain();
                 }
             }
         }

@@ -119,7 +119,7 @@ fn run_rounds(weak: &Weak<Shared>, gate: &CloseGate, stop: std::os::fd::RawFd) {
             seen = calls;
             gate.give_back(shared);
             sleep_on(&[stop], Some(nap));
-            crate::waker::drain(stop);
+            crate::waker::drain();
             nap = (nap * 2).min(MAX_NAP);
             continue;
         }
@@ -142,6 +142,6 @@ fn run_rounds(weak: &Weak<Shared>, gate: &CloseGate, stop: std::os::fd::RawFd) {
         let now = Instant::now();
         let sleep = next.map_or(MAX_SLEEP, |t| t.saturating_duration_since(now).min(MAX_SLEEP));
         sleep_on(&[fd, stop], Some(sleep));
-        crate::waker::drain(stop);
+        crate::waker::drain();
     }
 }

@@ -13,7 +13,7 @@ use crate::nic::Nic;
 use crate::vi::{ViAttributes, ViPhase};
 use std::time::{Duration, Instant};
 use via_kernel_agent::memory::MemAttributes;
-use via_kernel_agent::MacAddr;
+use via_wire::MacAddr;
 
 /// A long time standing for "no limit".
 const FOREVER: Duration = Duration::from_secs(3600 * 24 * 365);

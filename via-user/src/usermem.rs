@@ -30,19 +30,27 @@ pub fn descriptor_registered(mem: &RegistrationTable, addr: usize, handle: u32, 
     mem.check(handle, addr, descriptor_bytes(segs), ptag).is_ok()
 }
 
-/// Reads data segment `i` of the descriptor at `addr` (whose size was
-/// checked by [`read_control`] when posted, and by
-/// [`descriptor_registered`] again since, when read after posting).
-pub fn read_segment(addr: usize, i: usize) -> DataSegment {
-    // SAFETY: `read_control` checked that all `seg_count` segments lie in
-    // registered memory; callers pass `i < seg_count`; 16-byte aligned.
+/// Reads data segment `i` of the descriptor at `addr`.
+///
+/// # Safety
+/// The descriptor with at least `i + 1` segments lies in registered
+/// memory, checked under the engine lock held since: by [`read_control`]
+/// when it is posted, by [`descriptor_registered`] when it is read after
+/// posting (the application may have deregistered it meanwhile).
+pub unsafe fn read_segment(addr: usize, i: usize) -> DataSegment {
+    // SAFETY: the caller's promise; segments are 16-byte aligned in a
+    // 64-byte aligned descriptor.
     unsafe { std::ptr::read_volatile((addr + 32 + 16 * i) as *const DataSegment) }
 }
 
 /// Reads segment 0 of the RDMA descriptor at `addr` as the remote
-/// address segment (its size was checked by [`read_control`]).
-pub fn read_address_segment(addr: usize) -> AddressSegment {
-    // SAFETY: as for `read_segment` with i = 0 (callers check seg_count >= 1).
+/// address segment.
+///
+/// # Safety
+/// As for [`read_segment`] with `i` 0: the descriptor has a segment and
+/// was checked against the registration table.
+pub unsafe fn read_address_segment(addr: usize) -> AddressSegment {
+    // SAFETY: the caller's promise.
     unsafe { std::ptr::read_volatile((addr + 32) as *const AddressSegment) }
 }
 
@@ -66,12 +74,14 @@ pub fn write_completion(mem: &RegistrationTable, addr: usize, handle: u32, lengt
     true
 }
 
-/// Zeroes `Length` and `Status` of the descriptor at `addr`, which the
-/// caller has just checked to lie in registered memory.
-pub fn clear_completion(addr: usize) {
+/// Zeroes `Length` and `Status` of the descriptor at `addr`.
+///
+/// # Safety
+/// Its control segment was checked against the registration table
+/// ([`read_control`]) under the engine lock held since.
+pub unsafe fn clear_completion(addr: usize) {
     let cs = addr as *mut ControlSegment;
-    // SAFETY: the caller validated the control segment against the
-    // registration table under the engine lock.
+    // SAFETY: the caller's promise.
     unsafe {
         std::ptr::addr_of_mut!((*cs).length).write_volatile(0);
         std::ptr::addr_of_mut!((*cs).status).write_volatile(0);

@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use via_kernel_agent::MacAddr;
+use via_wire::MacAddr;
 
 /// A virtual interface (`VIP_VI_HANDLE`).
 pub struct Vi {

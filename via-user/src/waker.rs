@@ -5,10 +5,11 @@
 //! eventfd. Only the owner drains its eventfd, so no sleeper can take
 //! another's wake-up (which one shared eventfd allowed).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use via_device::EventFd;
 
 thread_local! {
-    static WAKE_FD: std::cell::OnceCell<OwnedFd> = const { std::cell::OnceCell::new() };
+    static WAKE_FD: std::cell::OnceCell<EventFd> = const { std::cell::OnceCell::new() };
 }
 
 /// This thread's wake-up eventfd (created on first use).
@@ -17,29 +18,24 @@ pub(crate) fn thread_fd() -> std::io::Result<RawFd> {
         if let Some(fd) = cell.get() {
             return Ok(fd.as_raw_fd());
         }
-        // SAFETY: plain eventfd creation; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a new descriptor nobody else owns.
-        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(cell.get_or_init(|| owned).as_raw_fd())
+        let fd = EventFd::new()?;
+        Ok(cell.get_or_init(|| fd).as_raw_fd())
     })
 }
 
 /// Wakes the sleeper whose eventfd is `fd`.
 pub(crate) fn wake(fd: RawFd) {
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a valid u64 to an eventfd; `fd` belongs
-    // to a thread registered as asleep, which unregisters it (under the
-    // same lock the caller holds) before its thread can end.
-    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+    // SAFETY: `fd` belongs to a thread registered as asleep, which
+    // unregisters it (under the same lock the caller holds) before its
+    // thread can end and close it: it is open for this borrow.
+    via_device::eventfd::signal(unsafe { BorrowedFd::borrow_raw(fd) });
 }
 
 /// Clears this thread's pending wake-up.
-pub(crate) fn drain(fd: RawFd) {
-    let mut v: u64 = 0;
-    // SAFETY: reads 8 bytes into a valid u64 from our nonblocking eventfd.
-    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+pub(crate) fn drain() {
+    WAKE_FD.with(|cell| {
+        if let Some(fd) = cell.get() {
+            fd.drain();
+        }
+    });
 }

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
-use via_kernel_agent::wire::{Kind, ETH_HEADER_LEN};
-use via_kernel_agent::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_wire::{Kind, ETH_HEADER_LEN};
+use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
 use via_user::descriptor::status;
 use via_user::{Config, Descriptor, MemAttributes, MemoryRegion, Nic, Op, Reliability, ViAttributes};
 

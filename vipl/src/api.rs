@@ -1,5 +1,12 @@
-//! The 41 VIPL functions, `extern "C"`, each a thin, checked call into the
-//! via-user id-level API ([`via_user::raw`]). Every entry point:
+//! The 41 VIPL functions, `unsafe extern "C"`, each a thin, checked call
+//! into the via-user id-level API ([`via_user::raw`]). They are unsafe
+//! for one reason, the VIPL contract: a pointer argument is NULL (refused
+//! with VIP_INVALID_PARAMETER) or points to the object VIPL gives that
+//! argument (a `VIP_VI_ATTRIBUTES`, a NUL-terminated name, room for the
+//! handle or the descriptor written back), alive for the call; a
+//! `VIP_NET_ADDRESS` is followed by its `HostAddressLen +
+//! DiscriminatorLen` bytes. Handles need no promise: any value is looked
+//! up and a stale or forged one refused. Every entry point:
 //! - checks its handles against the handle table and its pointers for NULL
 //!   (VIP_INVALID_PARAMETER);
 //! - runs inside `catch_unwind`, so no Rust panic crosses into C (a panic
@@ -85,7 +92,11 @@ fn timeout(ms: c_ulong) -> Option<Duration> {
     (ms != VIP_INFINITE).then(|| Duration::from_millis(ms as u64))
 }
 
-pub(crate) fn out<T>(p: *mut T, v: T) -> R {
+/// Writes `v` through the output pointer `p`.
+///
+/// # Safety
+/// `p` is NULL (refused) or valid for writing a `T`.
+pub(crate) unsafe fn out<T>(p: *mut T, v: T) -> R {
     if p.is_null() {
         return Err(invalid("NULL output pointer"));
     }
@@ -99,7 +110,10 @@ fn reliability(bits: u16) -> Result<Reliability, ViaError> {
 }
 
 /// Reads a `VIP_VI_ATTRIBUTES`.
-fn vi_attrs(p: *const VipViAttributes) -> Result<ViAttributes, ViaError> {
+///
+/// # Safety
+/// `p` is NULL (refused) or points to a `VIP_VI_ATTRIBUTES`.
+unsafe fn vi_attrs(p: *const VipViAttributes) -> Result<ViAttributes, ViaError> {
     if p.is_null() {
         return Err(invalid("NULL VI attributes"));
     }
@@ -129,7 +143,11 @@ fn c_vi_attrs(a: &ViAttributes, ptag: VipHandle) -> VipViAttributes {
 }
 
 /// (host address bytes, discriminator bytes) of a `VIP_NET_ADDRESS`.
-pub(crate) fn net_address<'a>(p: *const VipNetAddress) -> Result<(&'a [u8], &'a [u8]), ViaError> {
+///
+/// # Safety
+/// `p` is NULL (refused) or points to a `VIP_NET_ADDRESS` followed by its
+/// address and discriminator bytes, alive for `'a`.
+pub(crate) unsafe fn net_address<'a>(p: *const VipNetAddress) -> Result<(&'a [u8], &'a [u8]), ViaError> {
     if p.is_null() {
         return Err(invalid("NULL VIP_NET_ADDRESS"));
     }
@@ -148,7 +166,11 @@ pub(crate) fn mac_of(host: &[u8]) -> Result<MacAddr, ViaError> {
 
 /// Writes `mac` as the host address of the caller's `VIP_NET_ADDRESS`
 /// (HostAddressLen 6), leaving its discriminator alone.
-pub(crate) fn write_host(p: *mut VipNetAddress, mac: MacAddr, discriminator: Option<&[u8]>) -> R {
+///
+/// # Safety
+/// `p` is NULL (refused) or points to a `VIP_NET_ADDRESS` with room for a
+/// 6-byte address (and the discriminator, when one is written).
+pub(crate) unsafe fn write_host(p: *mut VipNetAddress, mac: MacAddr, discriminator: Option<&[u8]>) -> R {
     if p.is_null() {
         return Err(invalid("NULL VIP_NET_ADDRESS"));
     }
@@ -168,8 +190,11 @@ pub(crate) fn write_host(p: *mut VipNetAddress, mac: MacAddr, discriminator: Opt
 
 // ---- NIC ----
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipOpenNic(name: *const c_char, nic: *mut VipHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipOpenNic(name: *const c_char, nic: *mut VipHandle) -> VipReturnCode {
     guard(|| {
         if name.is_null() || nic.is_null() {
             return Err(invalid("NULL device name or NIC handle pointer"));
@@ -187,8 +212,12 @@ pub extern "C" fn VipOpenNic(name: *const c_char, nic: *mut VipHandle) -> VipRet
 /// connection requests of the NIC exist, naming them (see `VIPL_VERBOSE`);
 /// otherwise the NIC closes for real before this returns: its device and
 /// file descriptors are closed and its progress thread has ended.
+///
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipCloseNic(nic: VipHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipCloseNic(nic: VipHandle) -> VipReturnCode {
     guard(|| {
         let n = nic_of(nic)?;
         let of_this_nic = |o: &Object| match o {
@@ -206,8 +235,11 @@ pub extern "C" fn VipCloseNic(nic: VipHandle) -> VipReturnCode {
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipQueryNic(nic: VipHandle, attrs: *mut VipNicAttributes) -> VipReturnCode {
+pub unsafe extern "C" fn VipQueryNic(nic: VipHandle, attrs: *mut VipNicAttributes) -> VipReturnCode {
     guard(|| {
         let n = nic_of(nic)?;
         let a = n.nic.attributes();
@@ -245,8 +277,11 @@ pub extern "C" fn VipQueryNic(nic: VipHandle, attrs: *mut VipNicAttributes) -> V
 
 // ---- protection and memory ----
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipCreatePtag(nic: VipHandle, ptag: *mut VipHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipCreatePtag(nic: VipHandle, ptag: *mut VipHandle) -> VipReturnCode {
     guard(|| {
         let n = nic_of(nic)?;
         if ptag.is_null() {
@@ -257,8 +292,11 @@ pub extern "C" fn VipCreatePtag(nic: VipHandle, ptag: *mut VipHandle) -> VipRetu
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipDestroyPtag(nic: VipHandle, ptag: VipHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipDestroyPtag(nic: VipHandle, ptag: VipHandle) -> VipReturnCode {
     guard(|| {
         let n = nic_of(nic)?;
         let tag = ptag_of(ptag)?;
@@ -268,7 +306,11 @@ pub extern "C" fn VipDestroyPtag(nic: VipHandle, ptag: VipHandle) -> VipReturnCo
     })
 }
 
-fn mem_attrs(p: *const VipMemAttributes) -> Result<MemAttributes, ViaError> {
+/// Reads a `VIP_MEM_ATTRIBUTES`.
+///
+/// # Safety
+/// `p` is NULL (refused) or points to a `VIP_MEM_ATTRIBUTES`.
+unsafe fn mem_attrs(p: *const VipMemAttributes) -> Result<MemAttributes, ViaError> {
     if p.is_null() {
         return Err(invalid("NULL memory attributes"));
     }
@@ -277,8 +319,11 @@ fn mem_attrs(p: *const VipMemAttributes) -> Result<MemAttributes, ViaError> {
     Ok(MemAttributes { ptag: ptag_of(a.ptag)?, enable_rdma_write: a.enable_rdma_write != 0, enable_rdma_read: a.enable_rdma_read != 0 })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipRegisterMem(nic: VipHandle, addr: VipPvoid, len: c_ulong, attrs: *const VipMemAttributes, handle: *mut VipMemHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipRegisterMem(nic: VipHandle, addr: VipPvoid, len: c_ulong, attrs: *const VipMemAttributes, handle: *mut VipMemHandle) -> VipReturnCode {
     guard(|| {
         let n = nic_of(nic)?;
         let a = mem_attrs(attrs)?;
@@ -292,8 +337,11 @@ pub extern "C" fn VipRegisterMem(nic: VipHandle, addr: VipPvoid, len: c_ulong, a
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipDeregisterMem(nic: VipHandle, addr: VipPvoid, handle: VipMemHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipDeregisterMem(nic: VipHandle, addr: VipPvoid, handle: VipMemHandle) -> VipReturnCode {
     guard(|| nic_of(nic)?.nic.deregister_raw(addr as usize, handle))
 }
 
@@ -302,8 +350,11 @@ fn ptag_handle(n: &NicObject, tag: Ptag) -> VipHandle {
     crate::handles::find(|o| matches!(o, Object::Ptag { nic, tag: t } if *t == tag && nic.same(&n.nic)))
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipQueryMem(nic: VipHandle, addr: VipPvoid, handle: VipMemHandle, attrs: *mut VipMemAttributes) -> VipReturnCode {
+pub unsafe extern "C" fn VipQueryMem(nic: VipHandle, addr: VipPvoid, handle: VipMemHandle, attrs: *mut VipMemAttributes) -> VipReturnCode {
     guard(|| {
         let n = nic_of(nic)?;
         let a = n.nic.query_mem_raw(addr as usize, handle)?;
@@ -311,8 +362,11 @@ pub extern "C" fn VipQueryMem(nic: VipHandle, addr: VipPvoid, handle: VipMemHand
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipSetMemAttributes(nic: VipHandle, addr: VipPvoid, handle: VipMemHandle, attrs: *const VipMemAttributes) -> VipReturnCode {
+pub unsafe extern "C" fn VipSetMemAttributes(nic: VipHandle, addr: VipPvoid, handle: VipMemHandle, attrs: *const VipMemAttributes) -> VipReturnCode {
     guard(|| {
         let n = nic_of(nic)?;
         n.nic.set_mem_attributes_raw(addr as usize, handle, mem_attrs(attrs)?)
@@ -321,8 +375,11 @@ pub extern "C" fn VipSetMemAttributes(nic: VipHandle, addr: VipPvoid, handle: Vi
 
 // ---- VIs ----
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipCreateVi(nic: VipHandle, attrs: *const VipViAttributes, send_cq: VipHandle, recv_cq: VipHandle, vi: *mut VipHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipCreateVi(nic: VipHandle, attrs: *const VipViAttributes, send_cq: VipHandle, recv_cq: VipHandle, vi: *mut VipHandle) -> VipReturnCode {
     guard(|| {
         let n = nic_of(nic)?;
         let a = vi_attrs(attrs)?;
@@ -346,8 +403,11 @@ pub extern "C" fn VipCreateVi(nic: VipHandle, attrs: *const VipViAttributes, sen
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipDestroyVi(vi: VipHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipDestroyVi(vi: VipHandle) -> VipReturnCode {
     guard(|| {
         let (nic, _, id) = vi_of(vi)?;
         nic.vi_destroy(id)?;
@@ -356,8 +416,11 @@ pub extern "C" fn VipDestroyVi(vi: VipHandle) -> VipReturnCode {
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipQueryVi(vi: VipHandle, state: *mut i32, attrs: *mut VipViAttributes, send_empty: *mut VipBoolean, recv_empty: *mut VipBoolean) -> VipReturnCode {
+pub unsafe extern "C" fn VipQueryVi(vi: VipHandle, state: *mut i32, attrs: *mut VipViAttributes, send_empty: *mut VipBoolean, recv_empty: *mut VipBoolean) -> VipReturnCode {
     guard(|| {
         let (nic, nic_handle, id) = vi_of(vi)?;
         let (phase, a, se, re) = nic.vi_query(id)?;
@@ -375,8 +438,11 @@ pub extern "C" fn VipQueryVi(vi: VipHandle, state: *mut i32, attrs: *mut VipViAt
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipSetViAttributes(vi: VipHandle, attrs: *const VipViAttributes) -> VipReturnCode {
+pub unsafe extern "C" fn VipSetViAttributes(vi: VipHandle, attrs: *const VipViAttributes) -> VipReturnCode {
     guard(|| {
         let (nic, _, id) = vi_of(vi)?;
         nic.vi_set_attributes(id, &vi_attrs(attrs)?)
@@ -393,17 +459,27 @@ fn post(vi: VipHandle, desc: *mut c_void, mem: VipMemHandle, send: bool) -> R {
     nic.vi_post(id, desc as usize, mem, send)
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipPostSend(vi: VipHandle, desc: *mut c_void, mem: VipMemHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipPostSend(vi: VipHandle, desc: *mut c_void, mem: VipMemHandle) -> VipReturnCode {
     guard(|| post(vi, desc, mem, true))
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipPostRecv(vi: VipHandle, desc: *mut c_void, mem: VipMemHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipPostRecv(vi: VipHandle, desc: *mut c_void, mem: VipMemHandle) -> VipReturnCode {
     guard(|| post(vi, desc, mem, false))
 }
 
-fn done(vi: VipHandle, out_desc: *mut *mut c_void, send: bool) -> R {
+/// `VipSendDone`/`VipRecvDone`.
+///
+/// # Safety
+/// `out_desc` is NULL (refused) or valid for writing a pointer.
+unsafe fn done(vi: VipHandle, out_desc: *mut *mut c_void, send: bool) -> R {
     let (nic, _, id) = vi_of(vi)?;
     if out_desc.is_null() {
         return Err(invalid("NULL descriptor pointer"));
@@ -414,7 +490,11 @@ fn done(vi: VipHandle, out_desc: *mut *mut c_void, send: bool) -> R {
     }
 }
 
-fn wait(vi: VipHandle, ms: c_ulong, out_desc: *mut *mut c_void, send: bool) -> R {
+/// `VipSendWait`/`VipRecvWait`.
+///
+/// # Safety
+/// As for [`done`].
+unsafe fn wait(vi: VipHandle, ms: c_ulong, out_desc: *mut *mut c_void, send: bool) -> R {
     let (nic, _, id) = vi_of(vi)?;
     if out_desc.is_null() {
         return Err(invalid("NULL descriptor pointer"));
@@ -423,23 +503,35 @@ fn wait(vi: VipHandle, ms: c_ulong, out_desc: *mut *mut c_void, send: bool) -> R
     out(out_desc, a as *mut c_void)
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipSendDone(vi: VipHandle, desc: *mut *mut c_void) -> VipReturnCode {
+pub unsafe extern "C" fn VipSendDone(vi: VipHandle, desc: *mut *mut c_void) -> VipReturnCode {
     guard(|| done(vi, desc, true))
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipRecvDone(vi: VipHandle, desc: *mut *mut c_void) -> VipReturnCode {
+pub unsafe extern "C" fn VipRecvDone(vi: VipHandle, desc: *mut *mut c_void) -> VipReturnCode {
     guard(|| done(vi, desc, false))
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipSendWait(vi: VipHandle, ms: c_ulong, desc: *mut *mut c_void) -> VipReturnCode {
+pub unsafe extern "C" fn VipSendWait(vi: VipHandle, ms: c_ulong, desc: *mut *mut c_void) -> VipReturnCode {
     guard(|| wait(vi, ms, desc, true))
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipRecvWait(vi: VipHandle, ms: c_ulong, desc: *mut *mut c_void) -> VipReturnCode {
+pub unsafe extern "C" fn VipRecvWait(vi: VipHandle, ms: c_ulong, desc: *mut *mut c_void) -> VipReturnCode {
     guard(|| wait(vi, ms, desc, false))
 }
 
@@ -469,20 +561,29 @@ fn notify(vi: VipHandle, ctx: VipPvoid, f: Option<DescCallback>, send: bool) -> 
     Ok(())
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipSendNotify(vi: VipHandle, ctx: VipPvoid, f: Option<DescCallback>) -> VipReturnCode {
+pub unsafe extern "C" fn VipSendNotify(vi: VipHandle, ctx: VipPvoid, f: Option<DescCallback>) -> VipReturnCode {
     guard(|| notify(vi, ctx, f, true))
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipRecvNotify(vi: VipHandle, ctx: VipPvoid, f: Option<DescCallback>) -> VipReturnCode {
+pub unsafe extern "C" fn VipRecvNotify(vi: VipHandle, ctx: VipPvoid, f: Option<DescCallback>) -> VipReturnCode {
     guard(|| notify(vi, ctx, f, false))
 }
 
 // ---- connections ----
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipConnectWait(nic: VipHandle, local: *const VipNetAddress, ms: c_ulong, remote: *mut VipNetAddress, remote_attrs: *mut VipViAttributes, conn: *mut VipHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipConnectWait(nic: VipHandle, local: *const VipNetAddress, ms: c_ulong, remote: *mut VipNetAddress, remote_attrs: *mut VipViAttributes, conn: *mut VipHandle) -> VipReturnCode {
     guard(|| {
         let n = nic_of(nic)?;
         let (_, disc) = net_address(local)?;
@@ -504,8 +605,11 @@ pub extern "C" fn VipConnectWait(nic: VipHandle, local: *const VipNetAddress, ms
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipConnectAccept(conn: VipHandle, vi: VipHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipConnectAccept(conn: VipHandle, vi: VipHandle) -> VipReturnCode {
     guard(|| {
         let Some(Object::Conn { nic, req }) = handles::get(conn) else { return Err(invalid("not a connection handle")) };
         let (_, _, id) = vi_of(vi)?;
@@ -515,15 +619,22 @@ pub extern "C" fn VipConnectAccept(conn: VipHandle, vi: VipHandle) -> VipReturnC
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipConnectReject(conn: VipHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipConnectReject(conn: VipHandle) -> VipReturnCode {
     guard(|| {
         let Some(Object::Conn { nic, req }) = handles::remove(conn) else { return Err(invalid("not a connection handle")) };
         nic.reject_raw(req.conn)
     })
 }
 
-fn write_remote_attrs(nic: &Nic, id: u16, p: *mut VipViAttributes) -> R {
+/// Writes the remote end's VI attributes.
+///
+/// # Safety
+/// `p` is NULL (refused) or valid for writing a `VIP_VI_ATTRIBUTES`.
+unsafe fn write_remote_attrs(nic: &Nic, id: u16, p: *mut VipViAttributes) -> R {
     if p.is_null() {
         return Ok(()); // optional
     }
@@ -534,8 +645,11 @@ fn write_remote_attrs(nic: &Nic, id: u16, p: *mut VipViAttributes) -> R {
     Ok(())
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipConnectRequest(vi: VipHandle, local: *const VipNetAddress, remote: *const VipNetAddress, ms: c_ulong, remote_attrs: *mut VipViAttributes) -> VipReturnCode {
+pub unsafe extern "C" fn VipConnectRequest(vi: VipHandle, local: *const VipNetAddress, remote: *const VipNetAddress, ms: c_ulong, remote_attrs: *mut VipViAttributes) -> VipReturnCode {
     guard(|| {
         let (nic, _, id) = vi_of(vi)?;
         net_address(local)?;
@@ -545,16 +659,22 @@ pub extern "C" fn VipConnectRequest(vi: VipHandle, local: *const VipNetAddress, 
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipDisconnect(vi: VipHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipDisconnect(vi: VipHandle) -> VipReturnCode {
     guard(|| {
         let (nic, _, id) = vi_of(vi)?;
         nic.vi_disconnect(id)
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipConnectPeerRequest(vi: VipHandle, local: *const VipNetAddress, remote: *const VipNetAddress, ms: c_ulong) -> VipReturnCode {
+pub unsafe extern "C" fn VipConnectPeerRequest(vi: VipHandle, local: *const VipNetAddress, remote: *const VipNetAddress, ms: c_ulong) -> VipReturnCode {
     guard(|| {
         let (nic, _, id) = vi_of(vi)?;
         let (_, mine) = net_address(local)?;
@@ -563,8 +683,11 @@ pub extern "C" fn VipConnectPeerRequest(vi: VipHandle, local: *const VipNetAddre
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipConnectPeerDone(vi: VipHandle, remote_attrs: *mut VipViAttributes) -> VipReturnCode {
+pub unsafe extern "C" fn VipConnectPeerDone(vi: VipHandle, remote_attrs: *mut VipViAttributes) -> VipReturnCode {
     guard(|| {
         let (nic, _, id) = vi_of(vi)?;
         if !nic.vi_peer_done(id)? {
@@ -574,8 +697,11 @@ pub extern "C" fn VipConnectPeerDone(vi: VipHandle, remote_attrs: *mut VipViAttr
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipConnectPeerWait(vi: VipHandle, remote_attrs: *mut VipViAttributes) -> VipReturnCode {
+pub unsafe extern "C" fn VipConnectPeerWait(vi: VipHandle, remote_attrs: *mut VipViAttributes) -> VipReturnCode {
     guard(|| {
         let (nic, _, id) = vi_of(vi)?;
         nic.vi_peer_wait(id)?;
@@ -585,8 +711,11 @@ pub extern "C" fn VipConnectPeerWait(vi: VipHandle, remote_attrs: *mut VipViAttr
 
 // ---- completion queues ----
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipCreateCQ(nic: VipHandle, entries: c_ulong, cq: *mut VipHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipCreateCQ(nic: VipHandle, entries: c_ulong, cq: *mut VipHandle) -> VipReturnCode {
     guard(|| {
         let n = nic_of(nic)?;
         if cq.is_null() {
@@ -597,8 +726,11 @@ pub extern "C" fn VipCreateCQ(nic: VipHandle, entries: c_ulong, cq: *mut VipHand
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipDestroyCQ(cq: VipHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipDestroyCQ(cq: VipHandle) -> VipReturnCode {
     guard(|| {
         let (nic, _, _, id) = cq_of(cq)?;
         nic.cq_destroy(id)?;
@@ -607,21 +739,31 @@ pub extern "C" fn VipDestroyCQ(cq: VipHandle) -> VipReturnCode {
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipResizeCQ(cq: VipHandle, entries: c_ulong) -> VipReturnCode {
+pub unsafe extern "C" fn VipResizeCQ(cq: VipHandle, entries: c_ulong) -> VipReturnCode {
     guard(|| {
         let (nic, _, _, id) = cq_of(cq)?;
         nic.cq_resize(id, entries as usize)
     })
 }
 
-fn cq_answer(vis: &handles::ViHandles, (vi, recv): (u16, bool), vi_out: *mut VipHandle, recv_out: *mut VipBoolean) -> R {
+/// Writes a completion queue's answer: the VI's handle and which queue.
+///
+/// # Safety
+/// Each pointer is NULL (refused) or valid for writing its type.
+unsafe fn cq_answer(vis: &handles::ViHandles, (vi, recv): (u16, bool), vi_out: *mut VipHandle, recv_out: *mut VipBoolean) -> R {
     out(vi_out, handles::vi_handle(vis, vi))?;
     out(recv_out, recv as VipBoolean)
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipCQDone(cq: VipHandle, vi: *mut VipHandle, recv_queue: *mut VipBoolean) -> VipReturnCode {
+pub unsafe extern "C" fn VipCQDone(cq: VipHandle, vi: *mut VipHandle, recv_queue: *mut VipBoolean) -> VipReturnCode {
     guard(|| {
         let (nic, _, vis, id) = cq_of(cq)?;
         if vi.is_null() || recv_queue.is_null() {
@@ -634,8 +776,11 @@ pub extern "C" fn VipCQDone(cq: VipHandle, vi: *mut VipHandle, recv_queue: *mut 
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipCQWait(cq: VipHandle, ms: c_ulong, vi: *mut VipHandle, recv_queue: *mut VipBoolean) -> VipReturnCode {
+pub unsafe extern "C" fn VipCQWait(cq: VipHandle, ms: c_ulong, vi: *mut VipHandle, recv_queue: *mut VipBoolean) -> VipReturnCode {
     guard(|| {
         let (nic, _, vis, id) = cq_of(cq)?;
         if vi.is_null() || recv_queue.is_null() {
@@ -648,8 +793,11 @@ pub extern "C" fn VipCQWait(cq: VipHandle, ms: c_ulong, vi: *mut VipHandle, recv
 
 type CqCallback = extern "C" fn(VipPvoid, VipHandle, VipHandle, VipBoolean);
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipCQNotify(cq: VipHandle, ctx: VipPvoid, f: Option<CqCallback>) -> VipReturnCode {
+pub unsafe extern "C" fn VipCQNotify(cq: VipHandle, ctx: VipPvoid, f: Option<CqCallback>) -> VipReturnCode {
     guard(|| {
         let (nic, nic_handle, vis, id) = cq_of(cq)?;
         let f = f.ok_or_else(|| invalid("NULL callback"))?;

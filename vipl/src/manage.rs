@@ -10,8 +10,11 @@ use via_user::{ViaError, VipReturn};
 
 // ---- management and errors ----
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipQuerySystemManagementInfo(nic: VipHandle, info_type: c_ulong, info: VipPvoid) -> VipReturnCode {
+pub unsafe extern "C" fn VipQuerySystemManagementInfo(nic: VipHandle, info_type: c_ulong, info: VipPvoid) -> VipReturnCode {
     guard(|| {
         nic_of(nic)?;
         if info_type != VIP_SMI_AUTODISCOVERY {
@@ -24,8 +27,11 @@ pub extern "C" fn VipQuerySystemManagementInfo(nic: VipHandle, info_type: c_ulon
 
 type ErrorCallback = extern "C" fn(VipPvoid, *mut VipErrorDescriptor);
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipErrorCallback(nic: VipHandle, ctx: VipPvoid, f: Option<ErrorCallback>) -> VipReturnCode {
+pub unsafe extern "C" fn VipErrorCallback(nic: VipHandle, ctx: VipPvoid, f: Option<ErrorCallback>) -> VipReturnCode {
     guard(|| {
         let n = nic_of(nic)?;
         let Some(f) = f else {
@@ -62,13 +68,19 @@ pub extern "C" fn VipErrorCallback(nic: VipHandle, ctx: VipPvoid, f: Option<Erro
 
 // ---- name service ----
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipNSInit(nic: VipHandle, _init_info: VipPvoid) -> VipReturnCode {
+pub unsafe extern "C" fn VipNSInit(nic: VipHandle, _init_info: VipPvoid) -> VipReturnCode {
     guard(|| nic_of(nic)?.nic.ns_init(None))
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipNSGetHostByName(nic: VipHandle, name: *const c_char, address: *mut VipNetAddress, name_index: c_ulong) -> VipReturnCode {
+pub unsafe extern "C" fn VipNSGetHostByName(nic: VipHandle, name: *const c_char, address: *mut VipNetAddress, name_index: c_ulong) -> VipReturnCode {
     guard(|| {
         let n = nic_of(nic)?;
         if name.is_null() {
@@ -84,8 +96,11 @@ pub extern "C" fn VipNSGetHostByName(nic: VipHandle, name: *const c_char, addres
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipNSGetHostByAddr(nic: VipHandle, address: *const VipNetAddress, name: *mut c_char, name_len: *mut c_ulong) -> VipReturnCode {
+pub unsafe extern "C" fn VipNSGetHostByAddr(nic: VipHandle, address: *const VipNetAddress, name: *mut c_char, name_len: *mut c_ulong) -> VipReturnCode {
     guard(|| {
         let n = nic_of(nic)?;
         let (host, _) = net_address(address)?;
@@ -107,8 +122,11 @@ pub extern "C" fn VipNSGetHostByAddr(nic: VipHandle, address: *const VipNetAddre
     })
 }
 
+/// # Safety
+/// The VIPL contract (see the module): each pointer argument is NULL
+/// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
-pub extern "C" fn VipNSShutdown(nic: VipHandle) -> VipReturnCode {
+pub unsafe extern "C" fn VipNSShutdown(nic: VipHandle) -> VipReturnCode {
     guard(|| {
         nic_of(nic)?.nic.ns_shutdown();
         Ok(())

@@ -19,7 +19,7 @@ use mttl_via::{ainvoke, invoke, my_pe, pe_num, remote, sendrecv, GlobalPtr};
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Instant;
-use via_user::plot::{chart, Point};
+use via_plot::{chart, Point};
 
 const ALL_SIZES: [usize; 11] = [8, 32, 128, 512, 2048, 8192, 32768, 131072, 524288, 1 << 20, 4 << 20];
 

@@ -1,6 +1,6 @@
 //! The attacker on host M: an AF_PACKET socket on M's interface that sees
 //! the VIA frames of the segment (the hub floods them all) and sends
-//! frames it forged with the wire format ([`via_kernel_agent::wire`]).
+//! frames it forged with the wire format ([`via_wire`]).
 //!
 //! It knows what anyone on the segment can learn from frames in clear:
 //! MACs, endpoints, VI ids, generations, sequence numbers, memory handles
@@ -14,9 +14,9 @@ use super::segment::{Segment, Station};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
-use via_kernel_agent::wire::{self, flags, ConnRepr, Frame, HeaderRepr, Kind, ETHERTYPE, FRAME_HEADER_LEN};
-use via_kernel_agent::auth::Key;
-use via_kernel_agent::MacAddr;
+use via_wire::{self as wire, flags, ConnRepr, Frame, HeaderRepr, Kind, ETHERTYPE, FRAME_HEADER_LEN};
+use via_wire::tag::Key;
+use via_wire::MacAddr;
 
 /// The raw socket on M and everything it has seen.
 pub struct Attacker {

@@ -36,7 +36,7 @@
 use super::arena::{page, pages, PAGE};
 use super::input::Input;
 use super::{frame_bytes, Host, Rig, Seg};
-use via_kernel_agent::wire::{self, Frame, Kind, FRAME_HEADER_LEN};
+use via_wire::{self as wire, Frame, Kind, FRAME_HEADER_LEN};
 use via_user::descriptor::{control, status};
 use via_user::engine::post::Queue;
 use via_user::{AsyncErrorKind, Reliability, ViPhase};

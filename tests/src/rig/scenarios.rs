@@ -17,7 +17,7 @@ pub use super::receive_path::receive_path;
 use super::arena::{page, PAGE, SLOT_SEGMENTS};
 use super::input::Input;
 use super::{slot_offset, Host, Rig, Seg};
-use via_kernel_agent::wire::{self, ConnRepr, Frame, HeaderRepr, Kind, WireError, ETHERTYPE, FRAME_HEADER_LEN, VERSION};
+use via_wire::{self as wire, ConnRepr, Frame, HeaderRepr, Kind, WireError, ETHERTYPE, FRAME_HEADER_LEN, VERSION};
 use via_user::descriptor::control;
 use via_user::engine::post::Queue;
 use via_user::Reliability;

@@ -10,7 +10,8 @@
 
 use std::path::Path;
 use std::process::exit;
-use via_kernel_agent::pci::{self, PciDevice};
+use via_device::pci::{self, PciDevice};
+use via_kernel_agent::binding;
 
 fn usage() -> ! {
     eprintln!("usage: via-agent list | bind <pci address> | unbind <pci address> | status");
@@ -72,7 +73,7 @@ fn status() {
     for d in devs.iter().filter(|d| d.is_tulip()) {
         let state = match (&d.driver, &d.iommu_group) {
             (_, None) => "no IOMMU group".to_string(),
-            (Some(drv), Some(g)) if drv == "vfio-pci" => match pci::group_blockers(g) {
+            (Some(drv), Some(g)) if drv == "vfio-pci" => match binding::group_blockers(g) {
                 Ok(b) if b.is_empty() => {
                     if Path::new("/dev/vfio").join(g).exists() {
                         "ready".to_string()
@@ -94,11 +95,11 @@ fn main() {
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["list"] => list(),
         ["status"] => status(),
-        ["bind", addr] => match pci::bind(addr) {
+        ["bind", addr] => match binding::bind(addr) {
             Ok(d) => println!("{} bound to vfio-pci (IOMMU group {}); open it as {}", d.address, d.iommu_group.as_deref().unwrap_or("?"), d.via_name().unwrap_or_else(|| "a VIA device".into())),
             Err(e) => die(e),
         },
-        ["unbind", addr] => match pci::unbind(addr) {
+        ["unbind", addr] => match binding::unbind(addr) {
             Ok(d) => println!("{} released (driver now {})", d.address, d.driver.as_deref().unwrap_or("none")),
             Err(e) => die(e),
         },

@@ -8,7 +8,7 @@
 
 use super::Core;
 use via_kernel_agent::conn::{CmFrame, RejectReason};
-use via_kernel_agent::wire::{flags, ConnRepr, Frame, Kind, ANY_ENDPOINT};
+use via_wire::{flags, ConnRepr, Frame, Kind, ANY_ENDPOINT};
 
 impl Core {
     /// May the frame `f` go on to be handled? `lent`: its payload was lent

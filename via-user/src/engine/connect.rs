@@ -9,8 +9,8 @@ use std::time::Instant;
 use via_kernel_agent::auth::{ConnEnd, Nonce};
 use via_kernel_agent::conn::{Peer, RejectReason, RequestState};
 use via_kernel_agent::peer::compatible;
-use via_kernel_agent::wire::{ConnRepr, MAX_DISCRIMINATOR};
-use via_kernel_agent::MacAddr;
+use via_wire::{ConnRepr, MAX_DISCRIMINATOR};
+use via_wire::MacAddr;
 
 /// A connection request handed to a server by `ConnectWait`.
 #[derive(Clone, Debug, PartialEq, Eq)]

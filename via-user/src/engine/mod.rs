@@ -38,8 +38,8 @@ use via_kernel_agent::names::NameService;
 use via_kernel_agent::peer::PeerConnector;
 use via_kernel_agent::resolver::{default_local_names, Resolver};
 use via_kernel_agent::memory::{random_u32, RegistrationTable};
-use via_kernel_agent::wire::{HeaderRepr, ANY_ENDPOINT, DST_EP_OFFSET, ETHERTYPE, FRAME_HEADER_LEN, VIA_HEADER_LEN};
-use via_kernel_agent::{FrameDevice, MacAddr, RxFilter};
+use via_wire::{HeaderRepr, ANY_ENDPOINT, DST_EP_OFFSET, ETHERTYPE, FRAME_HEADER_LEN, VIA_HEADER_LEN};
+use via_device::{FrameDevice, MacAddr, RxFilter};
 
 /// Frames built and handed to the device per doorbell.
 pub const BATCH: usize = 32;
@@ -306,7 +306,7 @@ impl Engine {
             .map_err(|e| ViaError::io("installing the receive filter", e))?;
         let mac = dev.mac();
         // An authenticated frame carries its tag after the payload.
-        let frag = (mtu - VIA_HEADER_LEN - if auth.is_some() { via_kernel_agent::wire::TAG_LEN } else { 0 }) as u32;
+        let frag = (mtu - VIA_HEADER_LEN - if auth.is_some() { via_wire::TAG_LEN } else { 0 }) as u32;
         // At most what the peer's reorder buffer spans, so that selective
         // repeat covers every frame in flight.
         let window = ((2 << 20) / mtu as u32).clamp(16, reorder::REORDER_SPAN);

@@ -66,14 +66,17 @@ impl Core {
             return Ok(e);
         }
         if rdma {
-            let a = usermem::read_address_segment(addr);
+            // SAFETY: read_control checked the descriptor with its
+            // seg_count (>= 1 here) segments, under the engine lock.
+            let a = unsafe { usermem::read_address_segment(addr) };
             e.seg0 = 1;
             e.raddr = a.data.address_bits;
             e.rhandle = a.handle;
         }
         let mut total: u64 = 0;
         for i in e.seg0 as usize..cs.seg_count as usize {
-            let s = usermem::read_segment(addr, i);
+            // SAFETY: as above; i < seg_count.
+            let s = unsafe { usermem::read_segment(addr, i) };
             if s.length == 0 {
                 continue;
             }
@@ -110,7 +113,9 @@ impl Core {
         }
         // Clear the completion fields before the descriptor becomes visible
         // (its memory was just validated, or the post was refused above).
-        usermem::clear_completion(addr);
+        // SAFETY: `validate` checked the control segment (read_control)
+        // under the engine lock we hold.
+        unsafe { usermem::clear_completion(addr) };
         let vi = self.vi_mut(id)?;
         let wq = match q {
             Queue::Send => &mut vi.sq,

@@ -22,7 +22,7 @@ use crate::descriptor::status;
 use crate::vi::{ReadJob, ServedRead};
 use std::collections::VecDeque;
 use std::time::Instant;
-use via_kernel_agent::wire::{flags, seq_le, Frame};
+use via_wire::{flags, seq_le, Frame};
 
 /// RDMA protection violations an unreliable VI's peer may commit before
 /// the connection is broken (a reliable VI breaks at the first).

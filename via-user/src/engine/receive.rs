@@ -17,8 +17,8 @@ use crate::workqueue::WqEntry;
 use via_kernel_agent::memory::Ptag;
 use std::time::Instant;
 use via_kernel_agent::conn::CmHeader;
-use via_kernel_agent::wire::{flags, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT, FRAME_HEADER_LEN};
-use via_kernel_agent::LentPayload;
+use via_wire::{flags, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT, FRAME_HEADER_LEN};
+use via_device::LentPayload;
 
 /// A frame's payload: in the frame, or lent by its sender.
 #[derive(Clone, Copy)]
@@ -649,7 +649,9 @@ impl Core {
             if cur.0 as usize >= segs {
                 return Err(PlaceError::Protection);
             }
-            let s = usermem::read_segment(desc, cur.0 as usize);
+            // SAFETY: the caller checked the descriptor with its `segs`
+            // segments (scatter, scatter_at) under the engine lock; cur.0 < segs.
+            let s = unsafe { usermem::read_segment(desc, cur.0 as usize) };
             let room = s.length.saturating_sub(cur.1) as usize;
             if room == 0 {
                 cur.0 += 1;
@@ -677,7 +679,8 @@ impl Core {
             return Err(PlaceError::Protection);
         }
         // Checked before the cursor reads the segment list; not again.
-        let mut cur = segment_cursor(e.desc, e.seg0 as usize, e.segs as usize, off);
+        // SAFETY: descriptor_registered just checked it with its segments.
+        let mut cur = unsafe { segment_cursor(e.desc, e.seg0 as usize, e.segs as usize, off) };
         self.scatter_registered(e, ptag, &mut cur, payload)
     }
 
@@ -701,9 +704,14 @@ fn for_anyone(kind: Kind) -> bool {
 
 /// The scatter cursor (segment, offset in it) for byte `off` of the data
 /// segments `seg0..segs` of the descriptor at `desc`.
-fn segment_cursor(desc: usize, seg0: usize, segs: usize, mut off: u32) -> (u16, u32) {
+///
+/// # Safety
+/// The descriptor with its `segs` segments was checked against the
+/// registration table under the engine lock held since.
+unsafe fn segment_cursor(desc: usize, seg0: usize, segs: usize, mut off: u32) -> (u16, u32) {
     for i in seg0..segs {
-        let len = usermem::read_segment(desc, i).length;
+        // SAFETY: the caller's promise; i < segs.
+        let len = unsafe { usermem::read_segment(desc, i) }.length;
         if off < len {
             return (i as u16, off);
         }

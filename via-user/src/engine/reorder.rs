@@ -8,7 +8,7 @@
 //! straight from the device. The sender keeps at most `REORDER_SPAN`
 //! frames in flight, so every frame it sent fits.
 
-use via_kernel_agent::wire::seq_lt;
+use via_wire::seq_lt;
 
 /// How far past the expected PSN frames are kept, and the width of the
 /// SACK bitmap (bit `i`: PSN `expected + 1 + i` is held).

@@ -23,12 +23,13 @@ use crate::descriptor::control;
 use crate::usermem;
 use std::time::Instant;
 use via_kernel_agent::conn::{CmFrame, Peer};
-use via_kernel_agent::device::MAX_GATHER;
-use via_kernel_agent::auth::{Key, Keyring};
+use via_device::MAX_GATHER;
+use via_kernel_agent::auth::Keyring;
+use via_wire::tag::Key;
 use via_kernel_agent::conn::RejectReason;
-use via_kernel_agent::wire::{flags, seal, seal_authenticated, seq_le, seq_lt, Frame, HeaderRepr, Kind, FRAME_HEADER_LEN, TAG_LEN, VIA_HEADER_LEN};
+use via_wire::{flags, seal, seal_authenticated, seq_le, seq_lt, Frame, HeaderRepr, Kind, FRAME_HEADER_LEN, TAG_LEN, VIA_HEADER_LEN};
 use std::mem::MaybeUninit;
-use via_kernel_agent::{FrameDevice, TxFrame};
+use via_device::{FrameDevice, TxFrame};
 
 /// Where one built frame's payload lives: up to [`MAX_GATHER`] ranges of
 /// registered (or engine-owned bounce) memory.
@@ -184,7 +185,9 @@ fn gather(mem: &RegistrationTable, bounce_buf: &mut Vec<u8>, frag: usize, e: &Wq
         if want == 0 {
             break;
         }
-        let s = usermem::read_segment(desc, i);
+        // SAFETY: descriptor_registered checked the descriptor with its
+        // `segs` segments above, under the engine lock; i < segs.
+        let s = unsafe { usermem::read_segment(desc, i) };
         let sl = s.length as usize;
         if skip >= sl {
             skip -= sl;
@@ -284,7 +287,8 @@ fn message_registered(mem: &RegistrationTable, e: &WqEntry, ptag: Ptag) -> bool 
         return false;
     }
     (e.seg0 as usize..segs).all(|i| {
-        let s = usermem::read_segment(e.desc, i);
+        // SAFETY: checked with its `segs` segments just above; i < segs.
+        let s = unsafe { usermem::read_segment(e.desc, i) };
         s.length == 0 || mem.check(s.handle, s.data.address_bits as usize, s.length as usize, ptag).is_ok()
     })
 }
@@ -686,7 +690,7 @@ impl Core {
 }
 
 /// The header of a standalone `Ack` frame from our VI `id` to `peer`.
-fn ack_header(mac: via_kernel_agent::MacAddr, ep: u32, id: u16, peer: &Peer, psn: u32, ack: u32, flags: u16) -> HeaderRepr {
+fn ack_header(mac: via_wire::MacAddr, ep: u32, id: u16, peer: &Peer, psn: u32, ack: u32, flags: u16) -> HeaderRepr {
     HeaderRepr {
         dst_mac: peer.mac,
         src_mac: mac,

@@ -45,7 +45,7 @@ use std::path::PathBuf;
 use std::process::{exit, Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-use via_kernel_agent::pci;
+use via_device::pci;
 use via_user::{Descriptor, MacAddr, MemAttributes, MemoryRegion, Nic, Reliability, Vi, ViAttributes};
 
 /// Messages each rank sends to each other rank in the all-to-all.

@@ -5,7 +5,7 @@
 
 use super::{stat, Child2};
 use std::process::Command;
-use via_kernel_agent::memlock::{LockedMemory, CAP_IPC_LOCK};
+use via_device::memlock::{LockedMemory, CAP_IPC_LOCK};
 use via_user::{MemAttributes, MemoryRegion, Nic, VipReturn};
 
 /// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.

@@ -23,7 +23,7 @@
 //!
 //! With [`flags::AUTH`] instead (a cluster secret is configured), `check`
 //! is zero and the payload is followed by a [`TAG_LEN`]-byte tag, the
-//! keyed MAC of the VIA header and the payload ([`crate::auth`]);
+//! keyed MAC of the VIA header and the payload ([`crate::tag`]);
 //! `payload_len` does not count it.
 //!
 //! In a standalone ACK (kind `Ack`), `rdma_addr` is the selective
@@ -33,6 +33,11 @@
 //! it is empty, everything from `ack`).
 
 use crate::mac::MacAddr;
+
+/// Bytes of the nonce each side puts into a connection request or accept
+/// (for the derivation of the connection's frame keys).
+pub const NONCE_LEN: usize = 16;
+pub type Nonce = [u8; NONCE_LEN];
 
 pub const ETHERTYPE: u16 = 0x88B5;
 pub const ETH_HEADER_LEN: usize = 14;
@@ -138,7 +143,7 @@ pub mod flags {
     pub const AUTH: u16 = 0x0200;
 }
 
-pub use crate::auth::TAG_LEN;
+pub use crate::tag::TAG_LEN;
 
 /// Byte offset, within the Ethernet frame, of the `check` field.
 pub const CHECK_OFFSET: usize = ETH_HEADER_LEN + 60;
@@ -156,11 +161,11 @@ pub fn seal<'a>(head: &mut [u8], payload: impl IntoIterator<Item = &'a [u8]>) {
 /// Marks the frame whose headers are `head` and whose payload is
 /// `payload` as authenticated (`check` zero) and returns the tag under
 /// `key` that must follow the payload.
-pub fn seal_authenticated<'a>(head: &mut [u8], key: &crate::auth::Key, payload: impl IntoIterator<Item = &'a [u8]>) -> crate::auth::Tag {
+pub fn seal_authenticated<'a>(head: &mut [u8], key: &crate::tag::Key, payload: impl IntoIterator<Item = &'a [u8]>) -> crate::tag::Tag {
     let fl = (be16(head, ETH_HEADER_LEN + 2) & !flags::CHECKSUM) | flags::AUTH;
     head[ETH_HEADER_LEN + 2..ETH_HEADER_LEN + 4].copy_from_slice(&fl.to_be_bytes());
     head[CHECK_OFFSET..CHECK_OFFSET + 4].fill(0);
-    crate::auth::frame_tag(key, head, payload)
+    crate::tag::frame_tag(key, head, payload)
 }
 
 /// The checksum of the frame whose headers are `head` (at least
@@ -371,8 +376,8 @@ impl<T: AsRef<[u8]>> Frame<T> {
     }
     /// Does the frame carry [`flags::AUTH`] and a tag that authenticates
     /// it under `key`?
-    pub fn authentic(&self, key: &crate::auth::Key) -> bool {
-        self.auth_tag().is_some_and(|t| crate::auth::tag_ok(key, &self.buf.as_ref()[..FRAME_HEADER_LEN], self.payload(), t))
+    pub fn authentic(&self, key: &crate::tag::Key) -> bool {
+        self.auth_tag().is_some_and(|t| crate::tag::tag_ok(key, &self.buf.as_ref()[..FRAME_HEADER_LEN], self.payload(), t))
     }
     /// The payload, exactly `payload_len` bytes (Ethernet padding
     /// dropped); empty for a frame whose payload was lent.
@@ -490,10 +495,10 @@ pub struct ConnRepr {
     /// Encoded after `discriminator` as a u16 length and the bytes; absent
     /// (empty) on every other frame.
     pub peer_discriminator: Vec<u8>,
-    /// The sender's fresh nonce for key derivation ([`crate::auth`]), on a
+    /// The sender's fresh nonce for key derivation ([`crate::tag`]), on a
     /// request or accept of a host with a cluster secret. Encoded between
     /// the fixed part and `discriminator`, flagged by bit 0 of byte 3.
-    pub nonce: Option<crate::auth::Nonce>,
+    pub nonce: Option<Nonce>,
 }
 
 /// Longest discriminator carried on the wire.
@@ -512,7 +517,7 @@ impl ConnRepr {
 
     fn nonce_len(&self) -> usize {
         if self.nonce.is_some() {
-            crate::auth::NONCE_LEN
+            NONCE_LEN
         } else {
             0
         }
@@ -527,7 +532,7 @@ impl ConnRepr {
             return Err(WireError::Truncated);
         }
         let dlen = be16(p, 14) as usize;
-        let nlen = if p[3] & NONCE_PRESENT != 0 { crate::auth::NONCE_LEN } else { 0 };
+        let nlen = if p[3] & NONCE_PRESENT != 0 { NONCE_LEN } else { 0 };
         let d0 = Self::FIXED_LEN + nlen;
         if dlen > MAX_DISCRIMINATOR || p.len() < d0 + dlen {
             return Err(WireError::BadLength);
@@ -701,7 +706,7 @@ mod tests {
         assert_eq!(ConnRepr::parse(&buf[..n]).unwrap(), p);
         assert_eq!(ConnRepr::parse(&buf[..n - 1]).unwrap_err(), WireError::BadLength);
         // A keyed host's request carries its nonce.
-        let k = ConnRepr { nonce: Some([0x5a; crate::auth::NONCE_LEN]), ..p.clone() };
+        let k = ConnRepr { nonce: Some([0x5a; NONCE_LEN]), ..p.clone() };
         let n = k.emit(&mut buf);
         assert_eq!(n, ConnRepr::FIXED_LEN + 16 + 8 + 2 + 10);
         assert_eq!(ConnRepr::parse(&buf[..n]).unwrap(), k);
@@ -710,7 +715,7 @@ mod tests {
 
     #[test]
     fn authenticated_frames_carry_their_tag_after_the_payload() {
-        let key = crate::auth::Key::new([3u8; crate::auth::KEY_LEN]);
+        let key = crate::tag::Key::new([3u8; crate::tag::KEY_LEN]);
         let mut hdr = [0u8; FRAME_HEADER_LEN];
         sample().emit(&mut hdr);
         let payload = *b"abcd";
@@ -726,7 +731,7 @@ mod tests {
         assert_eq!(f.trailer_len(), TAG_LEN);
         assert_eq!(f.auth_tag(), Some(&tag[..]));
         assert!(f.authentic(&key));
-        assert!(!f.authentic(&crate::auth::Key::new([4u8; crate::auth::KEY_LEN])), "another key");
+        assert!(!f.authentic(&crate::tag::Key::new([4u8; crate::tag::KEY_LEN])), "another key");
         assert!(!f.checksum_ok(), "no CRC on an authenticated frame");
         // A flipped bit anywhere from the EtherType on fails it: in the
         // EtherType the frame is not ours, from the VIA header on the tag fails.

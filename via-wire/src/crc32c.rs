@@ -12,7 +12,7 @@
 //! over `|b|` zero bytes, XOR the state of `b` alone from zero. Advancing
 //! over a lane's length is a 32x32 bit matrix, applied by four byte
 //! tables ([`ShiftTables`]) built at compile time. Same results, about
-//! 2.5x the speed on 56 KiB (`cargo bench -p via-kernel-agent --bench
+//! 2.5x the speed on 56 KiB (`cargo bench -p via-wire --bench
 //! crc32c`).
 
 /// The state before any bytes.

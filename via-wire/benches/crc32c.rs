@@ -1,10 +1,10 @@
 //! The frame checksum's speed: CRC-32C of frame-sized buffers with three
 //! lanes side by side (what the engine uses) against one running CRC, in
-//! the same run. Run: `cargo bench -p via-kernel-agent --bench crc32c`.
+//! the same run. Run: `cargo bench -p via-wire --bench crc32c`.
 
 use std::hint::black_box;
 use std::time::Instant;
-use via_kernel_agent::crc32c;
+use via_wire::crc32c;
 
 /// Nanoseconds per call of `f` on `data`, the best of five batches.
 fn ns_per_call(f: fn(u32, &[u8]) -> u32, data: &[u8]) -> f64 {

@@ -17,7 +17,7 @@ mod via;
 use common::{json_array, print_tables, sweep, LinkClient, Options, Row};
 use std::io::{self, Write};
 use via_kernel_agent::names::NameService;
-use via_kernel_agent::MacAddr;
+use via_wire::MacAddr;
 
 const HELP: &str = "\
 via-pingpong: VIA ping-pong latency and bandwidth, with baselines on the same path

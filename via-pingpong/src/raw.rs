@@ -8,7 +8,7 @@
 use crate::common::{spin_then_poll, Link, Step};
 use std::io;
 use std::time::Duration;
-use via_kernel_agent::{FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_device::{FrameDevice, MacAddr, RxFilter, TxFrame};
 
 const ETHERTYPE: u16 = 0x88B6;
 const TAG: u32 = 0x7261_7721;

@@ -1,5 +1,12 @@
 //! The frame-device trait that NIC drivers implement, and opening a device
-//! by its VIA name.
+//! by its VIA name: all a driver depends on.
+//!
+//! Besides the trait ([`FrameDevice`], [`TxFrame`], [`RxFilter`],
+//! [`LentPayload`]) and the opener table ([`DeviceOpener`], [`open_device`]):
+//! [`EventFd`], the descriptor a device makes readable when frames wait;
+//! [`pci`], network PCI functions as sysfs lists them (for drivers that
+//! find their NICs there); and [`memlock`], explaining a pin of DMA memory
+//! that `RLIMIT_MEMLOCK` refused.
 //!
 //! The trait is deliberately narrow (in the spirit of smoltcp's `phy::Device`
 //! and ixy.rs's `rx_batch`/`tx_batch`):
@@ -18,7 +25,15 @@
 //! device hands the receiver the sender's addresses, and the receiver
 //! copies the bytes once, straight into their destination.
 
-use crate::mac::MacAddr;
+pub mod eventfd;
+pub mod memlock;
+pub mod pci;
+
+pub use eventfd::EventFd;
+
+/// The Ethernet facts a driver needs: addresses, the header's length and
+/// VIA's EtherType (what its receive filter matches).
+pub use via_wire::{MacAddr, ETHERTYPE, ETH_HEADER_LEN};
 use std::io;
 use std::os::fd::RawFd;
 

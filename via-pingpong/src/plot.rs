@@ -5,7 +5,7 @@
 use crate::common::Row;
 use std::io;
 use std::path::Path;
-use via_user::plot::{chart, Point};
+use via_plot::{chart, Point};
 
 /// Writes `latency.svg` and `bandwidth.svg` into `dir`.
 pub fn write(dir: &Path, rows: &[Row]) -> io::Result<()> {

@@ -1,16 +1,13 @@
-//! Network PCI devices as sysfs shows them, and handing one to vfio-pci and
-//! back: the control-plane half of the VFIO path (`via-agent`).
-//!
-//! Binding uses `driver_override` (Documentation/ABI/testing/sysfs-bus-pci):
-//! unbind the current driver, name vfio-pci as the only driver the device
-//! may take, ask the PCI core to probe it. Unbinding clears the override
-//! and probes again so the kernel's own driver takes the device back.
+//! Network PCI functions as sysfs shows them (`/sys/bus/pci/devices`):
+//! what drivers list to find their NICs and `via-agent` lists and binds
+//! (handing a NIC to vfio-pci is the kernel agent's `binding`).
 
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-const DEVICES: &str = "/sys/bus/pci/devices";
+/// Where sysfs lists the PCI functions.
+pub const SYSFS_DEVICES: &str = "/sys/bus/pci/devices";
 /// PCI vendor id of Digital Equipment Corporation.
 pub const VENDOR_DEC: u16 = 0x1011;
 /// Device ids of the tulips the driver supports: 21140 and 21142/21143.
@@ -67,7 +64,7 @@ fn link_name(p: &Path) -> Option<String> {
 
 /// Reads one device from sysfs.
 pub fn device(address: &str) -> io::Result<PciDevice> {
-    device_in(Path::new(DEVICES), address)
+    device_in(Path::new(SYSFS_DEVICES), address)
 }
 
 /// Reads one device from `devices`, a directory laid out like
@@ -90,7 +87,7 @@ fn device_in(devices: &Path, address: &str) -> io::Result<PciDevice> {
 
 /// Every PCI function, sorted by address.
 pub fn list_all() -> io::Result<Vec<PciDevice>> {
-    list_all_in(Path::new(DEVICES))
+    list_all_in(Path::new(SYSFS_DEVICES))
 }
 
 /// Every PCI function of `devices` (laid out like `/sys/bus/pci/devices`),
@@ -109,7 +106,7 @@ fn list_all_in(devices: &Path) -> io::Result<Vec<PciDevice>> {
 
 /// The network PCI devices, sorted by address.
 pub fn list() -> io::Result<Vec<PciDevice>> {
-    list_in(Path::new(DEVICES))
+    list_in(Path::new(SYSFS_DEVICES))
 }
 
 fn list_in(devices: &Path) -> io::Result<Vec<PciDevice>> {
@@ -125,71 +122,6 @@ pub fn group_members(group: &str) -> io::Result<Vec<PciDevice>> {
     }
     v.sort_by(|a, b| a.address.cmp(&b.address));
     Ok(v)
-}
-
-/// Why a group cannot be used by vfio: the members bound to other drivers.
-/// (PCI bridges bound to pcieport are allowed, as VFIO allows them.)
-pub fn group_blockers(group: &str) -> io::Result<Vec<PciDevice>> {
-    Ok(group_members(group)?
-        .into_iter()
-        .filter(|d| matches!(d.driver.as_deref(), Some(drv) if drv != "vfio-pci" && drv != "pcieport"))
-        .collect())
-}
-
-fn write_sysfs(path: &Path, value: &str) -> io::Result<()> {
-    fs::write(path, value).map_err(|e| {
-        let hint = if e.kind() == io::ErrorKind::PermissionDenied { " (needs root)" } else { "" };
-        io::Error::new(e.kind(), format!("writing {value:?} to {}: {e}{hint}", path.display()))
-    })
-}
-
-/// Hands `address` to vfio-pci and checks that its IOMMU group is usable.
-pub fn bind(address: &str) -> io::Result<PciDevice> {
-    let d = device(address)?;
-    let Some(group) = d.iommu_group.clone() else {
-        return Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            format!("{} has no IOMMU group: the IOMMU is off. Boot with intel_iommu=on (or amd_iommu=on) and try again", d.address),
-        ));
-    };
-    if !Path::new("/sys/bus/pci/drivers/vfio-pci").exists() {
-        return Err(io::Error::new(io::ErrorKind::NotFound, "the vfio-pci driver is not loaded: run `modprobe vfio-pci` (as root) first"));
-    }
-    let dir = Path::new(DEVICES).join(&d.address);
-    if d.driver.as_deref() != Some("vfio-pci") {
-        if d.driver.is_some() {
-            write_sysfs(&dir.join("driver").join("unbind"), &d.address)?;
-        }
-        write_sysfs(&dir.join("driver_override"), "vfio-pci")?;
-        write_sysfs(Path::new("/sys/bus/pci/drivers_probe"), &d.address)?;
-    }
-    let d = device(&d.address)?;
-    if d.driver.as_deref() != Some("vfio-pci") {
-        return Err(io::Error::other(format!("{}: vfio-pci did not take the device (driver now {:?}); see dmesg", d.address, d.driver)));
-    }
-    let blockers = group_blockers(&group)?;
-    if !blockers.is_empty() {
-        let names: Vec<_> = blockers.iter().map(|b| format!("{} ({})", b.address, b.driver.as_deref().unwrap_or("-"))).collect();
-        return Err(io::Error::other(format!(
-            "{} is bound to vfio-pci, but IOMMU group {group} also holds {}, still bound to a kernel driver; bind those too (via-agent bind) or move the NIC to another slot",
-            d.address,
-            names.join(", ")
-        )));
-    }
-    Ok(d)
-}
-
-/// Gives `address` back to the kernel's own driver.
-pub fn unbind(address: &str) -> io::Result<PciDevice> {
-    let d = device(address)?;
-    let dir = Path::new(DEVICES).join(&d.address);
-    if d.driver.is_some() {
-        write_sysfs(&dir.join("driver").join("unbind"), &d.address)?;
-    }
-    write_sysfs(&dir.join("driver_override"), "\n")?;
-    // The kernel driver may not exist (no tulip module): no driver is fine.
-    let _ = write_sysfs(Path::new("/sys/bus/pci/drivers_probe"), &d.address);
-    device(&d.address)
 }
 
 #[cfg(test)]
@@ -211,8 +143,6 @@ mod tests {
     fn missing_device_is_a_clear_error() {
         let e = device("ffff:ff:1f.7").unwrap_err();
         assert!(e.to_string().contains("no PCI device ffff:ff:1f.7"), "{e}");
-        let e = bind("ffff:ff:1f.7").unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::NotFound);
     }
 
     /// A directory laid out like `/sys/bus/pci/devices`, removed on drop.
@@ -287,14 +217,14 @@ mod tests {
     fn listing_reads_this_machines_sysfs() {
         // Any Linux with sysfs has PCI devices to read (the tests run on
         // one): the list must succeed and agree with the directory.
-        let entries: Vec<String> = fs::read_dir(DEVICES).expect("this machine has /sys/bus/pci/devices").map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let entries: Vec<String> = fs::read_dir(SYSFS_DEVICES).expect("this machine has /sys/bus/pci/devices").map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         let all = list_all().expect("listing every PCI function");
-        assert_eq!(all.len(), entries.len(), "every function of {DEVICES} is listed: {entries:?}");
+        assert_eq!(all.len(), entries.len(), "every function of {SYSFS_DEVICES} is listed: {entries:?}");
         assert!(all.windows(2).all(|w| w[0].address < w[1].address), "sorted by address");
         for d in &all {
-            let class = fs::read_to_string(Path::new(DEVICES).join(&d.address).join("class")).unwrap();
+            let class = fs::read_to_string(Path::new(SYSFS_DEVICES).join(&d.address).join("class")).unwrap();
             assert_eq!(d.class, u32::from_str_radix(class.trim().trim_start_matches("0x"), 16).unwrap(), "{}", d.address);
-            let driver = fs::read_link(Path::new(DEVICES).join(&d.address).join("driver")).ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+            let driver = fs::read_link(Path::new(SYSFS_DEVICES).join(&d.address).join("driver")).ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
             assert_eq!(d.driver, driver, "{}", d.address);
         }
         let net = list().expect("listing the network functions");
