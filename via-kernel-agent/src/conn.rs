@@ -31,7 +31,7 @@
 //! `PeerRequest` only peer requests there (this manager ignores it without
 //! an answer, whatever its discriminator).
 
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, Due, Retried, RetryTable};
 use via_wire::MacAddr;
 use crate::memory::random_u32;
 use via_wire::{ConnRepr, Kind, ANY_ENDPOINT};
@@ -163,6 +163,18 @@ struct Request {
     state: RequestState,
 }
 
+impl Retried for Request {
+    fn in_progress(&self) -> bool {
+        self.state == RequestState::InProgress
+    }
+    fn backoff(&self) -> &Backoff {
+        &self.backoff
+    }
+    fn backoff_mut(&mut self) -> &mut Backoff {
+        &mut self.backoff
+    }
+}
+
 #[derive(Clone)]
 struct Answer {
     key: (MacAddr, u32, u16, u32),
@@ -175,7 +187,7 @@ pub struct ConnectionManager {
     ep: u32,
     waits: Vec<Wait>,
     incoming: Vec<Incoming>,
-    requests: Vec<Request>,
+    requests: RetryTable<Request>,
     answers: Vec<Answer>,
     next_id: u32,
     out: Vec<CmFrame>,
@@ -187,7 +199,7 @@ fn key(i: &Incoming) -> (MacAddr, u32, u16, u32) {
 
 impl ConnectionManager {
     pub fn new(mac: MacAddr, ep: u32) -> Self {
-        ConnectionManager { mac, ep, waits: Vec::new(), incoming: Vec::new(), requests: Vec::new(), answers: Vec::new(), next_id: 1, out: Vec::new() }
+        ConnectionManager { mac, ep, waits: Vec::new(), incoming: Vec::new(), requests: RetryTable::default(), answers: Vec::new(), next_id: 1, out: Vec::new() }
     }
 
     /// Frames queued for transmission; the engine drains them.
@@ -256,7 +268,7 @@ impl ConnectionManager {
     /// Forgets answers given on behalf of local VI `vi` (it is gone).
     pub fn forget_vi(&mut self, vi: u16) {
         self.answers.retain(|a| !(a.frame.kind == Kind::ConnAccept && a.frame.src_vi == vi));
-        self.requests.retain(|r| r.vi != vi);
+        self.requests.remove_where(|r| r.vi == vi);
     }
 
     // ---- client side ----
@@ -264,10 +276,9 @@ impl ConnectionManager {
     /// Starts a request from local VI `vi` to `mac` (attributes and the
     /// server's discriminator in `attrs`), giving up at `deadline`.
     pub fn request_begin(&mut self, vi: u16, mac: MacAddr, mut attrs: ConnRepr, now: Instant, deadline: Instant) {
-        self.requests.retain(|r| r.vi != vi);
         attrs.request_id = random_u32();
         let backoff = Backoff::new(now, deadline, REQUEST_RTO, REQUEST_RTO_MAX);
-        self.requests.push(Request { vi, mac, attrs, backoff, pending: false, no_match_since: None, until_matched: false, state: RequestState::InProgress });
+        self.requests.start(Request { vi, mac, attrs, backoff, pending: false, no_match_since: None, until_matched: false, state: RequestState::InProgress }, |r| r.vi == vi);
         self.on_timer(now);
     }
 
@@ -279,7 +290,7 @@ impl ConnectionManager {
     /// given that attempt up (which left the server's VI connected to
     /// nobody).
     pub fn request_until_matched(&mut self, vi: u16) {
-        if let Some(r) = self.requests.iter_mut().find(|r| r.vi == vi) {
+        if let Some(r) = self.requests.find_mut(|r| r.vi == vi) {
             r.until_matched = true;
             r.backoff.cap(NO_MATCH_GRACE);
         }
@@ -288,17 +299,12 @@ impl ConnectionManager {
     /// Where the request of `vi` stands; a finished request is forgotten.
     pub fn request_poll(&mut self, vi: u16, now: Instant) -> RequestState {
         self.on_timer(now);
-        let Some(i) = self.requests.iter().position(|r| r.vi == vi) else { return RequestState::TimedOut };
-        let st = self.requests[i].state.clone();
-        if st != RequestState::InProgress {
-            self.requests.remove(i);
-        }
-        st
+        self.requests.poll(|r| r.vi == vi, |r| r.state.clone()).unwrap_or(RequestState::TimedOut)
     }
 
     /// Abandons the request of `vi`.
     pub fn request_cancel(&mut self, vi: u16) {
-        self.requests.retain(|r| r.vi != vi);
+        self.requests.remove_where(|r| r.vi == vi);
     }
 
     // ---- input and time ----
@@ -311,7 +317,7 @@ impl ConnectionManager {
         match kind {
             Kind::ConnRequest => self.on_request(src_mac, src_ep, src_vi, conn),
             Kind::ConnPending | Kind::ConnAccept | Kind::ConnReject | Kind::ConnNoMatch => {
-                let Some(r) = self.requests.iter_mut().find(|r| r.vi == dst_vi && r.attrs.request_id == conn.request_id && r.state == RequestState::InProgress) else {
+                let Some(r) = self.requests.find_in_progress_mut(|r| r.vi == dst_vi && r.attrs.request_id == conn.request_id) else {
                     return Ok(());
                 };
                 if !answered_by_asked(r.mac, src_mac, src_ep) {
@@ -365,43 +371,24 @@ impl ConnectionManager {
     }
 
     fn on_timer_requests(&mut self, now: Instant) {
-        if self.requests.is_empty() {
-            return;
-        }
-        for r in &mut self.requests {
-            if r.state != RequestState::InProgress {
-                continue;
-            }
-            if r.backoff.expired(now) {
-                // Heard only NO_MATCH until the end: say so.
-                r.state = if r.until_matched && r.no_match_since.is_some() && !r.pending { RequestState::NoMatch } else { RequestState::TimedOut };
-                continue;
-            }
+        let out = &mut self.out;
+        let no_match_grace = |r: &mut Request| {
             if let Some(t) = r.no_match_since.filter(|_| !r.until_matched) {
                 if !r.pending && now >= t + NO_MATCH_GRACE {
                     r.state = RequestState::NoMatch;
-                    continue;
                 }
             }
-            if r.backoff.send_due(now) {
-                self.out.push(CmFrame { dst_mac: r.mac, dst_ep: ANY_ENDPOINT, kind: Kind::ConnRequest, dst_vi: 0, src_vi: r.vi, generation: 0, imm: 0, ack: None, conn: r.attrs.clone() });
-            }
-        }
+        };
+        self.requests.on_timer(now, no_match_grace, |r, due| match due {
+            // Heard only NO_MATCH until the end: say so.
+            Due::Expired => r.state = if r.until_matched && r.no_match_since.is_some() && !r.pending { RequestState::NoMatch } else { RequestState::TimedOut },
+            Due::Send => out.push(CmFrame { dst_mac: r.mac, dst_ep: ANY_ENDPOINT, kind: Kind::ConnRequest, dst_vi: 0, src_vi: r.vi, generation: 0, imm: 0, ack: None, conn: r.attrs.clone() }),
+        });
     }
 
     /// The next instant [`ConnectionManager::on_timer`] has work to do.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.requests
-            .iter()
-            .filter(|r| r.state == RequestState::InProgress)
-            .map(|r| {
-                let mut t = r.backoff.next_event();
-                if let Some(nm) = r.no_match_since {
-                    t = t.min(nm + NO_MATCH_GRACE);
-                }
-                t
-            })
-            .min()
+        self.requests.next_deadline(|r| r.no_match_since.map(|t| t + NO_MATCH_GRACE))
     }
 
     pub fn local(&self) -> (MacAddr, u32) {
@@ -476,7 +463,7 @@ mod tests {
         let mut client = ConnectionManager::new(B, 20);
         let w = server.wait_begin(b"svc");
         client.request_begin(3, A, attrs(b"svc"), t0, t0 + Duration::from_secs(1));
-        let id = client.requests[0].attrs.request_id;
+        let id = client.requests.find_mut(|_| true).unwrap().attrs.request_id;
         let named = ConnRepr { request_id: id, ..ConnRepr::default() };
         for (kind, mac, ep) in [(Kind::ConnAccept, M, 10), (Kind::ConnReject, M, 10), (Kind::ConnNoMatch, M, 10), (Kind::ConnPending, M, 10), (Kind::ConnAccept, A, ANY_ENDPOINT)] {
             let h = CmHeader { kind, src_mac: mac, src_ep: ep, src_vi: 9, dst_vi: 3, generation: 77, imm: 0 };
@@ -527,7 +514,7 @@ mod tests {
         let mut client = ConnectionManager::new(B, 20);
         client.request_begin(5, A, attrs(b"svc"), t0, t0 + Duration::from_secs(1));
         client.request_until_matched(5);
-        let id = client.requests[0].attrs.request_id;
+        let id = client.requests.find_mut(|_| true).unwrap().attrs.request_id;
         let mut t = t0;
         for _ in 0..5 {
             pump(&mut client, B, &mut server, t);

@@ -20,7 +20,7 @@
 //! [`Foreign`] and changes nothing.
 
 use crate::conn::{answered_by_asked, CmFrame, Foreign, Peer, RejectReason, RequestState, REQUEST_RTO, REQUEST_RTO_MAX};
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, Due, Retried, RetryTable};
 use via_wire::MacAddr;
 use crate::memory::random_u32;
 use via_wire::{ConnRepr, Kind, ANY_ENDPOINT};
@@ -53,6 +53,18 @@ struct PeerRequest {
     state: RequestState,
 }
 
+impl Retried for PeerRequest {
+    fn in_progress(&self) -> bool {
+        self.state == RequestState::InProgress
+    }
+    fn backoff(&self) -> &Backoff {
+        &self.backoff
+    }
+    fn backoff_mut(&mut self) -> &mut Backoff {
+        &mut self.backoff
+    }
+}
+
 /// An accept given, for answering duplicates: (their MAC, endpoint, VI,
 /// nonce) and the frame.
 struct Given {
@@ -64,14 +76,14 @@ struct Given {
 pub struct PeerConnector {
     mac: MacAddr,
     ep: u32,
-    requests: Vec<PeerRequest>,
+    requests: RetryTable<PeerRequest>,
     given: Vec<Given>,
     out: Vec<CmFrame>,
 }
 
 impl PeerConnector {
     pub fn new(mac: MacAddr, ep: u32) -> Self {
-        PeerConnector { mac, ep, requests: Vec::new(), given: Vec::new(), out: Vec::new() }
+        PeerConnector { mac, ep, requests: RetryTable::default(), given: Vec::new(), out: Vec::new() }
     }
 
     /// Frames queued for transmission; the engine drains them.
@@ -83,27 +95,21 @@ impl PeerConnector {
     /// discriminator is `attrs.peer_discriminator` (ours is
     /// `attrs.discriminator`), giving up at `deadline`.
     pub fn begin(&mut self, vi: u16, mac: MacAddr, mut attrs: ConnRepr, now: Instant, deadline: Instant) {
-        self.requests.retain(|r| r.vi != vi);
         attrs.request_id = random_u32();
         let backoff = Backoff::new(now, deadline, REQUEST_RTO, REQUEST_RTO_MAX);
-        self.requests.push(PeerRequest { vi, mac, attrs, backoff, state: RequestState::InProgress });
+        self.requests.start(PeerRequest { vi, mac, attrs, backoff, state: RequestState::InProgress }, |r| r.vi == vi);
         self.on_timer(now);
     }
 
     /// Where the request of `vi` stands; a finished request is forgotten.
     pub fn poll(&mut self, vi: u16, now: Instant) -> RequestState {
         self.on_timer(now);
-        let Some(i) = self.requests.iter().position(|r| r.vi == vi) else { return RequestState::TimedOut };
-        let st = self.requests[i].state.clone();
-        if st != RequestState::InProgress {
-            self.requests.remove(i);
-        }
-        st
+        self.requests.poll(|r| r.vi == vi, |r| r.state.clone()).unwrap_or(RequestState::TimedOut)
     }
 
     /// Abandons the request of `vi` and forgets accepts given for it.
     pub fn cancel(&mut self, vi: u16) {
-        self.requests.retain(|r| r.vi != vi);
+        self.requests.remove_where(|r| r.vi == vi);
         self.given.retain(|g| g.frame.src_vi != vi);
     }
 
@@ -120,9 +126,7 @@ impl PeerConnector {
             return;
         }
         let decides = self.decides(mac, ep);
-        let Some(r) = self.requests.iter_mut().find(|r| {
-            r.state == RequestState::InProgress && r.mac == mac && r.attrs.peer_discriminator == theirs.discriminator && r.attrs.discriminator == theirs.peer_discriminator
-        }) else {
+        let Some(r) = self.requests.find_in_progress_mut(|r| r.mac == mac && r.attrs.peer_discriminator == theirs.discriminator && r.attrs.discriminator == theirs.peer_discriminator) else {
             return; // nobody here seeks that peer (yet): it retransmits
         };
         if let Err(reason) = compatible(&r.attrs, &theirs) {
@@ -153,7 +157,7 @@ impl PeerConnector {
     /// but does not come from the peer asked.
     #[allow(clippy::too_many_arguments)]
     pub fn on_answer(&mut self, kind: Kind, mac: MacAddr, ep: u32, vi: u16, generation: u32, imm: u32, conn: ConnRepr) -> Result<(), Foreign> {
-        let Some(r) = self.requests.iter_mut().find(|r| r.state == RequestState::InProgress && r.attrs.request_id == conn.request_id) else {
+        let Some(r) = self.requests.find_in_progress_mut(|r| r.attrs.request_id == conn.request_id) else {
             return Ok(());
         };
         if !answered_by_asked(r.mac, mac, ep) {
@@ -176,21 +180,16 @@ impl PeerConnector {
     }
 
     fn on_timer_requests(&mut self, now: Instant) {
-        for r in &mut self.requests {
-            if r.state != RequestState::InProgress {
-                continue;
-            }
-            if r.backoff.expired(now) {
-                r.state = RequestState::TimedOut;
-            } else if r.backoff.send_due(now) {
-                self.out.push(CmFrame { dst_mac: r.mac, dst_ep: ANY_ENDPOINT, kind: Kind::PeerRequest, dst_vi: 0, src_vi: r.vi, generation: 0, imm: 0, ack: None, conn: r.attrs.clone() });
-            }
-        }
+        let out = &mut self.out;
+        self.requests.on_timer(now, |_| {}, |r, due| match due {
+            Due::Expired => r.state = RequestState::TimedOut,
+            Due::Send => out.push(CmFrame { dst_mac: r.mac, dst_ep: ANY_ENDPOINT, kind: Kind::PeerRequest, dst_vi: 0, src_vi: r.vi, generation: 0, imm: 0, ack: None, conn: r.attrs.clone() }),
+        });
     }
 
     /// The next instant [`PeerConnector::on_timer`] has work to do.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.requests.iter().filter(|r| r.state == RequestState::InProgress).map(|r| r.backoff.next_event()).min()
+        self.requests.next_deadline(|_| None)
     }
 }
 
@@ -259,7 +258,7 @@ mod tests {
         let dl = t0 + Duration::from_secs(1);
         a.begin(3, B, attrs(b"a", b"b"), t0, dl);
         b.begin(5, A, attrs(b"b", b"a"), t0, dl);
-        let id = b.requests[0].attrs.request_id;
+        let id = b.requests.find_mut(|_| true).unwrap().attrs.request_id;
         let named = ConnRepr { request_id: id, ..ConnRepr::default() };
         assert_eq!(b.on_answer(Kind::PeerAccept, M, 10, 3, 77, 0, named.clone()), Err(Foreign));
         assert_eq!(b.on_answer(Kind::ConnReject, M, 10, 3, 0, 0, named.clone()), Err(Foreign));

@@ -13,7 +13,7 @@
 //! name to whoever asks. Answers are cached until [`Resolver::shutdown`]
 //! (`VipNSShutdown`).
 
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, Due, Retried, RetryTable};
 use crate::conn::CmFrame;
 use via_wire::MacAddr;
 use via_wire::{ConnRepr, Kind, ANY_ENDPOINT, MAX_DISCRIMINATOR};
@@ -44,6 +44,18 @@ struct Query {
     state: Lookup,
 }
 
+impl Retried for Query {
+    fn in_progress(&self) -> bool {
+        self.state == Lookup::InProgress
+    }
+    fn backoff(&self) -> &Backoff {
+        &self.backoff
+    }
+    fn backoff_mut(&mut self) -> &mut Backoff {
+        &mut self.backoff
+    }
+}
+
 /// A broadcast name query with an empty name: not answered (the engine
 /// counts it as `rx_query_refused`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,7 +64,7 @@ pub struct QueryRefused;
 /// The name discovery of one opened NIC.
 pub struct Resolver {
     local_names: Vec<String>,
-    queries: Vec<Query>,
+    queries: RetryTable<Query>,
     cache: Vec<(String, MacAddr)>,
     next_id: u32,
     out: Vec<CmFrame>,
@@ -61,7 +73,7 @@ pub struct Resolver {
 impl Resolver {
     /// A resolver answering for `local_names`.
     pub fn new(local_names: Vec<String>) -> Self {
-        Resolver { local_names, queries: Vec::new(), cache: Vec::new(), next_id: crate::memory::random_u32(), out: Vec::new() }
+        Resolver { local_names, queries: RetryTable::default(), cache: Vec::new(), next_id: crate::memory::random_u32(), out: Vec::new() }
     }
 
     /// The names this NIC answers for (the first is its own name).
@@ -102,7 +114,7 @@ impl Resolver {
         self.next_id = self.next_id.wrapping_add(1);
         let id = self.next_id;
         let backoff = Backoff::new(now, deadline, QUERY_RTO, QUERY_RTO_MAX);
-        self.queries.push(Query { id, name, target, backoff, state: Lookup::InProgress });
+        self.queries.start(Query { id, name, target, backoff, state: Lookup::InProgress }, |q| q.id == id);
         self.on_timer(now);
         id
     }
@@ -110,12 +122,7 @@ impl Resolver {
     /// Where query `id` stands; a finished query is forgotten.
     pub fn poll(&mut self, id: u32, now: Instant) -> Lookup {
         self.on_timer(now);
-        let Some(i) = self.queries.iter().position(|q| q.id == id) else { return Lookup::NotFound };
-        let st = self.queries[i].state.clone();
-        if st != Lookup::InProgress {
-            self.queries.remove(i);
-        }
-        st
+        self.queries.poll(|q| q.id == id, |q| q.state.clone()).unwrap_or(Lookup::NotFound)
     }
 
     /// A `NameQuery` from `(mac, ep)`, `broadcast` to the segment or sent
@@ -136,7 +143,7 @@ impl Resolver {
     /// A `NameReply` from `mac`.
     pub fn on_reply(&mut self, mac: MacAddr, r: &ConnRepr) {
         let Ok(name) = std::str::from_utf8(&r.discriminator) else { return };
-        let Some(q) = self.queries.iter_mut().find(|q| q.id == r.request_id && q.state == Lookup::InProgress) else { return };
+        let Some(q) = self.queries.find_in_progress_mut(|q| q.id == r.request_id) else { return };
         if (!q.name.is_empty() && q.name != name) || (q.name.is_empty() && q.target != mac) || name.is_empty() {
             return; // not an answer to what we asked
         }
@@ -155,28 +162,25 @@ impl Resolver {
     }
 
     fn on_timer_queries(&mut self, now: Instant) {
-        for q in &mut self.queries {
-            if q.state != Lookup::InProgress {
-                continue;
-            }
-            if q.backoff.expired(now) {
-                q.state = Lookup::NotFound;
-            } else if q.backoff.send_due(now) {
+        let out = &mut self.out;
+        self.queries.on_timer(now, |_| {}, |q, due| match due {
+            Due::Expired => q.state = Lookup::NotFound,
+            Due::Send => {
                 let conn = ConnRepr { request_id: q.id, discriminator: q.name.clone().into_bytes(), ..ConnRepr::default() };
-                self.out.push(CmFrame { dst_mac: q.target, dst_ep: ANY_ENDPOINT, kind: Kind::NameQuery, dst_vi: 0, src_vi: 0, generation: 0, imm: 0, ack: None, conn });
+                out.push(CmFrame { dst_mac: q.target, dst_ep: ANY_ENDPOINT, kind: Kind::NameQuery, dst_vi: 0, src_vi: 0, generation: 0, imm: 0, ack: None, conn });
             }
-        }
+        });
     }
 
     /// The next instant [`Resolver::on_timer`] has work to do.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.queries.iter().filter(|q| q.state == Lookup::InProgress).map(|q| q.backoff.next_event()).min()
+        self.queries.next_deadline(|_| None)
     }
 
     /// `VipNSShutdown`: forgets the cache and abandons queries.
     pub fn shutdown(&mut self) {
         self.cache.clear();
-        self.queries.clear();
+        self.queries.remove_where(|_| true);
     }
 }
 
