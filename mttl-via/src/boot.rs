@@ -10,7 +10,7 @@
 //! gets back everybody's addresses. Rank 0 refuses a run whose ranks do not
 //! run the same program (different digests).
 
-use crate::comm::{CommError, Result};
+use crate::error::{CommError, Result};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};

@@ -16,17 +16,21 @@
 //! - [`yield_now`], [`my_pe`], [`pe_num`].
 //!
 //! Layers, bottom up: [`comm`] (the eight primitives over VIA or TCP),
-//! [`thread`] (user-level threads), `runtime` (the scheduler loop and the
-//! message kinds), then the user-facing modules.
+//! [`thread`] (user-level threads), `runtime` (the core every feature
+//! reaches: state, message kinds, waiting for replies), the features
+//! (user-facing modules), and `scheduler` (the loop, the dispatch of
+//! message kinds to the features, [`run`]).
 
 pub mod boot;
 pub mod collective;
 pub mod comm;
+pub mod error;
 pub mod global;
 mod heap;
 pub mod invoke;
 pub mod registry;
 mod runtime;
+mod scheduler;
 mod step;
 pub mod sync;
 pub mod thread;
@@ -36,7 +40,8 @@ pub use collective::{broadcast, sendrecv, Barrier, Group, Reduction};
 pub use global::GlobalPtr;
 pub use invoke::{ainvoke, ainvoke_detached, invoke, on_all, Pending};
 pub use registry::RemoteFunction;
-pub use runtime::{device_counters, my_pe, pe_num, run};
+pub use runtime::{device_counters, my_pe, pe_num};
+pub use scheduler::run;
 pub use sync::{GlobalSync, Sync};
 pub use thread::yield_now;
 pub use wire::{Pod, Wire};

@@ -1,22 +1,15 @@
-//! The per-process runtime: the scheduler loop that runs user-level
-//! threads and, when none is ready, waits on the communication layer; the
-//! message kinds between processes; waiting for replies; start-up and the
-//! shutdown handshake ([`run`], the `mpc_main` of this library).
-//!
-//! Every message starts with a kind byte. A process answers INVOKE by
-//! running the function in a new thread and REPLYing with the token the
-//! invoker waits on; READ and WRITE of heap memory are answered by the
-//! loop itself, without a thread.
+//! The runtime's core: the per-process state every feature reaches
+//! ([`with`]: rank, size, the communication layer, the heap, the tokens
+//! replies are waited on), the message kinds and reply statuses, waiting
+//! for a reply, running a call in a new thread, and stopping the process.
+//! It knows no feature: the scheduler loop and the dispatch of message
+//! kinds to the features that own them are `scheduler`'s.
 
-use crate::comm::{self, SendHandle, Transport, BULK_NOTICE};
+use crate::comm::{SendHandle, Transport};
 use crate::heap::HeapAlloc;
-use crate::step::Mail;
-use crate::registry;
-use crate::sync::SyncTable;
 use crate::thread::{self, ThreadId};
 use crate::wire::{take, WireError};
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
 use std::fmt::Display;
 use std::mem::ManuallyDrop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -78,24 +71,36 @@ pub(crate) struct Runtime {
     pub size: usize,
     pub comm: Box<dyn Transport>,
     pub heap: HeapAlloc,
-    pub syncs: SyncTable,
     waiters: Vec<Waiter>,
     free_tokens: Vec<u32>,
-    /// Collective steps that arrived before their receiver: (node, tag).
-    mailbox: HashMap<(usize, u64), VecDeque<Mail>>,
-    mail_waiters: HashMap<(usize, u64), ThreadId>,
     pub coll_seq: u64,
     /// Heap blocks to free once their bulk send completed.
-    deferred: Vec<(SendHandle, u64)>,
-    acks: usize,
-    ack_waiter: Option<ThreadId>,
-    done: bool,
+    pub(crate) deferred: Vec<(SendHandle, u64)>,
+    pub(crate) acks: usize,
+    pub(crate) ack_waiter: Option<ThreadId>,
+    pub(crate) done: bool,
 }
 
 thread_local! {
     // Never dropped at thread exit (see `exit_now`); `run` takes it out.
     static RT: ManuallyDrop<RefCell<Option<Runtime>>> = const { ManuallyDrop::new(RefCell::new(None)) };
     static RANK: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Installs `rt` as this process's runtime (rank `rt.rank`).
+pub(crate) fn install(rt: Runtime) {
+    RANK.with(|r| r.set(rt.rank));
+    RT.with(|r| *r.borrow_mut() = Some(rt));
+}
+
+/// Takes the runtime out again, at the end of the run.
+pub(crate) fn uninstall() -> Runtime {
+    RT.with(|r| r.borrow_mut().take()).expect("the runtime was installed")
+}
+
+/// Notes this process's rank (before the runtime exists, for messages).
+pub(crate) fn set_rank(rank: usize) {
+    RANK.with(|r| r.set(rank));
 }
 
 /// Runs `f` on the runtime. Panics outside [`run`].
@@ -119,7 +124,7 @@ pub(crate) fn fatal(msg: impl Display) -> ! {
 /// Ends the process without running thread-local destructors: those would
 /// unwind the stacks of threads still blocked (server threads waiting on a
 /// Sync, say) into a runtime that is gone.
-fn exit_now(code: i32) -> ! {
+pub(crate) fn exit_now(code: i32) -> ! {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
@@ -152,6 +157,12 @@ pub(crate) fn u64_at(b: &mut &[u8]) -> Result<u64, WireError> {
 }
 
 impl Runtime {
+    /// The runtime of process `rank` of `size`, over `comm`, with its
+    /// global heap at `heap`.
+    pub(crate) fn new(rank: usize, size: usize, comm: Box<dyn Transport>, heap: HeapAlloc) -> Runtime {
+        Runtime { rank, size, comm, heap, waiters: Vec::new(), free_tokens: Vec::new(), coll_seq: 0, deferred: Vec::new(), acks: 0, ack_waiter: None, done: false }
+    }
+
     /// Sends, or stops the process if the transport cannot.
     pub fn send(&mut self, node: usize, msg: &[u8]) {
         if let Err(e) = self.comm.asend(node, msg) {
@@ -229,7 +240,7 @@ impl Runtime {
         self.deferred.push((h, off));
     }
 
-    fn free_deferred(&mut self) {
+    pub(crate) fn free_deferred(&mut self) {
         let mut i = 0;
         while i < self.deferred.len() {
             let (h, off) = self.deferred[i];
@@ -241,29 +252,6 @@ impl Runtime {
                 Ok(false) => i += 1,
                 Err(e) => fatal(e),
             }
-        }
-    }
-
-    /// The oldest collective step from `node` under `tag`.
-    pub(crate) fn take_mail(&mut self, node: usize, tag: u64) -> Option<Mail> {
-        let q = self.mailbox.get_mut(&(node, tag))?;
-        let m = q.pop_front();
-        if q.is_empty() {
-            self.mailbox.remove(&(node, tag));
-        }
-        m
-    }
-
-    /// Thread `t` waits for a step from `node` under `tag`.
-    pub(crate) fn wait_mail(&mut self, node: usize, tag: u64, t: ThreadId) {
-        self.mail_waiters.insert((node, tag), t);
-    }
-
-    /// Delivers a collective step to its receiver.
-    pub(crate) fn mail(&mut self, node: usize, tag: u64, payload: Mail) {
-        self.mailbox.entry((node, tag)).or_default().push_back(payload);
-        if let Some(t) = self.mail_waiters.remove(&(node, tag)) {
-            thread::wake(t);
         }
     }
 }
@@ -292,7 +280,7 @@ pub(crate) fn wait_reply(token: u32) -> (u8, Vec<u8>) {
     }
 }
 
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         s.to_string()
     } else if let Some(s) = p.downcast_ref::<String>() {
@@ -328,257 +316,4 @@ pub(crate) fn spawn_call(node: usize, token: u32, what: String, body: impl FnOnc
             }
         });
     });
-}
-
-/// Handles one message from `node`. Runs on the scheduler's stack: it may
-/// start and wake threads but never blocks.
-fn dispatch(rt: &mut Runtime, node: usize, msg: &mut Vec<u8>) -> Result<(), String> {
-    let bad = |e: WireError| format!("from rank {node}: {e}");
-    let (&k, mut b) = msg.split_first().ok_or_else(|| format!("an empty message from rank {node}"))?;
-    match k {
-        kind::INVOKE => {
-            let id = u64_at(&mut b).map_err(bad)?;
-            let token = u32_at(&mut b).map_err(bad)?;
-            let args = b.to_vec();
-            match registry::lookup(id) {
-                Some(e) => spawn_call(node, token, format!("{} invoked by rank {node}", e.name), move || (e.call)(&args).map_err(|w| w.to_string())),
-                None => {
-                    let why = format!("rank {} has no remote function with identity {id:#x}", rt.rank);
-                    if token == 0 {
-                        return Err(why);
-                    }
-                    rt.send_reply(node, token, status::ERROR, why.as_bytes());
-                }
-            }
-        }
-        kind::REPLY => {
-            let token = u32_at(&mut b).map_err(bad)?;
-            let st = *take(&mut b, 1).map_err(bad)?.first().unwrap();
-            rt.complete(token, st, b.to_vec()).map_err(|e| format!("from rank {node}: {e}"))?;
-        }
-        kind::READ | kind::READ_BULK => {
-            let token = u32_at(&mut b).map_err(bad)?;
-            let off = u64_at(&mut b).map_err(bad)?;
-            let len = u32_at(&mut b).map_err(bad)? as usize;
-            let Some(src) = rt.heap.slice(off, len) else {
-                let why = format!("rank {}: a read of {len} bytes at heap offset {off:#x} is outside the heap", rt.rank);
-                rt.send_reply(node, token, status::ERROR, why.as_bytes());
-                return Ok(());
-            };
-            if k == kind::READ {
-                let mut m = Vec::with_capacity(6 + len);
-                m.extend_from_slice(&[kind::REPLY]);
-                m.extend_from_slice(&token.to_le_bytes());
-                m.push(status::OK);
-                // SAFETY: `src` is a checked range of our heap.
-                m.extend_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
-                rt.send(node, &m);
-            } else {
-                let dst = u64_at(&mut b).map_err(bad)?;
-                let bulk = rt.comm.bulk().ok_or_else(|| format!("rank {node} asked for a bulk read, but this transport has none"))?;
-                let _ = bulk.put(node, off as usize, dst as usize, len, token).map_err(|e| e.to_string())?;
-            }
-        }
-        kind::WRITE => {
-            let token = u32_at(&mut b).map_err(bad)?;
-            let off = u64_at(&mut b).map_err(bad)?;
-            match rt.heap.slice(off, b.len()) {
-                Some(dst) => {
-                    // SAFETY: `dst` is a checked range of our heap.
-                    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), dst, b.len()) };
-                    if token != 0 {
-                        rt.send_reply(node, token, status::OK, &[]);
-                    }
-                }
-                None => {
-                    let why = format!("rank {}: a write of {} bytes at heap offset {off:#x} is outside the heap", rt.rank, b.len());
-                    if token == 0 {
-                        return Err(why);
-                    }
-                    rt.send_reply(node, token, status::ERROR, why.as_bytes());
-                }
-            }
-        }
-        BULK_NOTICE => {
-            let imm = u32_at(&mut b).map_err(bad)?;
-            if imm & WRITE_FLAG != 0 {
-                rt.send_reply(node, imm & !WRITE_FLAG, status::OK, &[]);
-            } else {
-                rt.complete(imm, status::OK, Vec::new()).map_err(|e| format!("from rank {node}: {e}"))?;
-            }
-        }
-        kind::SYNC_WRITE => {
-            let id = u64_at(&mut b).map_err(bad)?;
-            rt.syncs.write(id, b.to_vec()).map_err(|e| format!("from rank {node}: {e}"))?;
-        }
-        kind::SYNC_OP => {
-            let token = u32_at(&mut b).map_err(bad)?;
-            let id = u64_at(&mut b).map_err(bad)?;
-            let op = *take(&mut b, 1).map_err(bad)?.first().unwrap();
-            spawn_call(node, token, "a Sync operation".into(), move || crate::sync::local_op(id, op));
-        }
-        kind::COLL => {
-            take(&mut b, 7).map_err(bad)?;
-            let tag = u64_at(&mut b).map_err(bad)?;
-            // The message itself goes to the mailbox, its header skipped
-            // rather than cut off (no copy of a bulky payload).
-            let at = msg.len() - b.len();
-            rt.mail(node, tag, Mail { bytes: std::mem::take(msg), at });
-        }
-        kind::SHUTDOWN => {
-            rt.comm.closing();
-            rt.send(node, &[kind::SHUTDOWN_ACK]);
-        }
-        kind::FINISH => rt.done = true,
-        kind::SHUTDOWN_ACK => {
-            rt.acks += 1;
-            if rt.acks == rt.size - 1 {
-                if let Some(t) = rt.ack_waiter.take() {
-                    thread::wake(t);
-                }
-            }
-        }
-        kind::ABORT => {
-            fatal(format!("stopping: rank {node} failed: {}", String::from_utf8_lossy(b)));
-        }
-        other => return Err(format!("a message of unknown kind {other:#x} from rank {node}")),
-    }
-    Ok(())
-}
-
-/// The scheduler loop: runs ready threads; between them takes what
-/// arrived; when nothing is ready, sleeps in `brecany` until a message
-/// comes. Returns when the shutdown handshake is over.
-fn serve() {
-    let mut buf = Vec::new();
-    loop {
-        while thread::run_one() {}
-        let finished = with(|rt| {
-            let mut got = 0;
-            while got < 64 {
-                match rt.comm.prob() {
-                    Ok(Some(_)) => {}
-                    Ok(None) => break,
-                    Err(e) => fatal(e),
-                }
-                let node = rt.comm.brecany(&mut buf).unwrap_or_else(|e| fatal(e));
-                if let Err(e) = dispatch(rt, node, &mut buf) {
-                    fatal(e)
-                }
-                got += 1;
-            }
-            if !rt.deferred.is_empty() {
-                rt.free_deferred();
-            }
-            if rt.done {
-                return true;
-            }
-            if got == 0 && !thread::any_ready() {
-                let node = rt.comm.brecany(&mut buf).unwrap_or_else(|e| fatal(e));
-                if let Err(e) = dispatch(rt, node, &mut buf) {
-                    fatal(e)
-                }
-            }
-            false
-        });
-        if finished {
-            break;
-        }
-    }
-}
-
-/// Messages come and go as heap buffers of up to tens of kilobytes; by
-/// default glibc hands such memory back to the kernel when freed and takes
-/// it again (zeroed, a page fault per page) for the next message. As MPI
-/// libraries do, keep freed memory in the process instead.
-fn keep_freed_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: mallopt only sets allocator parameters; called before any
-    // other thread of ours runs.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
-    }
-}
-
-/// The entry point, like MPC++'s `mpc_main`: connects this process to the
-/// others (rank and size from `mttl-run`, Slurm, `mpirun` or PMI; one
-/// process alone otherwise); process 0 runs `main` in a user-level thread
-/// while every process serves remote requests; when `main` returns, all
-/// processes stop and exit with status 0 (`run` does not return). A panic
-/// in `main` stops every process and this one exits with status 1.
-pub fn run(main: impl FnOnce() + 'static) -> ! {
-    keep_freed_memory();
-    let mut boot = crate::boot::Boot::from_env().unwrap_or_else(|e| {
-        eprintln!("mttl: {e}");
-        exit_now(2)
-    });
-    RANK.with(|r| r.set(boot.rank));
-    let heap_mb: usize = std::env::var("MTTL_HEAP_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
-    let mut comm = comm::cominit(&mut boot, heap_mb << 20).unwrap_or_else(|e| fatal(e));
-    let (base, len) = comm.heap();
-    let rt = Runtime {
-        rank: boot.rank,
-        size: boot.size,
-        comm,
-        heap: HeapAlloc::new(base, len),
-        syncs: SyncTable::default(),
-        waiters: Vec::new(),
-        free_tokens: Vec::new(),
-        mailbox: HashMap::new(),
-        mail_waiters: HashMap::new(),
-        coll_seq: 0,
-        deferred: Vec::new(),
-        acks: 0,
-        ack_waiter: None,
-        done: false,
-    };
-    RT.with(|r| *r.borrow_mut() = Some(rt));
-    if boot.rank == 0 {
-        thread::spawn(move || {
-            if let Err(p) = catch_unwind(AssertUnwindSafe(main)) {
-                let why = panic_text(&*p);
-                with(|rt| {
-                    let mut m = vec![kind::ABORT];
-                    m.extend_from_slice(why.as_bytes());
-                    for j in 1..rt.size {
-                        let _ = rt.comm.asend(j, &m);
-                    }
-                    let _ = rt.comm.comfinish();
-                });
-                fatal(format!("the program failed: {why}"));
-            }
-            let others = with(|rt| {
-                for j in 1..rt.size {
-                    rt.send(j, &[kind::SHUTDOWN]);
-                }
-                rt.size - 1
-            });
-            while with(|rt| {
-                if rt.acks < others {
-                    rt.ack_waiter = thread::current();
-                    true
-                } else {
-                    false
-                }
-            }) {
-                thread::block();
-            }
-            with(|rt| {
-                rt.comm.closing();
-                for j in 1..rt.size {
-                    rt.send(j, &[kind::FINISH]);
-                }
-                rt.done = true;
-            });
-        });
-    }
-    serve();
-    let rt = RT.with(|r| r.borrow_mut().take()).expect("runtime");
-    let Runtime { mut comm, .. } = rt;
-    if let Err(e) = comm.comfinish() {
-        fatal(e)
-    }
-    drop(comm);
-    exit_now(0)
 }

@@ -10,6 +10,7 @@
 use crate::runtime::{self, kind, status, with};
 use crate::thread::{self, ThreadId};
 use crate::wire::{self, Wire, WireError};
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
 
@@ -25,9 +26,24 @@ struct Cell {
 
 /// Every Sync of this process, by id; values kept encoded.
 #[derive(Default)]
-pub(crate) struct SyncTable {
+struct SyncTable {
     cells: HashMap<u64, Cell>,
     next: u64,
+}
+
+thread_local! {
+    // The runtime's thread (every user-level thread runs on it).
+    static SYNCS: RefCell<SyncTable> = RefCell::new(SyncTable::default());
+}
+
+/// Runs `f` on this process's Syncs.
+fn with_syncs<R>(f: impl FnOnce(&mut SyncTable) -> R) -> R {
+    SYNCS.with(|s| f(&mut s.borrow_mut()))
+}
+
+/// A write to local Sync `id` (from the message of another process).
+pub(crate) fn write_local(id: u64, v: Vec<u8>) -> Result<(), String> {
+    with_syncs(|t| t.write(id, v))
 }
 
 impl SyncTable {
@@ -37,7 +53,7 @@ impl SyncTable {
         self.next
     }
 
-    pub fn write(&mut self, id: u64, v: Vec<u8>) -> Result<(), String> {
+    fn write(&mut self, id: u64, v: Vec<u8>) -> Result<(), String> {
         let c = self.cells.get_mut(&id).ok_or_else(|| format!("a write to Sync {id}, which does not exist (dropped?)"))?;
         c.values.push_back(v);
         for t in c.waiters.drain(..) {
@@ -51,8 +67,8 @@ impl SyncTable {
 /// thread as needed; the answer encoded.
 pub(crate) fn local_op(id: u64, op: u8) -> Result<Vec<u8>, String> {
     loop {
-        let r = with(|rt| {
-            let c = rt.syncs.cells.get_mut(&id).ok_or_else(|| format!("Sync {id} does not exist on rank {} (dropped?)", rt.rank))?;
+        let r = with_syncs(|t| {
+            let c = t.cells.get_mut(&id).ok_or_else(|| format!("Sync {id} does not exist on rank {} (dropped?)", runtime::my_pe()))?;
             let got = match op {
                 OP_LEN => Some(wire::encode(&(c.values.len() as u64))),
                 OP_READ => c.values.pop_front(),
@@ -115,7 +131,7 @@ impl<T: Wire> Default for Sync<T> {
 
 impl<T: Wire> Sync<T> {
     pub fn new() -> Sync<T> {
-        Sync { id: with(|rt| rt.syncs.create()), _t: PhantomData }
+        Sync { id: with_syncs(|t| t.create()), _t: PhantomData }
     }
 
     /// The handle other processes use.
@@ -140,14 +156,12 @@ impl<T: Wire> Sync<T> {
 impl<T: Wire> Drop for Sync<T> {
     fn drop(&mut self) {
         let id = self.id;
-        with(|rt| {
-            if let Some(c) = rt.syncs.cells.remove(&id) {
-                for t in c.waiters {
-                    // A waiter finds the Sync gone and fails with a clear message.
-                    thread::wake(t);
-                }
+        if let Some(c) = with_syncs(|t| t.cells.remove(&id)) {
+            for t in c.waiters {
+                // A waiter finds the Sync gone and fails with a clear message.
+                thread::wake(t);
             }
-        });
+        }
     }
 }
 
@@ -161,17 +175,15 @@ impl<T: Wire> GlobalSync<T> {
     /// order this process made them).
     pub fn write(&self, v: T) {
         let bytes = wire::encode(&v);
-        with(|rt| {
-            if self.pe == rt.rank {
-                rt.syncs.write(self.id, bytes).unwrap_or_else(|e| panic!("{e}"));
-            } else {
-                let mut m = Vec::with_capacity(9 + bytes.len());
-                m.push(kind::SYNC_WRITE);
-                m.extend_from_slice(&self.id.to_le_bytes());
-                m.extend_from_slice(&bytes);
-                rt.send(self.pe, &m);
-            }
-        });
+        if self.pe == runtime::my_pe() {
+            write_local(self.id, bytes).unwrap_or_else(|e| panic!("{e}"));
+        } else {
+            let mut m = Vec::with_capacity(9 + bytes.len());
+            m.push(kind::SYNC_WRITE);
+            m.extend_from_slice(&self.id.to_le_bytes());
+            m.extend_from_slice(&bytes);
+            with(|rt| rt.send(self.pe, &m));
+        }
     }
 
     fn op(&self, op: u8) -> Vec<u8> {

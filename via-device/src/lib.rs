@@ -296,6 +296,18 @@ pub trait FrameDevice: Send {
     }
 }
 
+/// A route of a composite device: the host whose identity (its engine's
+/// MAC) is `identity` is reached through member `device` (named as in the
+/// composite's name) at `there`, its address on that member's network.
+/// The hosts file says so (`name MAC DEVICE=MAC`); whoever opens the
+/// device reads it and hands the routes down.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostRoute {
+    pub identity: MacAddr,
+    pub device: String,
+    pub there: MacAddr,
+}
+
 /// A driver that can open devices whose VIA name it recognises.
 pub trait DeviceOpener: Sync {
     /// A short name for error messages ("softnic", "loopback", "tulip").

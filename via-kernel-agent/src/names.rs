@@ -93,6 +93,11 @@ impl NameService {
         self.routes.iter().filter(move |(_, d, _)| d == device).map(|(id, _, there)| (*id, *there))
     }
 
+    /// Every route of the file, for the composite devices opened with it.
+    pub fn routes(&self) -> Vec<via_device::HostRoute> {
+        self.routes.iter().map(|(identity, device, there)| via_device::HostRoute { identity: *identity, device: device.clone(), there: *there }).collect()
+    }
+
     pub fn source(&self) -> Option<&Path> {
         self.source.as_deref()
     }

@@ -7,30 +7,12 @@
 
 use std::os::unix::fs::DirBuilderExt;
 use crate::common::{json_array, parse_json_array, print_tables, Options, Row};
+use crate::cleanup::{created, track, untrack};
 use crate::probe::Probe;
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 use via_kernel_agent::netns::ip;
-
-/// What must be undone if a signal arrives: child pids and namespaces.
-static CREATED: Mutex<(Vec<u32>, Vec<String>)> = Mutex::new((Vec::new(), Vec::new()));
-
-fn created() -> std::sync::MutexGuard<'static, (Vec<u32>, Vec<String>)> {
-    CREATED.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Records a child process to kill if the demo is interrupted.
-pub fn track(pid: u32) {
-    created().0.push(pid);
-}
-
-/// Forgets a child that has exited.
-pub fn untrack(pid: u32) {
-    created().0.retain(|p| *p != pid);
-}
-
 
 /// The shared-memory wire of the via-shm transport: random past the pid,
 /// so that no other user can guess it and make its segment first (were
@@ -201,7 +183,7 @@ fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<
         c
     };
     let mut server = keyed(Command::new("ip")).args(&sargs).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| e.to_string())?;
-    created().0.push(server.id());
+    track(server.id());
     let mut sout = BufReader::new(server.stdout.take().unwrap());
     let mut line = String::new();
     sout.read_line(&mut line).map_err(|e| e.to_string())?;
@@ -219,12 +201,12 @@ fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<
         cargs.extend(["--cpu".to_string(), "1".to_string()]);
     }
     let client = keyed(Command::new("ip")).args(&cargs).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| e.to_string())?;
-    created().0.push(client.id());
+    track(client.id());
     let out = client.wait_with_output().map_err(|e| e.to_string())?;
     let sres = server.wait();
     let mut serr = String::new();
     let _ = server.stderr.take().unwrap().read_to_string(&mut serr);
-    created().0.retain(|p| *p != server.id());
+    untrack(server.id());
     let cerr = String::from_utf8_lossy(&out.stderr).to_string();
     if !out.status.success() {
         let _ = server.kill();

@@ -6,6 +6,7 @@
 //! `probe` (the C reference ping-pong), `demo` (two namespaces on one
 //! machine), `plot` (SVG curves).
 
+mod cleanup;
 mod common;
 mod demo;
 mod plot;

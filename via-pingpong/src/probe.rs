@@ -38,7 +38,7 @@ impl Probe {
             ["netns", "exec", ns, &exe, role, proto, ip, &port.to_string(), &size.to_string(), &count.to_string(), cpu].map(String::from).to_vec()
         };
         let mut server = Command::new("ip").args(args(server_ns, "server", "0")).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| e.to_string())?;
-        crate::demo::track(server.id());
+        crate::cleanup::track(server.id());
         let mut line = String::new();
         BufReader::new(server.stdout.take().unwrap()).read_line(&mut line).map_err(|e| e.to_string())?;
         if line.trim() != "READY" {
@@ -49,7 +49,7 @@ impl Probe {
         }
         let out = Command::new("ip").args(args(client_ns, "client", "1")).output().map_err(|e| e.to_string())?;
         let sres = server.wait().map_err(|e| e.to_string())?;
-        crate::demo::untrack(server.id());
+        crate::cleanup::untrack(server.id());
         if !out.status.success() || !sres.success() {
             return Err(format!("c-{proto}: client {}, server {}: {}", out.status, sres, String::from_utf8_lossy(&out.stderr).trim()));
         }

@@ -12,7 +12,9 @@
 //!   endpoint some attached process takes goes there ([`ShmDevice::takes`]);
 //! - the hosts file (`VIA_HOSTS`): a line `name MAC DEVICE=MAC` says that
 //!   the host whose identity is the first MAC is reached through member
-//!   `DEVICE` at the second MAC ([`NameService::routes_through`]).
+//!   `DEVICE` at the second MAC. Whoever opens the device reads the file
+//!   (via-user, through the kernel agent's name service) and hands its
+//!   [`HostRoute`]s down.
 //!
 //! A frame sent by a route goes out with its addresses rewritten to that
 //! network's (destination: the host's address there; source: our NIC's
@@ -39,9 +41,8 @@ use crate::shm::ShmDevice;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use via_kernel_agent::names::NameService;
 use via_device::ETH_HEADER_LEN;
-use via_device::{Capabilities, FrameDevice, LentPayload, MacAddr, RxFilter, TxFrame};
+use via_device::{Capabilities, FrameDevice, HostRoute, LentPayload, MacAddr, RxFilter, TxFrame};
 
 /// NICs a composite may own.
 pub const MAX_NICS: usize = 4;
@@ -106,8 +107,8 @@ enum Route {
 impl CompositeDevice {
     /// Joins `nics` (named as in the composite's name, for the routes) and
     /// the shared-memory wire `wire` (`<wire>[,lend=...]`) under the first
-    /// NIC's MAC, with the routes the hosts file `hosts` gives.
-    pub fn new(nics: Vec<(String, Box<dyn FrameDevice>)>, wire: Option<&str>, hosts: &NameService) -> io::Result<CompositeDevice> {
+    /// NIC's MAC, with the routes `routes` (from the hosts file).
+    pub fn new(nics: Vec<(String, Box<dyn FrameDevice>)>, wire: Option<&str>, routes_given: &[HostRoute]) -> io::Result<CompositeDevice> {
         if nics.is_empty() || nics.len() > MAX_NICS {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("a composite device takes 1 to {MAX_NICS} NICs, not {}", nics.len())));
         }
@@ -115,9 +116,9 @@ impl CompositeDevice {
         let shm = wire.map(|w| ShmDevice::open(w, Some(identity))).transpose()?;
         let (mut routes, mut identities) = (HashMap::new(), HashMap::new());
         for (k, (name, _)) in nics.iter().enumerate() {
-            for (id, there) in hosts.routes_through(name) {
-                routes.insert(id, (k, there));
-                identities.insert((k, there), id);
+            for r in routes_given.iter().filter(|r| r.device == *name) {
+                routes.insert(r.identity, (k, r.there));
+                identities.insert((k, r.there), r.identity);
             }
         }
         let fds: Vec<RawFd> = nics.iter().map(|(_, d)| d.wait_fd()).chain(shm.as_ref().map(|s| s.wait_fd())).collect();
@@ -127,9 +128,9 @@ impl CompositeDevice {
     }
 
     /// Opens `name`: members joined by `+`, NICs opened by `open_nic`, at
-    /// most one `shm:<wire>`; routes from the default hosts file
-    /// (`VIA_HOSTS`).
-    pub fn open(name: &str, open_nic: impl Fn(&str) -> io::Result<Box<dyn FrameDevice>>) -> io::Result<CompositeDevice> {
+    /// most one `shm:<wire>`; hosts reached through a NIC other than the
+    /// first as `routes` say.
+    pub fn open(name: &str, routes: &[HostRoute], open_nic: impl Fn(&str) -> io::Result<Box<dyn FrameDevice>>) -> io::Result<CompositeDevice> {
         let mut nics = Vec::new();
         let mut wire = None;
         for part in name.split('+') {
@@ -139,13 +140,7 @@ impl CompositeDevice {
                 None => nics.push((part.to_string(), open_nic(part)?)),
             }
         }
-        // Several NICs need the routes; one NIC goes without them if the
-        // hosts file is unreadable (the engine then has no names either).
-        let hosts = match NameService::load_default() {
-            Err(e) if nics.len() > 1 => return Err(e),
-            r => r.unwrap_or_default(),
-        };
-        CompositeDevice::new(nics, wire, &hosts)
+        CompositeDevice::new(nics, wire, routes)
     }
 
     fn route(&mut self, f: &TxFrame<'_>) -> Route {
@@ -430,9 +425,8 @@ mod tests {
     #[test]
     fn same_host_frames_take_the_wire_and_the_rest_the_nic() {
         let (lw, sw) = (format!("comp-{}", std::process::id()), format!("comp-{}", std::process::id()));
-        let none = NameService::default();
-        let mut a = CompositeDevice::new(vec![nic(&lw)], Some(&sw), &none).unwrap();
-        let mut b = CompositeDevice::new(vec![nic(&lw)], Some(&sw), &none).unwrap();
+        let mut a = CompositeDevice::new(vec![nic(&lw)], Some(&sw), &[]).unwrap();
+        let mut b = CompositeDevice::new(vec![nic(&lw)], Some(&sw), &[]).unwrap();
         let mut far = LoopbackDevice::open(&lw).unwrap();
         let (to_b, to_far) = (frame(b.mac(), a.mac(), 1), frame(far.mac(), a.mac(), 2));
         let batch: Vec<TxFrame> = [&to_b, &to_far, &to_b, &to_far].iter().map(|f| TxFrame::new(f)).collect();
@@ -457,8 +451,9 @@ mod tests {
         let (n1, n2) = (format!("route1-{}", std::process::id()), format!("route2-{}", std::process::id()));
         let (a1, a2, b1, b2) = (nic(&n1), nic(&n2), nic(&n1), nic(&n2));
         let (ma1, ma2, mb1, mb2) = (a1.1.mac(), a2.1.mac(), b1.1.mac(), b2.1.mac());
-        let hosts_a = NameService::parse(&format!("b {mb1} loop:{n2}={mb2}")).unwrap();
-        let hosts_b = NameService::parse(&format!("a {ma1} loop:{n2}={ma2}")).unwrap();
+        // As the hosts files `b {mb1} loop:{n2}={mb2}` and `a {ma1} loop:{n2}={ma2}` say.
+        let hosts_a = [HostRoute { identity: mb1, device: format!("loop:{n2}"), there: mb2 }];
+        let hosts_b = [HostRoute { identity: ma1, device: format!("loop:{n2}"), there: ma2 }];
         let mut a = CompositeDevice::new(vec![a1, a2], None, &hosts_a).unwrap();
         let mut b = CompositeDevice::new(vec![b1, b2], None, &hosts_b).unwrap();
         let mut c = LoopbackDevice::open(&n1).unwrap(); // unrouted, first network

@@ -57,7 +57,7 @@ pub use packet::{PacketDevice, PacketOptions};
 pub use shm::ShmDevice;
 
 use std::io;
-use via_device::{interface_of, open_device, DeviceOpener};
+use via_device::{interface_of, open_device, DeviceOpener, HostRoute};
 use via_device::FrameDevice;
 
 /// Opens `/dev/via_lo` (wire `lo`) and `loop:<wire>` as [`LoopbackDevice`]s.
@@ -126,23 +126,24 @@ pub fn drivers() -> Vec<&'static dyn DeviceOpener> {
 
 /// Opens `name` with `drivers`, or, for members joined by `+`
 /// (`<nic>+shm:<wire>`, `<nic>+<nic>`), the NICs with them and a
-/// [`CompositeDevice`] of them and the wire; `<name>?<faults>` wraps the
-/// device in a [`FaultyDevice`].
-pub fn open_with(name: &str, drivers: &[&dyn DeviceOpener]) -> io::Result<Box<dyn FrameDevice>> {
+/// [`CompositeDevice`] of them and the wire, routed as `routes` say;
+/// `<name>?<faults>` wraps the device in a [`FaultyDevice`].
+pub fn open_with(name: &str, routes: &[HostRoute], drivers: &[&dyn DeviceOpener]) -> io::Result<Box<dyn FrameDevice>> {
     if let Some((base, spec)) = name.split_once('?') {
         let faults = Faults::parse(spec)?;
-        return Ok(Box::new(FaultyDevice::new(open_with(base, drivers)?, faults)?));
+        return Ok(Box::new(FaultyDevice::new(open_with(base, routes, drivers)?, faults)?));
     }
     if name.contains('+') {
-        let c = CompositeDevice::open(name, |nic| open_device(nic, drivers)).map_err(|e| io::Error::new(e.kind(), format!("joining {name:?}: {e}")))?;
+        let c = CompositeDevice::open(name, routes, |nic| open_device(nic, drivers)).map_err(|e| io::Error::new(e.kind(), format!("joining {name:?}: {e}")))?;
         return Ok(Box::new(c));
     }
     open_device(name, drivers)
 }
 
-/// Opens a software device by its VIA name (see the crate documentation).
+/// Opens a software device by its VIA name (see the crate documentation);
+/// a composite opened so has no routes (every host by its first NIC).
 pub fn open(name: &str) -> io::Result<Box<dyn FrameDevice>> {
-    open_with(name, &drivers())
+    open_with(name, &[], &drivers())
 }
 
 #[cfg(test)]

@@ -34,6 +34,8 @@ pub mod notify;
 mod progress;
 pub mod raw;
 pub mod region;
+mod reorder;
+mod shared;
 mod usermem;
 pub mod vi;
 pub mod vi_api;
@@ -57,8 +59,21 @@ pub use via_wire::MacAddr;
 /// (shared memory between processes of this host) and `<nic>+shm:<wire>`
 /// (a composite: the wire for processes attached to it, the NIC for the
 /// rest).
+///
+/// A composite's routes come from the hosts file (`VIA_HOSTS`): a
+/// composite of several NICs needs it readable; one NIC goes without
+/// routes if it is not (the engine then has no names either).
 pub fn open_device(name: &str) -> std::io::Result<Box<dyn via_device::FrameDevice>> {
     let mut drivers: Vec<&dyn via_device::DeviceOpener> = vec![&via_nic_tulip::TulipOpener];
     drivers.extend(via_softnic::drivers());
-    via_softnic::open_with(name, &drivers)
+    let mut routes = Vec::new();
+    if name.contains('+') {
+        let nics = name.split('?').next().unwrap_or(name).split('+').filter(|m| !m.starts_with("shm:")).count();
+        match via_kernel_agent::names::NameService::load_default() {
+            Ok(hosts) => routes = hosts.routes(),
+            Err(e) if nics > 1 => return Err(std::io::Error::new(e.kind(), format!("joining {name:?}: {e}"))),
+            Err(_) => {}
+        }
+    }
+    via_softnic::open_with(name, &routes, &drivers)
 }

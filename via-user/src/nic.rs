@@ -3,7 +3,9 @@
 //! service, and the one wait loop every blocking call uses (spin briefly,
 //! then sleep on the device's file descriptor).
 
-use crate::engine::{AsyncError, Config, Counters, Engine, IncomingRequest, MAX_CQ, MAX_SEGMENTS, MAX_TRANSFER_SIZE, MAX_VI};
+use crate::engine::{AsyncError, Config, Counters, Engine, IncomingRequest, MAX_CQ, MAX_CQ_ENTRIES, MAX_SEGMENTS, MAX_TRANSFER_SIZE, MAX_VI};
+use crate::shared::Shared;
+use crate::waker::sleep_on;
 use crate::error::{Result, ViaError, VipReturn};
 use crate::notify::{Notice, Notifier, NotifyTarget};
 use crate::progress::CloseGate;
@@ -18,59 +20,10 @@ use via_kernel_agent::resolver::Lookup;
 use via_wire::MAX_DISCRIMINATOR;
 use via_device::{FrameDevice, MacAddr};
 
-pub(crate) struct Shared {
-    pub(crate) engine: Mutex<Engine>,
-    fd: RawFd,
-    spin: Duration,
-    name: String,
-    names: Mutex<Option<NameService>>,
-    /// Counts application entries into the engine; the progress thread
-    /// compares it across its naps to tell whether the application is active.
-    pub(crate) calls: AtomicU64,
-    /// Rounds of progress the background thread ran.
-    pub(crate) background_rounds: AtomicU64,
-    /// Threads asleep in a wait, and the wake-up eventfd of each (see
-    /// [`crate::waker`]): woken when another thread's progress may have
-    /// completed what they wait for (that thread drained the device, so its
-    /// fd will not wake them), or changed it (a disconnect, a destroy).
-    sleepers: AtomicU32,
-    sleeper_fds: Mutex<Vec<RawFd>>,
-    pub(crate) notifier: Notifier,
-}
-
 /// Rounds a wait keeps spinning after frames arrived that did not
 /// complete it (a round is a look at the device: well under a
 /// microsecond when nothing is there).
 const BURST_ROUNDS: u32 = 64;
-
-impl Shared {
-    /// One round of progress; wakes sleeping waiters when frames arrived.
-    pub(crate) fn run(&self, e: &mut Engine) {
-        self.run_at(e, Instant::now());
-    }
-
-    /// [`Shared::run`] with the time already read; true when frames
-    /// arrived.
-    pub(crate) fn run_at(&self, e: &mut Engine, now: Instant) -> bool {
-        let got = e.progress_at(now);
-        if got {
-            self.wake_sleepers();
-        }
-        self.notifier.collect(e);
-        got
-    }
-
-    /// Wakes every thread asleep in a wait on this NIC, so it looks again
-    /// at what it waits for.
-    pub(crate) fn wake_sleepers(&self) {
-        if self.sleepers.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        for &fd in self.sleeper_fds.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            crate::waker::wake(fd);
-        }
-    }
-}
 
 /// An opened NIC (`VIP_NIC_HANDLE`). Cloning gives another handle to the
 /// same NIC; it closes when the last handle and every object made from it
@@ -127,10 +80,9 @@ pub struct NicAttributes {
     pub rdma_read_support: u16,
 }
 
+
 /// `ProviderVersion`: 0x0001_0000 | minor.
 pub const PROVIDER_VERSION: u64 = 0x0001_0003;
-/// Largest CQ `CreateCQ` accepts.
-pub const MAX_CQ_ENTRIES: usize = 1 << 20;
 
 /// A completion queue's answer: which VI, which queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -520,17 +472,4 @@ impl Nic {
         *self.shared.names.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.lock().core.resolver.shutdown();
     }
-}
-
-/// Sleeps until one of `fds` is readable or `timeout` passes (None: no limit).
-pub(crate) fn sleep_on(fds: &[RawFd], timeout: Option<Duration>) {
-    let mut pfd = [libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 }; 2];
-    for (p, &fd) in pfd.iter_mut().zip(fds) {
-        p.fd = fd;
-    }
-    let ts = timeout.map(|t| libc::timespec { tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t, tv_nsec: t.subsec_nanos() as libc::c_long });
-    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: valid pollfds (fd -1 entries are ignored), a valid or null
-    // timespec, no signal mask.
-    unsafe { libc::ppoll(pfd.as_mut_ptr(), fds.len().min(2) as libc::nfds_t, tsp, std::ptr::null()) };
 }

@@ -10,7 +10,8 @@
 //! only a weak reference, and ends when the NIC is closed (the last handle
 //! wakes it and joins it).
 
-use crate::nic::{sleep_on, Shared};
+use crate::shared::Shared;
+use crate::waker::sleep_on;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};

@@ -245,7 +245,7 @@ impl Nic {
     /// `VipResizeCQ`: fails when more completions are queued than fit.
     pub fn cq_resize(&self, id: u16, entries: usize) -> Result<()> {
         let mut e = self.lock();
-        if entries == 0 || entries > crate::nic::MAX_CQ_ENTRIES || !e.core.cq_mut(id)?.resize(entries) {
+        if entries == 0 || entries > crate::engine::MAX_CQ_ENTRIES || !e.core.cq_mut(id)?.resize(entries) {
             return Err(ViaError::resource(format!("cannot resize CQ to {entries} entries (more are queued, zero, or over MaxCQEntries)")));
         }
         Ok(())

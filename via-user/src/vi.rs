@@ -3,7 +3,7 @@
 //! reassembly). The engine drives it; this module only holds it and answers
 //! questions about it.
 
-use crate::engine::reorder::ReorderBuffer;
+use crate::reorder::ReorderBuffer;
 use crate::workqueue::WorkQueue;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -127,12 +127,6 @@ pub struct ServedRead {
     pub repeats: u32,
 }
 
-/// Numbers each VI and CQ ever created in the process, so that a wait can
-/// tell the object it began on from a later one given the same number.
-pub fn next_serial() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
 
 /// One VI.
 pub struct ViState {
@@ -213,7 +207,7 @@ pub struct ViState {
 impl ViState {
     pub fn new(attrs: ViAttributes, send_cq: Option<u16>, recv_cq: Option<u16>, depth: usize, rto: Duration) -> Self {
         ViState {
-            serial: next_serial(),
+            serial: crate::workqueue::next_serial(),
             attrs,
             phase: ViPhase::Idle,
             send_cq,

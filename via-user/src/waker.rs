@@ -6,6 +6,7 @@
 //! another's wake-up (which one shared eventfd allowed).
 
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::time::Duration;
 use via_device::EventFd;
 
 thread_local! {
@@ -38,4 +39,17 @@ pub(crate) fn drain() {
             fd.drain();
         }
     });
+}
+
+/// Sleeps until one of `fds` is readable or `timeout` passes (None: no limit).
+pub(crate) fn sleep_on(fds: &[RawFd], timeout: Option<Duration>) {
+    let mut pfd = [libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 }; 2];
+    for (p, &fd) in pfd.iter_mut().zip(fds) {
+        p.fd = fd;
+    }
+    let ts = timeout.map(|t| libc::timespec { tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t, tv_nsec: t.subsec_nanos() as libc::c_long });
+    let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: valid pollfds (fd -1 entries are ignored), a valid or null
+    // timespec, no signal mask.
+    unsafe { libc::ppoll(pfd.as_mut_ptr(), fds.len().min(2) as libc::nfds_t, tsp, std::ptr::null()) };
 }

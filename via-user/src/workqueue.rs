@@ -156,13 +156,13 @@ pub struct CompletionQueue {
     /// Completions that arrived while the queue was at capacity. They are
     /// kept (the queue grows), never dropped, and counted here.
     pub overflows: u64,
-    /// Unique in the process ([`crate::vi::next_serial`]).
+    /// Unique in the process ([`next_serial`]).
     pub serial: u64,
 }
 
 impl CompletionQueue {
     pub fn new(capacity: usize) -> Self {
-        CompletionQueue { entries: VecDeque::with_capacity(capacity), capacity, overflows: 0, serial: crate::vi::next_serial() }
+        CompletionQueue { entries: VecDeque::with_capacity(capacity), capacity, overflows: 0, serial: next_serial() }
     }
 
     pub fn push(&mut self, vi: u16, recv: bool) {
@@ -250,4 +250,11 @@ mod tests {
         assert_eq!(v, vec![3, 1]);
         assert!(!d.is_rung());
     }
+}
+
+/// Numbers each VI and CQ ever created in the process, so that a wait can
+/// tell the object it began on from a later one given the same number.
+pub fn next_serial() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }

@@ -23,21 +23,8 @@ pub mod tcp;
 pub mod via;
 
 use crate::boot::Boot;
-use std::fmt;
 
-/// A communication failure; the process cannot go on.
-#[derive(Debug, Clone)]
-pub struct CommError(pub String);
-
-impl fmt::Display for CommError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for CommError {}
-
-pub type Result<T> = std::result::Result<T, CommError>;
+pub use crate::error::{CommError, Result};
 
 /// Names one non-blocking send for [`Transport::senddone`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

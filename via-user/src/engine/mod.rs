@@ -12,7 +12,7 @@
 //! peer's RDMA into our memory, read requests and responses),
 //! [`transmit`] (building and
 //! sending frame batches), [`timers`] (retransmission, delayed ACKs),
-//! [`reorder`] (frames held past a gap for selective repeat),
+//! [`crate::reorder`] (frames held past a gap for selective repeat),
 //! [`connect`] (the connection calls).
 
 mod authenticate;
@@ -20,7 +20,6 @@ mod connect;
 pub mod post;
 mod rdma_target;
 mod receive;
-pub(crate) mod reorder;
 mod timers;
 mod transmit;
 
@@ -47,6 +46,8 @@ pub const BATCH: usize = 32;
 pub const MAX_VI: usize = 1024;
 /// Most CQs one NIC handle can hold.
 pub const MAX_CQ: usize = 1024;
+/// Largest CQ `CreateCQ` accepts.
+pub const MAX_CQ_ENTRIES: usize = 1 << 20;
 /// Most data segments one descriptor may have.
 pub const MAX_SEGMENTS: usize = 252;
 /// Largest message (MaxTransferSize) the engine supports.
@@ -309,7 +310,7 @@ impl Engine {
         let frag = (mtu - VIA_HEADER_LEN - if auth.is_some() { via_wire::TAG_LEN } else { 0 }) as u32;
         // At most what the peer's reorder buffer spans, so that selective
         // repeat covers every frame in flight.
-        let window = ((2 << 20) / mtu as u32).clamp(16, reorder::REORDER_SPAN);
+        let window = ((2 << 20) / mtu as u32).clamp(16, crate::reorder::REORDER_SPAN);
         let checksum = !dev.capabilities().checksummed;
         let core = Core {
             mac,
@@ -495,8 +496,8 @@ impl Core {
     }
 
     pub fn create_cq(&mut self, entries: usize) -> Result<u16> {
-        if entries == 0 || entries > crate::nic::MAX_CQ_ENTRIES {
-            return Err(ViaError::invalid(format!("a CQ has 1 to {} entries, not {entries}", crate::nic::MAX_CQ_ENTRIES)));
+        if entries == 0 || entries > MAX_CQ_ENTRIES {
+            return Err(ViaError::invalid(format!("a CQ has 1 to {} entries, not {entries}", MAX_CQ_ENTRIES)));
         }
         let slot = match self.cqs.iter().position(Option::is_none) {
             Some(s) => s,

@@ -8,7 +8,7 @@
 //! memory: the one copy it makes.
 
 use super::post::Queue;
-use super::reorder::{self, Stored};
+use crate::reorder::{self, Stored};
 use super::{vi_at, AsyncError, AsyncErrorKind, Core};
 use crate::descriptor::status;
 use crate::usermem;

@@ -4,7 +4,7 @@
 //! the VIs scanned.
 
 use super::post::Queue;
-use super::reorder;
+use crate::reorder;
 use super::Core;
 use crate::descriptor::status;
 use crate::vi::ViPhase;
