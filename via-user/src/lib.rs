@@ -27,7 +27,13 @@
 //! (the protocol engine), [`nic`], [`vi_api`] and [`region`] (the API).
 
 pub mod descriptor;
+// The protocol engine is private to via-user: programs use the Rust API
+// (or the id-level calls, `raw`). Tests that drive an engine frame by
+// frame (the tests crate's rig) reach it with the `test-support` feature.
+#[cfg(feature = "test-support")]
 pub mod engine;
+#[cfg(not(feature = "test-support"))]
+mod engine;
 pub mod error;
 pub mod nic;
 pub mod notify;

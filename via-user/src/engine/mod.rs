@@ -2,7 +2,7 @@
 //!
 //! [`Engine`] owns the frame device and [`Core`], which owns everything
 //! else: the registration table, the connection manager, the VIs and the
-//! completion queues. All work happens in [`Engine::progress`]: receive a
+//! completion queues. All work happens in [`Engine::progress_at`]: receive a
 //! batch of frames and dispatch them, run due timers, then transmit what the
 //! doorbell, the ACK scheduler and the connection manager queued. The
 //! public API calls progress inside every call that posts, polls or waits.
@@ -24,6 +24,7 @@ mod timers;
 mod transmit;
 
 pub use connect::IncomingRequest;
+#[cfg(feature = "test-support")]
 pub use rdma_target::UNRELIABLE_VIOLATION_LIMIT;
 
 use crate::error::{Result, ViaError};
@@ -360,7 +361,9 @@ impl Engine {
         self.dev.unmap_memory(r.addr, r.len).map_err(|e| ViaError::new(crate::VipReturn::ErrorResource, format!("unmapping {:#x}+{} from the NIC: {e}", r.addr, r.len)))
     }
 
-    /// The device's own counters.
+    /// The device's own counters (tests; the API asks the device through
+    /// the NIC).
+    #[cfg(feature = "test-support")]
     pub fn device_stats(&self) -> Vec<(&'static str, u64)> {
         self.dev.stats()
     }
@@ -370,7 +373,9 @@ impl Engine {
     }
 
     /// One round of work: receive, timers, transmit. Returns true when
-    /// anything was received.
+    /// anything was received. (Tests; the API runs rounds with the time
+    /// it has read, [`Engine::progress_at`].)
+    #[cfg(feature = "test-support")]
     pub fn progress(&mut self) -> bool {
         self.progress_at(Instant::now())
     }

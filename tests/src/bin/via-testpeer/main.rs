@@ -457,7 +457,7 @@ fn vanish(a: &Args) {
             fail(&format!("VI state {:?}, expected Error", vi.state()));
         }
         let lost = s.nic.take_async_errors();
-        if !lost.iter().any(|e| e.kind == via_user::engine::AsyncErrorKind::ConnLost) {
+        if !lost.iter().any(|e| e.kind == via_user::AsyncErrorKind::ConnLost) {
             fail("no CONN_LOST reported");
         }
         println!("FLUSHED {}", t0.elapsed().as_millis());
