@@ -36,6 +36,11 @@ pub mod sync;
 pub mod thread;
 pub mod wire;
 
+// The device drivers, linked so that each registers itself in via-device's
+// opener table (nothing here names them otherwise).
+use via_nic_tulip as _;
+use via_softnic as _;
+
 pub use collective::{broadcast, sendrecv, Barrier, Group, Reduction};
 pub use global::GlobalPtr;
 pub use invoke::{ainvoke, ainvoke_detached, invoke, on_all, Pending};

@@ -16,6 +16,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use via_kernel_agent::netns::ip;
 
+// The device drivers, linked so that each registers itself in via-device's
+// opener table (nothing here names them otherwise).
+use via_nic_tulip as _;
+use via_softnic as _;
+
 pub mod attack;
 pub mod conform;
 pub mod rig;

@@ -2,7 +2,8 @@
 //! by its VIA name: all a driver depends on.
 //!
 //! Besides the trait ([`FrameDevice`], [`TxFrame`], [`RxFilter`],
-//! [`LentPayload`]) and the opener table ([`DeviceOpener`], [`open_device`]):
+//! [`LentPayload`]) and the opener table ([`registry`]: drivers register themselves,
+//! [`open_device`] asks them in turn):
 //! [`EventFd`], the descriptor a device makes readable when frames wait;
 //! [`pci`], network PCI functions as sysfs lists them (for drivers that
 //! find their NICs there); and [`memlock`], explaining a pin of DMA memory
@@ -28,8 +29,13 @@
 pub mod eventfd;
 pub mod memlock;
 pub mod pci;
+pub mod registry;
 
 pub use eventfd::EventFd;
+pub use registry::{drivers, open_device, DeviceOpener, Driver, HostRoute, DRIVERS};
+
+#[doc(hidden)]
+pub use linkme;
 
 /// The Ethernet facts a driver needs: addresses, the header's length and
 /// VIA's EtherType (what its receive filter matches).
@@ -294,45 +300,6 @@ pub trait FrameDevice: Send {
     fn stats(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
-}
-
-/// A route of a composite device: the host whose identity (its engine's
-/// MAC) is `identity` is reached through member `device` (named as in the
-/// composite's name) at `there`, its address on that member's network.
-/// The hosts file says so (`name MAC DEVICE=MAC`); whoever opens the
-/// device reads it and hands the routes down.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostRoute {
-    pub identity: MacAddr,
-    pub device: String,
-    pub there: MacAddr,
-}
-
-/// A driver that can open devices whose VIA name it recognises.
-pub trait DeviceOpener: Sync {
-    /// A short name for error messages ("softnic", "loopback", "tulip").
-    fn driver(&self) -> &'static str;
-
-    /// `None` when `name` is not one of this driver's names; otherwise the
-    /// result of opening it.
-    fn open(&self, name: &str) -> Option<io::Result<Box<dyn FrameDevice>>>;
-}
-
-/// Opens the device called `name` with the first driver that recognises it.
-/// Names follow M-VIA: `/dev/via_<ifname>` for an Ethernet interface,
-/// `/dev/via_lo` for the in-process loopback; drivers may add their own
-/// (`tulip:<pci address>`).
-pub fn open_device(name: &str, drivers: &[&dyn DeviceOpener]) -> io::Result<Box<dyn FrameDevice>> {
-    for d in drivers {
-        if let Some(r) = d.open(name) {
-            return r.map_err(|e| io::Error::new(e.kind(), format!("{} device {name:?}: {e}", d.driver())));
-        }
-    }
-    let known: Vec<_> = drivers.iter().map(|d| d.driver()).collect();
-    Err(io::Error::new(
-        io::ErrorKind::NotFound,
-        format!("no driver recognises device name {name:?} (drivers: {}); try /dev/via_<interface> or /dev/via_lo", known.join(", ")),
-    ))
 }
 
 /// The interface named by an M-VIA style device name: `/dev/via_eth0` → `eth0`.

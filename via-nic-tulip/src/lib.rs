@@ -29,7 +29,7 @@ pub mod vfio;
 pub use device::TulipDevice;
 
 use std::io;
-use via_device::DeviceOpener;
+use via_device::{DeviceOpener, HostRoute};
 use via_device::{pci, FrameDevice};
 
 /// Opens `tulip:<pci>` and `/dev/via_tulip<N>` as [`TulipDevice`]s.
@@ -58,11 +58,14 @@ impl DeviceOpener for TulipOpener {
         "tulip"
     }
 
-    fn open(&self, name: &str) -> Option<io::Result<Box<dyn FrameDevice>>> {
+    fn open(&self, name: &str, _routes: &[HostRoute]) -> Option<io::Result<Box<dyn FrameDevice>>> {
         let addr = Self::address_of(name)?;
         Some(addr.and_then(|a| TulipDevice::open(&a)).map(|d| Box::new(d) as Box<dyn FrameDevice>))
     }
 }
+
+// Names of its own: tried before the softnic's catch-all `/dev/via_<ifname>`.
+via_device::register_drivers!(TULIP_DRIVERS = [(20, &TulipOpener)]);
 
 #[cfg(test)]
 mod tests {

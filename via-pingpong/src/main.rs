@@ -18,6 +18,11 @@ mod via;
 use common::{json_array, print_tables, sweep, LinkClient, Options, Row};
 use std::io::{self, Write};
 use via_kernel_agent::names::NameService;
+
+// The device drivers, linked so that each registers itself in via-device's
+// opener table (nothing here names them otherwise).
+use via_nic_tulip as _;
+use via_softnic as _;
 use via_wire::MacAddr;
 
 const HELP: &str = "\

@@ -21,8 +21,8 @@
 //!
 //! # Device names
 //!
-//! [`open`] takes M-VIA style names and tries the drivers of [`drivers`] in
-//! order:
+//! The crate registers its drivers in via-device's opener table; a program
+//! that links it opens these names with `via_device::open_device`:
 //!
 //! | name               | device                                       |
 //! |--------------------|----------------------------------------------|
@@ -31,7 +31,7 @@
 //! | `/dev/via_<ifname>`| [`PacketDevice`] on the interface `<ifname>` |
 //! | `shm:<wire>[,lend=<bytes>]` | [`ShmDevice`] on the wire `<wire>`  |
 //! | `<nic>+shm:<wire>` | [`CompositeDevice`] of the NIC `<nic>` (any  |
-//! |                    | name, opened by the caller's drivers) and    |
+//! |                    | name, opened by any registered driver) and   |
 //! |                    | the shared-memory wire `<wire>`              |
 //! | `<nic>+<nic>[+shm:<wire>]` | [`CompositeDevice`] of several NICs  |
 //! |                    | (routes from the hosts file) and the wire    |
@@ -80,7 +80,7 @@ impl DeviceOpener for LoopbackOpener {
         "loopback"
     }
 
-    fn open(&self, name: &str) -> Option<io::Result<Box<dyn FrameDevice>>> {
+    fn open(&self, name: &str, _routes: &[HostRoute]) -> Option<io::Result<Box<dyn FrameDevice>>> {
         let wire = Self::wire_of(name)?;
         if wire.is_empty() {
             return Some(Err(io::Error::new(io::ErrorKind::InvalidInput, "empty wire name (want loop:<wire>)")));
@@ -98,7 +98,7 @@ impl DeviceOpener for PacketOpener {
         "softnic"
     }
 
-    fn open(&self, name: &str) -> Option<io::Result<Box<dyn FrameDevice>>> {
+    fn open(&self, name: &str, _routes: &[HostRoute]) -> Option<io::Result<Box<dyn FrameDevice>>> {
         let ifname = interface_of(name)?;
         Some(PacketDevice::open(ifname).map(|d| Box::new(d) as Box<dyn FrameDevice>))
     }
@@ -113,38 +113,55 @@ impl DeviceOpener for ShmOpener {
         "shm"
     }
 
-    fn open(&self, name: &str) -> Option<io::Result<Box<dyn FrameDevice>>> {
+    fn open(&self, name: &str, _routes: &[HostRoute]) -> Option<io::Result<Box<dyn FrameDevice>>> {
         let wire = name.strip_prefix("shm:")?;
         Some(ShmDevice::open(wire, None).map(|d| Box::new(d) as Box<dyn FrameDevice>))
     }
 }
 
-/// The drivers of this crate, in the order names are tried.
-pub fn drivers() -> Vec<&'static dyn DeviceOpener> {
-    vec![&LoopbackOpener, &ShmOpener, &PacketOpener]
+/// Opens `<name>?<faults>` as a [`FaultyDevice`] around the device
+/// `<name>` (opened by whichever driver recognises it).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FaultyOpener;
+
+impl DeviceOpener for FaultyOpener {
+    fn driver(&self) -> &'static str {
+        "faulty"
+    }
+
+    fn open(&self, name: &str, routes: &[HostRoute]) -> Option<io::Result<Box<dyn FrameDevice>>> {
+        let (base, spec) = name.split_once('?')?;
+        let open = || {
+            let faults = Faults::parse(spec)?; // a bad spec opens nothing
+            Ok(Box::new(FaultyDevice::new(open_device(base, routes)?, faults)?) as Box<dyn FrameDevice>)
+        };
+        Some(open())
+    }
 }
 
-/// Opens `name` with `drivers`, or, for members joined by `+`
-/// (`<nic>+shm:<wire>`, `<nic>+<nic>`), the NICs with them and a
-/// [`CompositeDevice`] of them and the wire, routed as `routes` say;
-/// `<name>?<faults>` wraps the device in a [`FaultyDevice`].
-pub fn open_with(name: &str, routes: &[HostRoute], drivers: &[&dyn DeviceOpener]) -> io::Result<Box<dyn FrameDevice>> {
-    if let Some((base, spec)) = name.split_once('?') {
-        let faults = Faults::parse(spec)?;
-        return Ok(Box::new(FaultyDevice::new(open_with(base, routes, drivers)?, faults)?));
+/// Opens members joined by `+` (`<nic>+shm:<wire>`, `<nic>+<nic>`) as a
+/// [`CompositeDevice`], each member by whichever driver recognises it,
+/// routed as `routes` say.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CompositeOpener;
+
+impl DeviceOpener for CompositeOpener {
+    fn driver(&self) -> &'static str {
+        "composite"
     }
-    if name.contains('+') {
-        let c = CompositeDevice::open(name, routes, |nic| open_device(nic, drivers)).map_err(|e| io::Error::new(e.kind(), format!("joining {name:?}: {e}")))?;
-        return Ok(Box::new(c));
+
+    fn open(&self, name: &str, routes: &[HostRoute]) -> Option<io::Result<Box<dyn FrameDevice>>> {
+        if !name.contains('+') {
+            return None;
+        }
+        let c = CompositeDevice::open(name, routes, |member| open_device(member, routes));
+        Some(c.map(|c| Box::new(c) as Box<dyn FrameDevice>).map_err(|e| io::Error::new(e.kind(), format!("joining {name:?}: {e}"))))
     }
-    open_device(name, drivers)
 }
 
-/// Opens a software device by its VIA name (see the crate documentation);
-/// a composite opened so has no routes (every host by its first NIC).
-pub fn open(name: &str) -> io::Result<Box<dyn FrameDevice>> {
-    open_with(name, &[], &drivers())
-}
+via_device::register_drivers!(
+    SOFTNIC_DRIVERS = [(0, &FaultyOpener), (1, &CompositeOpener), (10, &LoopbackOpener), (10, &ShmOpener), (100, &PacketOpener)]
+);
 
 #[cfg(test)]
 mod tests {
@@ -156,14 +173,15 @@ mod tests {
         assert_eq!(LoopbackOpener::wire_of("loop:t7"), Some("t7"));
         assert_eq!(LoopbackOpener::wire_of("/dev/via_lo0"), None);
         assert_eq!(LoopbackOpener::wire_of("/dev/via_eth0"), None);
-        assert!(PacketOpener.open("loop:x").is_none());
-        assert!(PacketOpener.open("eth0").is_none());
-        let names: Vec<_> = drivers().iter().map(|d| d.driver()).collect();
-        assert_eq!(names, ["loopback", "shm", "softnic"]);
+        assert!(PacketOpener.open("loop:x", &[]).is_none());
+        assert!(PacketOpener.open("eth0", &[]).is_none());
+        let names: Vec<_> = via_device::drivers().iter().map(|d| d.opener.driver()).collect();
+        assert_eq!(names, ["faulty", "composite", "loopback", "shm", "softnic"], "this crate's drivers, registered in the order names are tried");
     }
 
     #[test]
     fn opens_loopback_devices_by_name() {
+        let open = |name: &str| open_device(name, &[]);
         let mut a = open("loop:lib-names").unwrap();
         let mut b = open("loop:lib-names").unwrap();
         let mut h = [0u8; 20];
@@ -176,7 +194,7 @@ mod tests {
 
     #[test]
     fn unknown_names_are_not_found() {
-        let e = open("eth0").err().unwrap();
+        let e = open_device("eth0", &[]).err().unwrap();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         assert!(e.to_string().contains("no driver"), "{e}");
     }

@@ -196,9 +196,9 @@ fn veth_exchange_filters_and_batches() {
         let e = PacketDevice::open("nosuch0").unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
         assert!(e.to_string().contains("no such interface: nosuch0"), "{e}");
-        let e = via_softnic::open("/dev/via_nosuch0").err().unwrap();
+        let e = via_device::open_device("/dev/via_nosuch0", &[]).err().unwrap();
         assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
-        assert!(via_softnic::open("/dev/via_veth0").is_ok());
+        assert!(via_device::open_device("/dev/via_veth0", &[]).is_ok());
     });
     let (mut a, mut b) = pair.open();
     assert_ne!(a.mac(), b.mac());

@@ -40,7 +40,7 @@ fn as_nobody(script: &str, args: &[&str]) {
 
 /// Opens `shm:<wire>` by its VIA name and expects a refusal naming `path`.
 fn refused(wire: &str, path: &str) -> String {
-    let e = match via_softnic::open(&format!("shm:{wire}")) {
+    let e = match via_device::open_device(&format!("shm:{wire}"), &[]) {
         Ok(_) => panic!("shm:{wire} opened on a segment made by someone else ({path})"),
         Err(e) => e,
     };

@@ -58,20 +58,18 @@ pub use vi_api::{Cq, Vi};
 pub use via_kernel_agent::memory::{MemAttributes, Ptag};
 pub use via_wire::MacAddr;
 
-/// Opens a frame device by its VIA name, trying every driver:
-/// `tulip:<pci>` and `/dev/via_tulip<N>` (DEC 2114x over VFIO),
-/// `/dev/via_lo` and `loop:<wire>` (in-process loopback),
-/// `/dev/via_<ifname>` (software NIC over AF_PACKET), `shm:<wire>`
-/// (shared memory between processes of this host) and `<nic>+shm:<wire>`
-/// (a composite: the wire for processes attached to it, the NIC for the
-/// rest).
+/// Opens a frame device by its VIA name, trying every driver linked into
+/// the program (see `via_device::registry`): `tulip:<pci>` and
+/// `/dev/via_tulip<N>` (via-nic-tulip: DEC 2114x over VFIO), `/dev/via_lo`
+/// and `loop:<wire>` (in-process loopback), `/dev/via_<ifname>` (software
+/// NIC over AF_PACKET), `shm:<wire>` (shared memory between processes of
+/// this host) and `<nic>+shm:<wire>` (a composite: the wire for processes
+/// attached to it, the NIC for the rest) from via-softnic.
 ///
 /// A composite's routes come from the hosts file (`VIA_HOSTS`): a
 /// composite of several NICs needs it readable; one NIC goes without
 /// routes if it is not (the engine then has no names either).
 pub fn open_device(name: &str) -> std::io::Result<Box<dyn via_device::FrameDevice>> {
-    let mut drivers: Vec<&dyn via_device::DeviceOpener> = vec![&via_nic_tulip::TulipOpener];
-    drivers.extend(via_softnic::drivers());
     let mut routes = Vec::new();
     if name.contains('+') {
         let nics = name.split('?').next().unwrap_or(name).split('+').filter(|m| !m.starts_with("shm:")).count();
@@ -81,5 +79,5 @@ pub fn open_device(name: &str) -> std::io::Result<Box<dyn via_device::FrameDevic
             Err(_) => {}
         }
     }
-    via_softnic::open_with(name, &routes, &drivers)
+    via_device::open_device(name, &routes)
 }

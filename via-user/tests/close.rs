@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 use via_user::{Nic, Reliability, ViAttributes};
+// The software drivers (loopback devices), registered by linking them.
+use via_softnic as _;
 
 fn threads() -> usize {
     std::fs::read_dir("/proc/self/task").unwrap().count()

@@ -5,6 +5,8 @@ use std::thread;
 use std::time::Duration;
 use via_user::descriptor::status;
 use via_user::{Descriptor, MemAttributes, MemoryRegion, Nic, Reliability, Vi, ViAttributes, ViPhase, VipReturn};
+// The software drivers (loopback devices), registered by linking them.
+use via_softnic as _;
 
 const T: Option<Duration> = Some(Duration::from_secs(10));
 

@@ -13,6 +13,8 @@ use via_wire::{Kind, ETH_HEADER_LEN};
 use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
 use via_user::descriptor::status;
 use via_user::{Config, Descriptor, MemAttributes, MemoryRegion, Nic, Op, Reliability, ViAttributes};
+// The software drivers (loopback devices), registered by linking them.
+use via_softnic as _;
 
 const T: Option<Duration> = Some(Duration::from_secs(10));
 
@@ -68,7 +70,7 @@ impl FrameDevice for DropDevice {
 /// A NIC on loopback wire `wire` whose transmissions lose the first
 /// `budget` frames of `kind` at fragment offset `offset`.
 fn lossy_nic(wire: &str, kind: Kind, offset: u32, budget: u32) -> Nic {
-    let inner = via_softnic::open(&format!("loop:{wire}")).unwrap();
+    let inner = via_device::open_device(&format!("loop:{wire}"), &[]).unwrap();
     let dev = DropDevice { inner, kind, offset, budget: Arc::new(AtomicU32::new(budget)) };
     let cfg = Config { rto_initial: Duration::from_millis(1), ..Config::default() };
     Nic::with_device(wire, Box::new(dev), cfg).unwrap()

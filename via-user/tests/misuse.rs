@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use via_user::descriptor::{status, ControlSegment, DataSegment, Pvoid64};
 use via_user::{Config, MemAttributes, Nic, Ptag, Reliability, ViAttributes, ViPhase, VipReturn};
+// The software drivers (loopback devices), registered by linking them.
+use via_softnic as _;
 
 const T: Option<Duration> = Some(Duration::from_secs(10));
 const MEM: usize = 2 << 20;

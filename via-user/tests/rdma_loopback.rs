@@ -8,6 +8,8 @@ use std::thread;
 use std::time::Duration;
 use via_user::descriptor::status;
 use via_user::{Descriptor, MemAttributes, MemoryRegion, Nic, Op, Reliability, RemoteBuffer, Vi, ViAttributes, ViPhase};
+// The software drivers (loopback devices), registered by linking them.
+use via_softnic as _;
 
 const T: Option<Duration> = Some(Duration::from_secs(10));
 

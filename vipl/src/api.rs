@@ -201,6 +201,7 @@ pub unsafe extern "C" fn VipOpenNic(name: *const c_char, nic: *mut VipHandle) ->
         }
         // SAFETY: non-NULL, a NUL-terminated string by the VIPL contract.
         let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_str().map_err(|_| invalid("device name is not UTF-8"))?;
+        crate::drivers::keep_linked();
         let n = Nic::open(name)?;
         let mac = std::sync::Arc::new(n.mac().0);
         out(nic, handles::insert(Object::Nic(NicObject { nic: n, mac, vis: Default::default() })))

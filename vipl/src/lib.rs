@@ -4,11 +4,12 @@
 //!
 //! Modules: [`types`] (the `#[repr(C)]` structures and constants, layouts
 //! asserted), [`handles`] (the table behind every opaque handle), [`api`]
-//! and [`manage`] (the functions).
+//! and [`manage`] (the functions); `drivers` (the device drivers linked in).
 
 #![allow(non_snake_case)]
 
 pub mod api;
+mod drivers;
 pub mod handles;
 pub mod manage;
 pub mod types;

@@ -96,6 +96,40 @@ fn every_provokable_error_return_in_a_test_host() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("OK errors"));
 }
 
+/// `libvipl.a` next to the `libvipl.so` the other tests load.
+fn static_archive() -> PathBuf {
+    let a = lib_path().join("libvipl.a");
+    assert!(a.exists(), "{} is missing (vipl builds a staticlib)", a.display());
+    a
+}
+
+/// A program linked against the static archive still opens devices: the
+/// drivers register themselves by being linked, and a static link keeps only
+/// the archive members something refers to (libvipl names each driver's
+/// registration so that they stay).
+#[test]
+fn a_program_linked_with_the_static_archive_opens_devices() {
+    let src = root().join("tests/c/threads.c");
+    let out = std::env::temp_dir().join(format!("vipl-static-threads-{}", std::process::id()));
+    let cc = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-D_POSIX_C_SOURCE=200809L", "-D_ISOC11_SOURCE"])
+        .arg(format!("-I{}", root().join("include").display()))
+        .arg(&src)
+        .arg(static_archive())
+        // What a Rust staticlib needs from the C library (rustc --print native-static-libs).
+        .args(["-lgcc_s", "-lutil", "-lrt", "-lpthread", "-lm", "-ldl", "-lc", "-o"])
+        .arg(&out)
+        .output()
+        .expect("running cc");
+    assert!(cc.status.success(), "linking {} with libvipl.a: {}", src.display(), String::from_utf8_lossy(&cc.stderr));
+    let ldd = Command::new("ldd").arg(&out).output().unwrap();
+    assert!(!String::from_utf8_lossy(&ldd.stdout).contains("libvipl"), "the program must not load libvipl.so");
+    let run = Command::new(&out).output().unwrap();
+    let _ = std::fs::remove_file(&out);
+    assert!(run.status.success(), "statically linked threads.c failed ({}):\n{}\n{}", run.status, String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+    assert!(String::from_utf8_lossy(&run.stdout).contains("OK threads"));
+}
+
 #[test]
 fn calls_from_four_threads_at_once() {
     let out = build_and_run("threads", &[]);
