@@ -24,7 +24,8 @@
 //!
 //! Modules: [`descriptor`] (the VIA descriptor layout), [`workqueue`]
 //! (work queues, doorbell, CQ rings), [`vi`] (per-VI state), [`engine`]
-//! (the protocol engine), [`nic`], [`vi_api`] and [`region`] (the API).
+//! (the protocol engine), [`nic`], [`vi_api`] and [`region`] (the Rust
+//! API: owners wrapped around the id-level calls of [`raw`]).
 
 pub mod descriptor;
 // The protocol engine is private to via-user: programs use the Rust API
@@ -52,6 +53,7 @@ pub use engine::{AsyncError, AsyncErrorKind, Config, Counters, IncomingRequest};
 pub use error::{Result, ViaError, VipReturn};
 pub use nic::{Completion, Nic, NicAttributes};
 pub use notify::{Notice, NotifyTarget};
+pub use raw::RawNic;
 pub use region::{Descriptor, MemoryRegion, Op, RemoteBuffer};
 pub use vi::{Reliability, ViAttributes, ViPhase};
 pub use vi_api::{Cq, Vi};

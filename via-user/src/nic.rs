@@ -5,6 +5,7 @@
 
 use crate::engine::{AsyncError, Config, Counters, Engine, IncomingRequest, MAX_CQ, MAX_CQ_ENTRIES, MAX_SEGMENTS, MAX_TRANSFER_SIZE, MAX_VI};
 use crate::shared::Shared;
+use crate::vi::ViAttributes;
 use crate::waker::sleep_on;
 use crate::error::{Result, ViaError, VipReturn};
 use crate::notify::{Notice, Notifier, NotifyTarget};
@@ -358,9 +359,20 @@ impl Nic {
         Ok(self.lock().core.mem.destroy_ptag(tag)?)
     }
 
+    /// `VipCreateVi`: a VI with optional completion queues for its send and
+    /// receive queues.
+    /// CQs of another NIC are refused (INVALID_PARAMETER).
+    pub fn create_vi(&self, attrs: &ViAttributes, send_cq: Option<&crate::Cq>, recv_cq: Option<&crate::Cq>) -> Result<crate::Vi> {
+        if [send_cq, recv_cq].into_iter().flatten().any(|c| !c.nic.same(self)) {
+            return Err(ViaError::invalid("the completion queue belongs to another NIC"));
+        }
+        let id = self.raw().vi_create(attrs, send_cq.map(|c| c.id), recv_cq.map(|c| c.id))?;
+        Ok(crate::Vi::owning(self, id))
+    }
+
     /// `VipCreateCQ`.
     pub fn create_cq(&self, entries: usize) -> Result<crate::Cq> {
-        let id = self.lock().core.create_cq(entries)?;
+        let id = self.raw().cq_create(entries)?;
         Ok(crate::Cq { nic: self.clone(), id })
     }
 
@@ -377,12 +389,12 @@ impl Nic {
 
     /// `VipConnectAccept`: connects `vi` to the client of `req`.
     pub fn accept(&self, req: &IncomingRequest, vi: &crate::Vi) -> Result<()> {
-        self.vi_accept(req.conn, vi.id())
+        self.raw().vi_accept(req.conn, vi.id())
     }
 
     /// `VipConnectReject`.
     pub fn reject(&self, req: &IncomingRequest) -> Result<()> {
-        self.reject_raw(req.conn)
+        self.raw().reject(req.conn)
     }
 
     /// The hosts file, loaded on first use (and again after `ns_shutdown`).

@@ -1,11 +1,12 @@
-//! The id-level API: VIs and CQs named by their numbers, descriptors by
-//! their addresses in memory the caller registered. This is what the C ABI
-//! (`vipl`) is built on; the Rust API's [`crate::Vi`] and [`crate::Cq`]
-//! are owners wrapped around the same calls.
+//! The id-level API, [`RawNic`]: VIs and CQs named by their numbers,
+//! descriptors by their addresses in memory the caller registered. This is
+//! what the C ABI (`vipl`) is built on, and the one path every operation
+//! takes: the Rust API's [`crate::Vi`], [`crate::Cq`] and
+//! [`crate::MemoryRegion`] are owners wrapped around these calls.
 //!
 //! Nothing here can make the engine touch memory that is not registered:
 //! every address is checked against the registration table when used. The
-//! one promise the caller makes is in [`Nic::register_raw`].
+//! one promise the caller makes is in [`RawNic::register`].
 
 use crate::engine::post::Queue;
 use crate::error::{Result, ViaError, VipReturn};
@@ -42,7 +43,26 @@ fn queue(send: bool) -> Queue {
     }
 }
 
+/// A NIC addressed by numbers: the id-level calls. Get one with
+/// [`Nic::raw`]; it is the same NIC (a view, no second handle).
+#[repr(transparent)]
+pub struct RawNic(Nic);
+
 impl Nic {
+    /// This NIC's id-level calls.
+    pub fn raw(&self) -> &RawNic {
+        // SAFETY: `RawNic` is `repr(transparent)` over `Nic`, so the two
+        // have one layout and a `&Nic` is a valid `&RawNic` for as long.
+        unsafe { &*(self as *const Nic as *const RawNic) }
+    }
+}
+
+impl RawNic {
+    /// The NIC these calls address.
+    pub fn nic(&self) -> &Nic {
+        &self.0
+    }
+
     /// `VipRegisterMem` of memory the caller owns.
     ///
     /// # Safety
@@ -50,21 +70,21 @@ impl Nic {
     /// until it is deregistered (the VIA contract): the engine reads and
     /// writes it, checked against the registration, whenever descriptors
     /// or the peer's RDMA name it.
-    pub unsafe fn register_raw(&self, addr: usize, len: usize, attrs: MemAttributes) -> Result<u32> {
+    pub unsafe fn register(&self, addr: usize, len: usize, attrs: MemAttributes) -> Result<u32> {
         if addr == 0 {
             return Err(ViaError::invalid("cannot register memory at address 0"));
         }
-        self.lock().register_memory(addr, len, attrs)
+        self.0.lock().register_memory(addr, len, attrs)
     }
 
     /// `VipDeregisterMem`.
-    pub fn deregister_raw(&self, addr: usize, handle: u32) -> Result<()> {
-        self.lock().deregister_memory(addr, handle)
+    pub fn deregister(&self, addr: usize, handle: u32) -> Result<()> {
+        self.0.lock().deregister_memory(addr, handle)
     }
 
     /// `VipQueryMem`: the attributes of the region `handle` starting at `addr`.
-    pub fn query_mem_raw(&self, addr: usize, handle: u32) -> Result<MemAttributes> {
-        let e = self.lock();
+    pub fn query_mem(&self, addr: usize, handle: u32) -> Result<MemAttributes> {
+        let e = self.0.lock();
         let r = e.core.mem.lookup(handle)?;
         if r.addr != addr {
             return Err(ViaError::invalid(format!("address {addr:#x} is not where memory handle {handle:#x} starts")));
@@ -73,8 +93,8 @@ impl Nic {
     }
 
     /// `VipSetMemAttributes`.
-    pub fn set_mem_attributes_raw(&self, addr: usize, handle: u32, attrs: MemAttributes) -> Result<()> {
-        self.lock().core.mem.set_attributes(addr, handle, attrs).map_err(|e| match e {
+    pub fn set_mem_attributes(&self, addr: usize, handle: u32, attrs: MemAttributes) -> Result<()> {
+        self.0.lock().core.mem.set_attributes(addr, handle, attrs).map_err(|e| match e {
             via_kernel_agent::memory::MemError::BadPtag => ViaError::new(VipReturn::InvalidPtag, "unknown protection tag"),
             e => e.into(),
         })
@@ -82,13 +102,13 @@ impl Nic {
 
     /// `VipCreateVi`: returns the VI's number.
     pub fn vi_create(&self, attrs: &ViAttributes, send_cq: Option<u16>, recv_cq: Option<u16>) -> Result<u16> {
-        self.lock().core.create_vi(*attrs, send_cq, recv_cq)
+        self.0.lock().core.create_vi(*attrs, send_cq, recv_cq)
     }
 
     /// `VipDestroyVi`: INVALID_STATE while connected or with descriptors
     /// posted and not handed back.
     pub fn vi_destroy(&self, id: u16) -> Result<()> {
-        let r = self.with(|e| {
+        let r = self.0.with(|e| {
             let v = e.core.vi(id)?;
             if matches!(v.phase, ViPhase::Connected | ViPhase::ConnectPending) {
                 return Err(ViaError::state(format!("the VI is {:?}: disconnect it first", v.phase)));
@@ -99,26 +119,35 @@ impl Nic {
             }
             e.core.destroy_vi(id)
         });
-        self.shared.notifier.disarm(&[crate::NotifyTarget::Send(id), crate::NotifyTarget::Recv(id)]);
+        self.0.shared.notifier.disarm(&[crate::NotifyTarget::Send(id), crate::NotifyTarget::Recv(id)]);
         r
+    }
+
+    /// Destroys VI `id` whatever its state: a connected VI is torn down
+    /// (the peer learns of it from the connection's end), what is posted
+    /// is forgotten. What dropping a [`crate::Vi`] does.
+    pub(crate) fn vi_tear_down(&self, id: u16) {
+        self.0.shared.notifier.disarm(&[crate::NotifyTarget::Send(id), crate::NotifyTarget::Recv(id)]);
+        let _ = self.0.with(|e| e.core.destroy_vi(id));
+        self.0.progress();
     }
 
     /// `VipQueryVi`: state, attributes, send queue empty, receive queue empty.
     pub fn vi_query(&self, id: u16) -> Result<(ViPhase, ViAttributes, bool, bool)> {
-        let e = self.lock();
+        let e = self.0.lock();
         let v = e.core.vi(id)?;
         Ok((v.phase, v.attrs, v.sq.is_empty(), v.rq.is_empty()))
     }
 
     /// `VipSetViAttributes`.
     pub fn vi_set_attributes(&self, id: u16, attrs: &ViAttributes) -> Result<()> {
-        self.lock().core.set_vi_attributes(id, *attrs)
+        self.0.lock().core.set_vi_attributes(id, *attrs)
     }
 
     /// `VipPostSend` (`send`) / `VipPostRecv` of the descriptor at `addr`
     /// in the memory registered as `handle`.
     pub fn vi_post(&self, id: u16, addr: usize, handle: u32, send: bool) -> Result<()> {
-        let mut e = self.lock();
+        let mut e = self.0.lock();
         e.core.post(id, addr, handle, queue(send))?;
         if send {
             e.ring_doorbell(); // transmit now
@@ -126,10 +155,22 @@ impl Nic {
         Ok(())
     }
 
+    /// Posts a send without ringing the doorbell: its frames leave with
+    /// the next [`RawNic::ring_doorbell`] (or the next round of progress),
+    /// so that several sends go out in one batch.
+    pub fn vi_post_deferred(&self, id: u16, addr: usize, handle: u32) -> Result<()> {
+        self.0.lock().core.post(id, addr, handle, Queue::Send)
+    }
+
+    /// Transmits what was posted with [`RawNic::vi_post_deferred`].
+    pub fn ring_doorbell(&self) {
+        self.0.lock().ring_doorbell();
+    }
+
     /// `VipSendDone` / `VipRecvDone`: the address of the oldest completed
     /// descriptor.
     pub fn vi_done(&self, id: u16, send: bool) -> Result<Option<usize>> {
-        self.poll(|e| e.core.done(id, queue(send)))
+        self.0.poll(|e| e.core.done(id, queue(send)))
     }
 
     /// `VipSendWait` / `VipRecvWait` (None: no limit). A disconnect by
@@ -138,7 +179,7 @@ impl Nic {
     pub fn vi_wait(&self, id: u16, send: bool, timeout: Option<Duration>) -> Result<usize> {
         let what = if send { "SendWait" } else { "RecvWait" };
         let mut began_on = None;
-        self.wait(timeout, what, |e| {
+        self.0.wait(timeout, what, |e| {
             let now = e.core.vi(id).map(|v| v.serial);
             still_the_same(&mut began_on, now, "VI")?;
             e.core.done(id, queue(send))
@@ -151,7 +192,7 @@ impl Nic {
         self.connect_request(id, mac, discriminator, timeout, false)
     }
 
-    /// [`Nic::vi_connect`] whose one request is repeated while the server
+    /// [`RawNic::vi_connect`] whose one request is repeated while the server
     /// answers NO_MATCH, until it matches or `timeout` passes.
     pub fn vi_connect_until_matched(&self, id: u16, mac: MacAddr, discriminator: &[u8], timeout: Option<Duration>) -> Result<()> {
         self.connect_request(id, mac, discriminator, timeout, true)
@@ -160,82 +201,82 @@ impl Nic {
     fn connect_request(&self, id: u16, mac: MacAddr, discriminator: &[u8], timeout: Option<Duration>, until_matched: bool) -> Result<()> {
         let limit = timeout.unwrap_or(FOREVER);
         {
-            let mut e = self.lock();
+            let mut e = self.0.lock();
             e.core.connect_request_begin(id, mac, discriminator, Instant::now() + limit)?;
             if until_matched {
                 e.core.connect_request_until_matched(id);
             }
         }
-        let r = self.wait(Some(limit + Duration::from_millis(50)), "ConnectRequest", |e| e.core.connect_request_poll(id).transpose());
+        let r = self.0.wait(Some(limit + Duration::from_millis(50)), "ConnectRequest", |e| e.core.connect_request_poll(id).transpose());
         if r.as_ref().is_err_and(|e| e.code == VipReturn::Timeout) {
-            self.lock().core.connect_request_cancel(id);
+            self.0.lock().core.connect_request_cancel(id);
         }
         r
     }
 
     /// `VipConnectAccept` of request `conn` onto VI `id`.
     pub fn vi_accept(&self, conn: u32, id: u16) -> Result<()> {
-        self.with(|e| e.core.accept(conn, id))?;
-        self.progress(); // send the accept now
+        self.0.with(|e| e.core.accept(conn, id))?;
+        self.0.progress(); // send the accept now
         Ok(())
     }
 
     /// `VipConnectReject` of request `conn`.
-    pub fn reject_raw(&self, conn: u32) -> Result<()> {
-        self.with(|e| e.core.reject(conn))?;
-        self.progress();
+    pub fn reject(&self, conn: u32) -> Result<()> {
+        self.0.with(|e| e.core.reject(conn))?;
+        self.0.progress();
         Ok(())
     }
 
     /// `VipDisconnect`.
     pub fn vi_disconnect(&self, id: u16) -> Result<()> {
-        self.with(|e| e.core.disconnect(id))?;
-        self.progress();
+        self.0.with(|e| e.core.disconnect(id))?;
+        self.0.progress();
         Ok(())
     }
 
     /// `VipConnectPeerRequest` (see [`crate::Vi::connect_peer_request`]).
     pub fn vi_peer_request(&self, id: u16, mac: MacAddr, local: &[u8], remote: &[u8], timeout: Option<Duration>) -> Result<()> {
         let deadline = Instant::now() + timeout.unwrap_or(FOREVER);
-        self.with(|e| e.core.peer_request_begin(id, mac, local, remote, deadline))?;
-        self.progress(); // send the first request now
+        self.0.with(|e| e.core.peer_request_begin(id, mac, local, remote, deadline))?;
+        self.0.progress(); // send the first request now
         Ok(())
     }
 
     /// `VipConnectPeerDone`: true once connected, false while pending.
     pub fn vi_peer_done(&self, id: u16) -> Result<bool> {
-        self.poll(|e| e.core.peer_request_poll(id).transpose()).map(|r| r.is_some())
+        self.0.poll(|e| e.core.peer_request_poll(id).transpose()).map(|r| r.is_some())
     }
 
     /// `VipConnectPeerWait`.
     pub fn vi_peer_wait(&self, id: u16) -> Result<()> {
-        self.wait(None, "ConnectPeerWait", |e| e.core.peer_request_poll(id).transpose())
+        self.0.wait(None, "ConnectPeerWait", |e| e.core.peer_request_poll(id).transpose())
     }
 
     /// `VipCreateCQ`: returns the CQ's number.
     pub fn cq_create(&self, entries: usize) -> Result<u16> {
-        self.lock().core.create_cq(entries)
+        self.0.lock().core.create_cq(entries)
     }
 
     /// `VipDestroyCQ`: INVALID_STATE while a VI uses it. A thread waiting
     /// on the CQ is woken and its wait ends with INVALID_STATE.
     pub fn cq_destroy(&self, id: u16) -> Result<()> {
-        self.lock().core.destroy_cq(id)?;
-        self.shared.wake_sleepers();
-        self.shared.notifier.disarm(&[crate::NotifyTarget::Cq(id)]);
+        self.0.lock().core.destroy_cq(id)?;
+        self.0.shared.wake_sleepers();
+        self.0.shared.notifier.disarm(&[crate::NotifyTarget::Cq(id)]);
         Ok(())
     }
 
     /// `VipCQDone`: (VI, receive queue?) of the oldest completion.
     pub fn cq_done(&self, id: u16) -> Result<Option<(u16, bool)>> {
-        self.poll(|e| e.core.cq_done(id))
+        self.0.poll(|e| e.core.cq_done(id))
     }
 
     /// `VipCQWait`; ends with INVALID_STATE when another thread destroys
     /// the CQ.
     pub fn cq_wait(&self, id: u16, timeout: Option<Duration>) -> Result<(u16, bool)> {
         let mut began_on = None;
-        self.wait(timeout, "CQWait", |e| {
+        self.0.wait(timeout, "CQWait", |e| {
             let now = e.core.cq_mut(id).map(|c| c.serial);
             still_the_same(&mut began_on, now, "CQ")?;
             e.core.cq_done(id)
@@ -244,7 +285,7 @@ impl Nic {
 
     /// `VipResizeCQ`: fails when more completions are queued than fit.
     pub fn cq_resize(&self, id: u16, entries: usize) -> Result<()> {
-        let mut e = self.lock();
+        let mut e = self.0.lock();
         if entries == 0 || entries > crate::engine::MAX_CQ_ENTRIES || !e.core.cq_mut(id)?.resize(entries) {
             return Err(ViaError::resource(format!("cannot resize CQ to {entries} entries (more are queued, zero, or over MaxCQEntries)")));
         }
@@ -254,7 +295,7 @@ impl Nic {
     /// The connected peer's VI attributes as it sent them (reliability
     /// bits, MaxTransferSize, RDMA write and read enables), if connected.
     pub fn vi_peer_attributes(&self, id: u16) -> Result<Option<(u16, u32, bool, bool)>> {
-        let e = self.lock();
+        let e = self.0.lock();
         let v = e.core.vi(id)?;
         Ok(v.peer.as_ref().map(|p| (p.attrs.reliability, p.attrs.max_transfer_size, p.attrs.enable_rdma_write, p.attrs.enable_rdma_read)))
     }

@@ -33,7 +33,7 @@ unsafe impl Sync for RegionInner {}
 
 impl Drop for RegionInner {
     fn drop(&mut self) {
-        let _ = self.nic.lock().deregister_memory(self.ptr as usize, self.handle);
+        let _ = self.nic.raw().deregister(self.ptr as usize, self.handle);
         // SAFETY: allocated in `MemoryRegion::new` with this layout.
         unsafe { std::alloc::dealloc(self.ptr, self.layout) };
     }
@@ -54,7 +54,9 @@ impl MemoryRegion {
         if ptr.is_null() {
             return Err(ViaError::resource(format!("cannot allocate {len} bytes")));
         }
-        let handle = match nic.lock().register_memory(ptr as usize, layout.size(), attrs) {
+        // SAFETY: the allocation stays until `RegionInner::drop`, which
+        // deregisters it first.
+        let handle = match unsafe { nic.raw().register(ptr as usize, layout.size(), attrs) } {
             Ok(h) => h,
             Err(e) => {
                 // SAFETY: just allocated with `layout`.
@@ -134,16 +136,13 @@ impl MemoryRegion {
 
     /// `VipQueryMem`: the region's protection tag and RDMA enable bits.
     pub fn attributes(&self) -> Result<MemAttributes> {
-        Ok(self.inner.nic.lock().core.mem.lookup(self.inner.handle)?.attrs)
+        self.inner.nic.raw().query_mem(self.inner.ptr as usize, self.inner.handle)
     }
 
     /// `VipSetMemAttributes`: changes the protection tag (it must exist)
     /// and the RDMA enable bits. Checks made from now on use the new ones.
     pub fn set_attributes(&self, attrs: MemAttributes) -> Result<()> {
-        self.inner.nic.lock().core.mem.set_attributes(self.inner.ptr as usize, self.inner.handle, attrs).map_err(|e| match e {
-            via_kernel_agent::memory::MemError::BadPtag => ViaError::new(crate::VipReturn::InvalidPtag, "unknown protection tag"),
-            e => e.into(),
-        })
+        self.inner.nic.raw().set_mem_attributes(self.inner.ptr as usize, self.inner.handle, attrs)
     }
 
     /// The address and handle a peer needs to RDMA into or out of

@@ -4,9 +4,14 @@
 //! [`Descriptor`] in, `Done`/`Wait` hand it back once the engine completed
 //! it (in posting order), with its status, length and immediate data filled
 //! in. Dropping a VI disconnects it and destroys it.
+//!
+//! Both are owners wrapped around the id-level calls of [`crate::RawNic`]:
+//! what they add is ownership (of the VI or CQ number, of the posted
+//! descriptors), never a second way to do an operation.
 
 use crate::engine::post::Queue;
 use crate::error::{Result, ViaError};
+use crate::raw::RawNic;
 use crate::nic::{Completion, Nic};
 use crate::region::Descriptor;
 use crate::vi::{ViAttributes, ViPhase};
@@ -21,6 +26,8 @@ use via_wire::MacAddr;
 pub struct Vi {
     nic: Nic,
     id: u16,
+    /// Still to be destroyed when dropped (false after `destroy`).
+    owned: bool,
     /// Descriptors posted and not yet handed back, per queue, oldest first:
     /// the engine completes each queue in this order.
     sent: VecDeque<Descriptor>,
@@ -43,20 +50,16 @@ fn qi(q: Queue) -> usize {
     }
 }
 
-impl Nic {
-    /// `VipCreateVi`: a VI with optional completion queues for its send and
-    /// receive queues.
-    /// CQs of another NIC are refused (INVALID_PARAMETER).
-    pub fn create_vi(&self, attrs: &ViAttributes, send_cq: Option<&Cq>, recv_cq: Option<&Cq>) -> Result<Vi> {
-        if [send_cq, recv_cq].into_iter().flatten().any(|c| !c.nic.same(self)) {
-            return Err(ViaError::invalid("the completion queue belongs to another NIC"));
-        }
-        let id = self.lock().core.create_vi(*attrs, send_cq.map(|c| c.id), recv_cq.map(|c| c.id))?;
-        Ok(Vi { nic: self.clone(), id, sent: VecDeque::new(), received: VecDeque::new(), armed: Default::default(), on_post: [None, None] })
-    }
-}
-
 impl Vi {
+    /// Owns VI `id` of `nic`, just created.
+    pub(crate) fn owning(nic: &Nic, id: u16) -> Vi {
+        Vi { nic: nic.clone(), id, owned: true, sent: VecDeque::new(), received: VecDeque::new(), armed: Default::default(), on_post: [None, None] }
+    }
+
+    fn raw(&self) -> &RawNic {
+        self.nic.raw()
+    }
+
     /// The VI's number on its NIC (what completion queues report).
     pub fn id(&self) -> u16 {
         self.id
@@ -68,22 +71,19 @@ impl Vi {
 
     /// `VipQueryVi`: state and attributes.
     pub fn state(&self) -> ViPhase {
-        self.nic.with(|e| e.core.vi(self.id).map(|v| v.phase)).unwrap_or(ViPhase::Error)
+        self.raw().vi_query(self.id).map(|q| q.0).unwrap_or(ViPhase::Error)
     }
 
     /// `VipDestroyVi`: refused with INVALID_STATE while the VI is connected
     /// or has descriptors posted that were not handed back (the VI is
     /// returned with the error). Dropping a VI instead tears it down
     /// regardless.
-    pub fn destroy(self) -> std::result::Result<(), (Vi, ViaError)> {
-        let check = {
-            let e = self.nic.lock();
-            e.core.vi(self.id).map(|v| (v.phase, v.sq.len() + v.rq.len()))
-        };
-        match check {
-            Ok((ViPhase::Idle | ViPhase::Error, 0)) => Ok(()), // Drop destroys it
-            Ok((ViPhase::Idle | ViPhase::Error, n)) => Err((self, ViaError::state(format!("{n} descriptors are still posted on the VI (collect them with Done first)")))),
-            Ok((phase, _)) => Err((self, ViaError::state(format!("the VI is {phase:?}: disconnect it first")))),
+    pub fn destroy(mut self) -> std::result::Result<(), (Vi, ViaError)> {
+        match self.raw().vi_destroy(self.id) {
+            Ok(()) => {
+                self.owned = false;
+                Ok(())
+            }
             Err(e) => Err((self, e)),
         }
     }
@@ -91,27 +91,25 @@ impl Vi {
     /// `VipQueryVi`: state, attributes, and whether the send and receive
     /// queues are empty (nothing posted that was not handed back).
     pub fn query(&self) -> (ViPhase, ViAttributes, bool, bool) {
-        let e = self.nic.lock();
-        let v = e.core.vi(self.id).expect("VI exists while the handle does");
-        (v.phase, v.attrs, v.sq.is_empty(), v.rq.is_empty())
+        self.raw().vi_query(self.id).expect("VI exists while the handle does")
     }
 
     /// `VipSetViAttributes`: reliability level and MaxTransferSize change
     /// only while the VI is Idle; the protection tag (which must exist) and
     /// the RDMA enable bits at any time.
     pub fn set_attributes(&mut self, attrs: &ViAttributes) -> Result<()> {
-        self.nic.vi_set_attributes(self.id, attrs)
+        self.raw().vi_set_attributes(self.id, attrs)
     }
 
     pub fn attributes(&self) -> ViAttributes {
-        self.nic.lock().core.vi(self.id).map(|v| v.attrs).expect("VI exists while the handle does")
+        self.query().1
     }
 
     /// `VipConnectRequest`: connects to the server at `mac` waiting on
     /// `discriminator`. Gives NO_MATCH when nobody waits there (retry),
     /// REJECT when refused, TIMEOUT when nobody answers.
     pub fn connect(&mut self, mac: MacAddr, discriminator: &[u8], timeout: Option<Duration>) -> Result<()> {
-        self.nic.vi_connect(self.id, mac, discriminator, timeout)
+        self.raw().vi_connect(self.id, mac, discriminator, timeout)
     }
 
     /// [`Vi::connect`] that waits for the server to wait: its one request
@@ -121,7 +119,7 @@ impl Vi {
     /// late copy of an abandoned one could then be accepted at the server
     /// for nobody. One request cannot be.)
     pub fn connect_retrying(&mut self, mac: MacAddr, discriminator: &[u8], timeout: Duration) -> Result<()> {
-        self.nic.vi_connect_until_matched(self.id, mac, discriminator, Some(timeout))
+        self.raw().vi_connect_until_matched(self.id, mac, discriminator, Some(timeout))
     }
 
     /// `VipConnectPeerRequest`: starts connecting to the peer at `mac`
@@ -130,25 +128,25 @@ impl Vi {
     /// `connect_peer_wait` waits. The request gives up after `timeout`
     /// (None: no limit).
     pub fn connect_peer_request(&mut self, mac: MacAddr, local: &[u8], remote: &[u8], timeout: Option<Duration>) -> Result<()> {
-        self.nic.vi_peer_request(self.id, mac, local, remote, timeout)
+        self.raw().vi_peer_request(self.id, mac, local, remote, timeout)
     }
 
     /// `VipConnectPeerDone`: Ok(true) once connected, Ok(false) while
     /// pending (VIP_NOT_DONE), or the request's error (TIMEOUT, REJECT,
     /// INVALID_RELIABILITY_LEVEL, INVALID_MTU, INVALID_RDMAREAD).
     pub fn connect_peer_done(&mut self) -> Result<bool> {
-        self.nic.vi_peer_done(self.id)
+        self.raw().vi_peer_done(self.id)
     }
 
     /// `VipConnectPeerWait`: waits until the peer request settles.
     pub fn connect_peer_wait(&mut self) -> Result<()> {
-        self.nic.vi_peer_wait(self.id)
+        self.raw().vi_peer_wait(self.id)
     }
 
     /// `VipDisconnect`: everything posted completes as flushed and can be
     /// collected with the Done calls.
     pub fn disconnect(&mut self) -> Result<()> {
-        self.nic.vi_disconnect(self.id)
+        self.raw().vi_disconnect(self.id)
     }
 
     /// Posts several sends and rings the doorbell once, so that their
@@ -158,33 +156,28 @@ impl Vi {
     pub fn post_sends(&mut self, ds: impl IntoIterator<Item = Descriptor>) -> Result<()> {
         let mut r = Ok(());
         for d in ds {
-            r = self.post_one(d, Queue::Send, false);
+            r = self.raw().vi_post_deferred(self.id, d.addr(), d.handle());
             if r.is_err() {
                 break;
             }
+            self.keep(d, Queue::Send);
         }
-        self.nic.lock().ring_doorbell();
+        self.raw().ring_doorbell();
         r
     }
 
     fn post(&mut self, d: Descriptor, q: Queue) -> Result<()> {
-        self.post_one(d, q, true)
+        self.raw().vi_post(self.id, d.addr(), d.handle(), q == Queue::Send)?;
+        self.keep(d, q);
+        Ok(())
     }
 
-    fn post_one(&mut self, d: Descriptor, q: Queue, ring: bool) -> Result<()> {
-        let id = self.id;
-        {
-            let mut e = self.nic.lock();
-            e.core.post(id, d.addr(), d.handle(), q)?;
-            if q == Queue::Send && ring {
-                e.ring_doorbell(); // transmit now
-            }
-        }
+    /// Keeps `d`, just posted on `q`, until the engine hands it back.
+    fn keep(&mut self, d: Descriptor, q: Queue) {
         match self.on_post[qi(q)].take() {
             Some(f) => self.arm(q, d, f), // its queue was empty: this is the next to complete
             None => self.list(q).push_back(d),
         }
-        Ok(())
     }
 
     fn list(&mut self, q: Queue) -> &mut VecDeque<Descriptor> {
@@ -263,16 +256,13 @@ impl Vi {
 
     fn done(&mut self, q: Queue) -> Result<Option<Descriptor>> {
         self.check_unarmed(q)?;
-        let id = self.id;
-        let r = self.nic.poll(|e| e.core.done(id, q))?;
+        let r = self.raw().vi_done(self.id, q == Queue::Send)?;
         Ok(r.map(|a| self.take(q, a)))
     }
 
     fn wait(&mut self, q: Queue, timeout: Option<Duration>) -> Result<Descriptor> {
         self.check_unarmed(q)?;
-        let id = self.id;
-        let what = if q == Queue::Send { "SendWait" } else { "RecvWait" };
-        let a = self.nic.wait(timeout, what, |e| e.core.done(id, q))?;
+        let a = self.raw().vi_wait(self.id, q == Queue::Send, timeout)?;
         Ok(self.take(q, a))
     }
 
@@ -304,10 +294,9 @@ impl Vi {
 
 impl Drop for Vi {
     fn drop(&mut self) {
-        let id = self.id;
-        self.nic.shared.notifier.disarm(&[NotifyTarget::Send(id), NotifyTarget::Recv(id)]);
-        let _ = self.nic.with(|e| e.core.destroy_vi(id));
-        self.nic.progress();
+        if self.owned {
+            self.raw().vi_tear_down(self.id);
+        }
     }
 }
 
@@ -318,18 +307,22 @@ pub struct Cq {
 }
 
 impl Cq {
+    fn raw(&self) -> &RawNic {
+        self.nic.raw()
+    }
+
     pub fn id(&self) -> u16 {
         self.id
     }
 
     /// `VipCQDone`.
     pub fn done(&self) -> Result<Option<Completion>> {
-        Ok(self.nic.cq_done(self.id)?.map(|(vi, recv)| Completion { vi, recv_queue: recv }))
+        Ok(self.raw().cq_done(self.id)?.map(|(vi, recv)| Completion { vi, recv_queue: recv }))
     }
 
     /// `VipCQWait`.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<Completion> {
-        let (vi, recv) = self.nic.cq_wait(self.id, timeout)?;
+        let (vi, recv) = self.raw().cq_wait(self.id, timeout)?;
         Ok(Completion { vi, recv_queue: recv })
     }
 
@@ -348,14 +341,14 @@ impl Cq {
 
     /// `VipResizeCQ`.
     pub fn resize(&self, entries: usize) -> Result<()> {
-        self.nic.cq_resize(self.id, entries)
+        self.raw().cq_resize(self.id, entries)
     }
 }
 
 impl Drop for Cq {
     fn drop(&mut self) {
-        let id = self.id;
-        self.nic.shared.notifier.disarm(&[NotifyTarget::Cq(id)]);
-        let _ = self.nic.lock().core.destroy_cq(id);
+        // Refused only while a VI uses it, which its VIs' own Nic handles
+        // keep from happening before they are dropped.
+        let _ = self.raw().cq_destroy(self.id);
     }
 }

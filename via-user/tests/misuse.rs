@@ -63,8 +63,8 @@ impl Side {
         let ptag = nic.create_ptag().unwrap();
         let mem = Mapping::new(MEM);
         // SAFETY: the mapping outlives the registration (deregistered in `close`).
-        let mh = unsafe { nic.register_raw(mem.at(0), MEM, mem_attrs(ptag)) }.unwrap();
-        let vi = nic.vi_create(&attrs(ptag), None, None).unwrap();
+        let mh = unsafe { nic.raw().register(mem.at(0), MEM, mem_attrs(ptag)) }.unwrap();
+        let vi = nic.raw().vi_create(&attrs(ptag), None, None).unwrap();
         Side { nic, ptag, mem, mh, vi }
     }
 
@@ -79,15 +79,15 @@ impl Side {
     /// Registers a mapping of its own (to take away later).
     fn register(&self, m: &Mapping) -> u32 {
         // SAFETY: deregistered before the test unmaps it.
-        unsafe { self.nic.register_raw(m.at(0), m.len, mem_attrs(self.ptag)) }.unwrap()
+        unsafe { self.nic.raw().register(m.at(0), m.len, mem_attrs(self.ptag)) }.unwrap()
     }
 
     fn close(self) {
-        self.nic.vi_disconnect(self.vi).unwrap();
-        while self.nic.vi_done(self.vi, true).unwrap().is_some() {}
-        while self.nic.vi_done(self.vi, false).unwrap().is_some() {}
-        self.nic.vi_destroy(self.vi).unwrap();
-        self.nic.deregister_raw(self.mem.at(0), self.mh).unwrap();
+        self.nic.raw().vi_disconnect(self.vi).unwrap();
+        while self.nic.raw().vi_done(self.vi, true).unwrap().is_some() {}
+        while self.nic.raw().vi_done(self.vi, false).unwrap().is_some() {}
+        self.nic.raw().vi_destroy(self.vi).unwrap();
+        self.nic.raw().deregister(self.mem.at(0), self.mh).unwrap();
         self.mem.unmap();
     }
 }
@@ -112,12 +112,12 @@ fn status_at(desc: usize) -> u32 {
 /// Connects a's VI with b's, polling both (no progress thread needed).
 fn connect(a: &Side, b: &Side) {
     let (ma, mb) = (a.nic.mac(), b.nic.mac());
-    a.nic.vi_peer_request(a.vi, mb, b"a", b"b", T).unwrap();
-    b.nic.vi_peer_request(b.vi, ma, b"b", b"a", T).unwrap();
+    a.nic.raw().vi_peer_request(a.vi, mb, b"a", b"b", T).unwrap();
+    b.nic.raw().vi_peer_request(b.vi, ma, b"b", b"a", T).unwrap();
     let (mut da, mut db) = (false, false);
     while !(da && db) {
-        da = da || a.nic.vi_peer_done(a.vi).unwrap();
-        db = db || b.nic.vi_peer_done(b.vi).unwrap();
+        da = da || a.nic.raw().vi_peer_done(a.vi).unwrap();
+        db = db || b.nic.raw().vi_peer_done(b.vi).unwrap();
     }
 }
 
@@ -144,37 +144,37 @@ fn a_receive_whose_memory_is_deregistered_completes_with_a_protection_error() {
     let gone = Mapping::new(2 * BUF);
     let mgone = b.register(&gone);
     fill(gone.at(0), gone.at(BUF), mgone, BUF as u32);
-    b.nic.vi_post(b.vi, gone.at(0), mgone, false).unwrap();
+    b.nic.raw().vi_post(b.vi, gone.at(0), mgone, false).unwrap();
     let dereg = Mapping::new(BUF);
     let mdereg = b.register(&dereg);
     fill(b.desc(2), dereg.at(0), mdereg, BUF as u32);
-    b.nic.vi_post(b.vi, b.desc(2), b.mh, false).unwrap();
+    b.nic.raw().vi_post(b.vi, b.desc(2), b.mh, false).unwrap();
     fill(b.desc(3), b.buf(3), b.mh, BUF as u32);
-    b.nic.vi_post(b.vi, b.desc(3), b.mh, false).unwrap();
+    b.nic.raw().vi_post(b.vi, b.desc(3), b.mh, false).unwrap();
     connect(&a, &b);
     let r1 = gone.at(0);
-    b.nic.deregister_raw(gone.at(0), mgone).unwrap();
+    b.nic.raw().deregister(gone.at(0), mgone).unwrap();
     gone.unmap();
-    b.nic.deregister_raw(dereg.at(0), mdereg).unwrap();
+    b.nic.raw().deregister(dereg.at(0), mdereg).unwrap();
 
     for i in 1..=3 {
         // SAFETY: a buffer in a's registered mapping.
         unsafe { std::ptr::write_bytes(a.buf(i) as *mut u8, b'A' + i as u8, 100) };
         fill(a.desc(i), a.buf(i), a.mh, 100);
-        a.nic.vi_post(a.vi, a.desc(i), a.mh, true).unwrap();
+        a.nic.raw().vi_post(a.vi, a.desc(i), a.mh, true).unwrap();
     }
-    assert_eq!(b.nic.vi_wait(b.vi, false, T).unwrap(), r1, "completed; nowhere to write its status");
-    assert_eq!(b.nic.vi_wait(b.vi, false, T).unwrap(), b.desc(2));
+    assert_eq!(b.nic.raw().vi_wait(b.vi, false, T).unwrap(), r1, "completed; nowhere to write its status");
+    assert_eq!(b.nic.raw().vi_wait(b.vi, false, T).unwrap(), b.desc(2));
     assert_eq!(status_at(b.desc(2)) & (status::DONE | status::ERROR_MASK), status::DONE | status::PROTECTION_ERROR);
     // SAFETY: still mapped (only deregistered).
     assert!(unsafe { std::slice::from_raw_parts(dereg.ptr, BUF) }.iter().all(|&x| x == 0), "nothing written into deregistered memory");
-    assert_eq!(b.nic.vi_wait(b.vi, false, T).unwrap(), b.desc(3));
+    assert_eq!(b.nic.raw().vi_wait(b.vi, false, T).unwrap(), b.desc(3));
     assert_eq!(status_at(b.desc(3)), status::DONE | status::OP_RECEIVE);
     for i in 1..=3 {
-        assert_eq!(a.nic.vi_wait(a.vi, true, T).unwrap(), a.desc(i));
+        assert_eq!(a.nic.raw().vi_wait(a.vi, true, T).unwrap(), a.desc(i));
         assert_eq!(status_at(a.desc(i)) & status::ERROR_MASK, 0);
     }
-    assert_eq!(b.nic.vi_query(b.vi).unwrap().0, ViPhase::Connected);
+    assert_eq!(b.nic.raw().vi_query(b.vi).unwrap().0, ViPhase::Connected);
     dereg.unmap();
     a.close();
     b.close();
@@ -191,7 +191,7 @@ fn a_send_whose_buffer_is_deregistered_completes_alone_with_a_protection_error()
     fill(b.desc(1), b.buf(1), b.mh, BUF as u32);
     fill(b.desc(2), b.buf(2), b.mh, BUF as u32);
     for i in 0..3 {
-        b.nic.vi_post(b.vi, b.desc(i), b.mh, false).unwrap();
+        b.nic.raw().vi_post(b.vi, b.desc(i), b.mh, false).unwrap();
     }
     connect(&a, &b);
     let gone = Mapping::new(BUF);
@@ -200,15 +200,15 @@ fn a_send_whose_buffer_is_deregistered_completes_alone_with_a_protection_error()
     fill(a.desc(2), gone.at(0), mgone, 5);
     fill(a.desc(3), a.buf(3), a.mh, 6);
     for i in 1..=3 {
-        a.nic.vi_post(a.vi, a.desc(i), a.mh, true).unwrap();
+        a.nic.raw().vi_post(a.vi, a.desc(i), a.mh, true).unwrap();
     }
-    a.nic.deregister_raw(gone.at(0), mgone).unwrap();
+    a.nic.raw().deregister(gone.at(0), mgone).unwrap();
     gone.unmap();
 
     let (mut sent, mut got) = (Vec::new(), Vec::new());
     while sent.len() < 3 || got.len() < 2 {
-        sent.extend(a.nic.vi_done(a.vi, true).unwrap());
-        got.extend(b.nic.vi_done(b.vi, false).unwrap());
+        sent.extend(a.nic.raw().vi_done(a.vi, true).unwrap());
+        got.extend(b.nic.raw().vi_done(b.vi, false).unwrap());
     }
     assert_eq!(sent, vec![a.desc(1), a.desc(2), a.desc(3)]);
     assert_eq!(status_at(a.desc(1)), status::DONE | status::OP_SEND);
@@ -216,7 +216,7 @@ fn a_send_whose_buffer_is_deregistered_completes_alone_with_a_protection_error()
     assert_eq!(status_at(a.desc(3)), status::DONE | status::OP_SEND);
     assert_eq!(got, vec![b.desc(0), b.desc(1)], "the refused send sent nothing");
     assert_eq!(status_at(b.desc(1)), status::DONE | status::OP_RECEIVE);
-    assert_eq!(a.nic.vi_query(a.vi).unwrap().0, ViPhase::Connected);
+    assert_eq!(a.nic.raw().vi_query(a.vi).unwrap().0, ViPhase::Connected);
     a.close();
     b.close();
 }
@@ -262,39 +262,39 @@ fn waits_end_when_another_thread_disconnects_or_destroys() {
     let a = Side::open("misuse-wake", true);
     let b = Side::open("misuse-wake", true);
     fill(a.desc(0), a.buf(0), a.mh, BUF as u32);
-    a.nic.vi_post(a.vi, a.desc(0), a.mh, false).unwrap();
+    a.nic.raw().vi_post(a.vi, a.desc(0), a.mh, false).unwrap();
     connect(&a, &b);
 
     // RecvWait, then a disconnect: the flushed receive.
     let (nic, vi) = (a.nic.clone(), a.vi);
-    let w = start_waiter(move || nic.vi_wait(vi, false, None));
-    a.nic.vi_disconnect(a.vi).unwrap();
+    let w = start_waiter(move || nic.raw().vi_wait(vi, false, None));
+    a.nic.raw().vi_disconnect(a.vi).unwrap();
     assert_eq!(w.join().unwrap(), a.desc(0));
     assert_eq!(status_at(a.desc(0)), status::DONE | status::OP_RECEIVE | status::DESC_FLUSHED_ERROR);
 
     // SendWait / RecvWait, then a destroy: INVALID_STATE.
     for send in [true, false] {
-        let id = a.nic.vi_create(&attrs(a.ptag), None, None).unwrap();
+        let id = a.nic.raw().vi_create(&attrs(a.ptag), None, None).unwrap();
         let nic = a.nic.clone();
-        let w = start_waiter(move || nic.vi_wait(id, send, None));
-        a.nic.vi_destroy(id).unwrap();
+        let w = start_waiter(move || nic.raw().vi_wait(id, send, None));
+        a.nic.raw().vi_destroy(id).unwrap();
         assert_eq!(w.join().unwrap_err().code, VipReturn::InvalidState);
     }
 
     // CQWait, then a disconnect flushing a receive onto it; then a destroy.
-    let cq = a.nic.cq_create(4).unwrap();
-    let id = a.nic.vi_create(&attrs(a.ptag), None, Some(cq)).unwrap();
+    let cq = a.nic.raw().cq_create(4).unwrap();
+    let id = a.nic.raw().vi_create(&attrs(a.ptag), None, Some(cq)).unwrap();
     fill(a.desc(1), a.buf(1), a.mh, BUF as u32);
-    a.nic.vi_post(id, a.desc(1), a.mh, false).unwrap();
+    a.nic.raw().vi_post(id, a.desc(1), a.mh, false).unwrap();
     let nic = a.nic.clone();
-    let w = start_waiter(move || nic.cq_wait(cq, None));
-    a.nic.vi_disconnect(id).unwrap();
+    let w = start_waiter(move || nic.raw().cq_wait(cq, None));
+    a.nic.raw().vi_disconnect(id).unwrap();
     assert_eq!(w.join().unwrap(), (id, true));
-    assert_eq!(a.nic.vi_done(id, false).unwrap(), Some(a.desc(1)));
-    a.nic.vi_destroy(id).unwrap();
+    assert_eq!(a.nic.raw().vi_done(id, false).unwrap(), Some(a.desc(1)));
+    a.nic.raw().vi_destroy(id).unwrap();
     let nic = a.nic.clone();
-    let w = start_waiter(move || nic.cq_wait(cq, None));
-    a.nic.cq_destroy(cq).unwrap();
+    let w = start_waiter(move || nic.raw().cq_wait(cq, None));
+    a.nic.raw().cq_destroy(cq).unwrap();
     assert_eq!(w.join().unwrap_err().code, VipReturn::InvalidState);
 
     a.close();

@@ -333,7 +333,7 @@ pub unsafe extern "C" fn VipRegisterMem(nic: VipHandle, addr: VipPvoid, len: c_u
         }
         // SAFETY: the C program promises, as VIA requires, that the memory
         // stays valid while registered.
-        let h = unsafe { n.nic.register_raw(addr as usize, len as usize, a)? };
+        let h = unsafe { n.nic.raw().register(addr as usize, len as usize, a)? };
         out(handle, h)
     })
 }
@@ -343,7 +343,7 @@ pub unsafe extern "C" fn VipRegisterMem(nic: VipHandle, addr: VipPvoid, len: c_u
 /// (refused) or valid for the object VIPL gives it, for the call.
 #[no_mangle]
 pub unsafe extern "C" fn VipDeregisterMem(nic: VipHandle, addr: VipPvoid, handle: VipMemHandle) -> VipReturnCode {
-    guard(|| nic_of(nic)?.nic.deregister_raw(addr as usize, handle))
+    guard(|| nic_of(nic)?.nic.raw().deregister(addr as usize, handle))
 }
 
 /// The protection handle of `tag` on `nic` (found in the handle table).
@@ -358,7 +358,7 @@ fn ptag_handle(n: &NicObject, tag: Ptag) -> VipHandle {
 pub unsafe extern "C" fn VipQueryMem(nic: VipHandle, addr: VipPvoid, handle: VipMemHandle, attrs: *mut VipMemAttributes) -> VipReturnCode {
     guard(|| {
         let n = nic_of(nic)?;
-        let a = n.nic.query_mem_raw(addr as usize, handle)?;
+        let a = n.nic.raw().query_mem(addr as usize, handle)?;
         out(attrs, VipMemAttributes { ptag: ptag_handle(&n, a.ptag), enable_rdma_write: a.enable_rdma_write as VipBoolean, enable_rdma_read: a.enable_rdma_read as VipBoolean })
     })
 }
@@ -370,7 +370,7 @@ pub unsafe extern "C" fn VipQueryMem(nic: VipHandle, addr: VipPvoid, handle: Vip
 pub unsafe extern "C" fn VipSetMemAttributes(nic: VipHandle, addr: VipPvoid, handle: VipMemHandle, attrs: *const VipMemAttributes) -> VipReturnCode {
     guard(|| {
         let n = nic_of(nic)?;
-        n.nic.set_mem_attributes_raw(addr as usize, handle, mem_attrs(attrs)?)
+        n.nic.raw().set_mem_attributes(addr as usize, handle, mem_attrs(attrs)?)
     })
 }
 
@@ -397,7 +397,7 @@ pub unsafe extern "C" fn VipCreateVi(nic: VipHandle, attrs: *const VipViAttribut
             }
             Ok(Some(id))
         };
-        let id = n.nic.vi_create(&a, cq(send_cq)?, cq(recv_cq)?)?;
+        let id = n.nic.raw().vi_create(&a, cq(send_cq)?, cq(recv_cq)?)?;
         let h = handles::insert(Object::Vi { nic: n.nic.clone(), nic_handle: nic, id });
         handles::set_vi_handle(&n.vis, id, h);
         out(vi, h)
@@ -411,7 +411,7 @@ pub unsafe extern "C" fn VipCreateVi(nic: VipHandle, attrs: *const VipViAttribut
 pub unsafe extern "C" fn VipDestroyVi(vi: VipHandle) -> VipReturnCode {
     guard(|| {
         let (nic, _, id) = vi_of(vi)?;
-        nic.vi_destroy(id)?;
+        nic.raw().vi_destroy(id)?;
         handles::remove(vi);
         Ok(())
     })
@@ -424,7 +424,7 @@ pub unsafe extern "C" fn VipDestroyVi(vi: VipHandle) -> VipReturnCode {
 pub unsafe extern "C" fn VipQueryVi(vi: VipHandle, state: *mut i32, attrs: *mut VipViAttributes, send_empty: *mut VipBoolean, recv_empty: *mut VipBoolean) -> VipReturnCode {
     guard(|| {
         let (nic, nic_handle, id) = vi_of(vi)?;
-        let (phase, a, se, re) = nic.vi_query(id)?;
+        let (phase, a, se, re) = nic.raw().vi_query(id)?;
         let st = match phase {
             ViPhase::Idle => vi_state::IDLE,
             ViPhase::Connected => vi_state::CONNECTED,
@@ -446,7 +446,7 @@ pub unsafe extern "C" fn VipQueryVi(vi: VipHandle, state: *mut i32, attrs: *mut 
 pub unsafe extern "C" fn VipSetViAttributes(vi: VipHandle, attrs: *const VipViAttributes) -> VipReturnCode {
     guard(|| {
         let (nic, _, id) = vi_of(vi)?;
-        nic.vi_set_attributes(id, &vi_attrs(attrs)?)
+        nic.raw().vi_set_attributes(id, &vi_attrs(attrs)?)
     })
 }
 
@@ -457,7 +457,7 @@ fn post(vi: VipHandle, desc: *mut c_void, mem: VipMemHandle, send: bool) -> R {
     if desc.is_null() {
         return Err(invalid("NULL descriptor"));
     }
-    nic.vi_post(id, desc as usize, mem, send)
+    nic.raw().vi_post(id, desc as usize, mem, send)
 }
 
 /// # Safety
@@ -485,7 +485,7 @@ unsafe fn done(vi: VipHandle, out_desc: *mut *mut c_void, send: bool) -> R {
     if out_desc.is_null() {
         return Err(invalid("NULL descriptor pointer"));
     }
-    match nic.vi_done(id, send)? {
+    match nic.raw().vi_done(id, send)? {
         Some(a) => out(out_desc, a as *mut c_void),
         None => Err(ViaError::not_done()),
     }
@@ -500,7 +500,7 @@ unsafe fn wait(vi: VipHandle, ms: c_ulong, out_desc: *mut *mut c_void, send: boo
     if out_desc.is_null() {
         return Err(invalid("NULL descriptor pointer"));
     }
-    let a = nic.vi_wait(id, send, timeout(ms))?;
+    let a = nic.raw().vi_wait(id, send, timeout(ms))?;
     out(out_desc, a as *mut c_void)
 }
 
@@ -614,7 +614,7 @@ pub unsafe extern "C" fn VipConnectAccept(conn: VipHandle, vi: VipHandle) -> Vip
     guard(|| {
         let Some(Object::Conn { nic, req }) = handles::get(conn) else { return Err(invalid("not a connection handle")) };
         let (_, _, id) = vi_of(vi)?;
-        let r = nic.vi_accept(req.conn, id);
+        let r = nic.raw().vi_accept(req.conn, id);
         handles::remove(conn); // accepted or refused over attributes: either way it is used up
         r
     })
@@ -627,7 +627,7 @@ pub unsafe extern "C" fn VipConnectAccept(conn: VipHandle, vi: VipHandle) -> Vip
 pub unsafe extern "C" fn VipConnectReject(conn: VipHandle) -> VipReturnCode {
     guard(|| {
         let Some(Object::Conn { nic, req }) = handles::remove(conn) else { return Err(invalid("not a connection handle")) };
-        nic.reject_raw(req.conn)
+        nic.raw().reject(req.conn)
     })
 }
 
@@ -639,7 +639,7 @@ unsafe fn write_remote_attrs(nic: &Nic, id: u16, p: *mut VipViAttributes) -> R {
     if p.is_null() {
         return Ok(()); // optional
     }
-    if let Some((rel, mts, w, r)) = nic.vi_peer_attributes(id)? {
+    if let Some((rel, mts, w, r)) = nic.raw().vi_peer_attributes(id)? {
         let a = VipViAttributes { reliability_level: rel, max_transfer_size: mts as c_ulong, qos: std::ptr::null_mut(), ptag: std::ptr::null_mut(), enable_rdma_write: w as VipBoolean, enable_rdma_read: r as VipBoolean };
         out(p, a)?;
     }
@@ -655,7 +655,7 @@ pub unsafe extern "C" fn VipConnectRequest(vi: VipHandle, local: *const VipNetAd
         let (nic, _, id) = vi_of(vi)?;
         net_address(local)?;
         let (host, disc) = net_address(remote)?;
-        nic.vi_connect(id, mac_of(host)?, disc, timeout(ms))?;
+        nic.raw().vi_connect(id, mac_of(host)?, disc, timeout(ms))?;
         write_remote_attrs(&nic, id, remote_attrs)
     })
 }
@@ -667,7 +667,7 @@ pub unsafe extern "C" fn VipConnectRequest(vi: VipHandle, local: *const VipNetAd
 pub unsafe extern "C" fn VipDisconnect(vi: VipHandle) -> VipReturnCode {
     guard(|| {
         let (nic, _, id) = vi_of(vi)?;
-        nic.vi_disconnect(id)
+        nic.raw().vi_disconnect(id)
     })
 }
 
@@ -680,7 +680,7 @@ pub unsafe extern "C" fn VipConnectPeerRequest(vi: VipHandle, local: *const VipN
         let (nic, _, id) = vi_of(vi)?;
         let (_, mine) = net_address(local)?;
         let (host, theirs) = net_address(remote)?;
-        nic.vi_peer_request(id, mac_of(host)?, mine, theirs, timeout(ms))
+        nic.raw().vi_peer_request(id, mac_of(host)?, mine, theirs, timeout(ms))
     })
 }
 
@@ -691,7 +691,7 @@ pub unsafe extern "C" fn VipConnectPeerRequest(vi: VipHandle, local: *const VipN
 pub unsafe extern "C" fn VipConnectPeerDone(vi: VipHandle, remote_attrs: *mut VipViAttributes) -> VipReturnCode {
     guard(|| {
         let (nic, _, id) = vi_of(vi)?;
-        if !nic.vi_peer_done(id)? {
+        if !nic.raw().vi_peer_done(id)? {
             return Err(ViaError::not_done());
         }
         write_remote_attrs(&nic, id, remote_attrs)
@@ -705,7 +705,7 @@ pub unsafe extern "C" fn VipConnectPeerDone(vi: VipHandle, remote_attrs: *mut Vi
 pub unsafe extern "C" fn VipConnectPeerWait(vi: VipHandle, remote_attrs: *mut VipViAttributes) -> VipReturnCode {
     guard(|| {
         let (nic, _, id) = vi_of(vi)?;
-        nic.vi_peer_wait(id)?;
+        nic.raw().vi_peer_wait(id)?;
         write_remote_attrs(&nic, id, remote_attrs)
     })
 }
@@ -722,7 +722,7 @@ pub unsafe extern "C" fn VipCreateCQ(nic: VipHandle, entries: c_ulong, cq: *mut 
         if cq.is_null() {
             return Err(invalid("NULL CQ handle pointer"));
         }
-        let id = n.nic.cq_create(entries as usize)?;
+        let id = n.nic.raw().cq_create(entries as usize)?;
         out(cq, handles::insert(Object::Cq { nic: n.nic, nic_handle: nic, vis: n.vis, id }))
     })
 }
@@ -734,7 +734,7 @@ pub unsafe extern "C" fn VipCreateCQ(nic: VipHandle, entries: c_ulong, cq: *mut 
 pub unsafe extern "C" fn VipDestroyCQ(cq: VipHandle) -> VipReturnCode {
     guard(|| {
         let (nic, _, _, id) = cq_of(cq)?;
-        nic.cq_destroy(id)?;
+        nic.raw().cq_destroy(id)?;
         handles::remove(cq);
         Ok(())
     })
@@ -747,7 +747,7 @@ pub unsafe extern "C" fn VipDestroyCQ(cq: VipHandle) -> VipReturnCode {
 pub unsafe extern "C" fn VipResizeCQ(cq: VipHandle, entries: c_ulong) -> VipReturnCode {
     guard(|| {
         let (nic, _, _, id) = cq_of(cq)?;
-        nic.cq_resize(id, entries as usize)
+        nic.raw().cq_resize(id, entries as usize)
     })
 }
 
@@ -770,7 +770,7 @@ pub unsafe extern "C" fn VipCQDone(cq: VipHandle, vi: *mut VipHandle, recv_queue
         if vi.is_null() || recv_queue.is_null() {
             return Err(invalid("NULL output pointer"));
         }
-        match nic.cq_done(id)? {
+        match nic.raw().cq_done(id)? {
             Some(c) => cq_answer(&vis, c, vi, recv_queue),
             None => Err(ViaError::not_done()),
         }
@@ -787,7 +787,7 @@ pub unsafe extern "C" fn VipCQWait(cq: VipHandle, ms: c_ulong, vi: *mut VipHandl
         if vi.is_null() || recv_queue.is_null() {
             return Err(invalid("NULL output pointer"));
         }
-        let c = nic.cq_wait(id, timeout(ms))?;
+        let c = nic.raw().cq_wait(id, timeout(ms))?;
         cq_answer(&vis, c, vi, recv_queue)
     })
 }

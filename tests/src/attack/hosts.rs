@@ -102,7 +102,7 @@ impl Host {
 
     /// The phase of VI `vi` of this host.
     pub fn phase(&self, vi: u16) -> ViPhase {
-        self.nic.vi_query(vi).expect("querying a VI").0
+        self.nic.raw().vi_query(vi).expect("querying a VI").0
     }
 }
 

@@ -439,14 +439,14 @@ fn dereg_target(c: &mut Ctx) {
     let addr = mem.as_ptr() as usize + PAGE;
     // SAFETY: the window lies inside `mem`, which outlives the
     // registration (deregistered below, before `mem` is dropped).
-    let handle = c.ok(unsafe { c.nic.register_raw(addr, WINDOW, MemAttributes { ptag: c.ptag, enable_rdma_write: true, enable_rdma_read: false }) }, "VipRegisterMem (the window)");
+    let handle = c.ok(unsafe { c.nic.raw().register(addr, WINDOW, MemAttributes { ptag: c.ptag, enable_rdma_write: true, enable_rdma_read: false }) }, "VipRegisterMem (the window)");
     c.accept(&vi);
     c.offer(&mut vi, RemoteBuffer { addr: addr as u64, handle, len: WINDOW as u64 });
     check!(c, c.heard() == "written", "expected written");
     let mut first = fill(7, REGION)[PAGE..PAGE + WINDOW].to_vec();
     first[..4096].copy_from_slice(&[0x55; 4096]);
     check_region(c, &mem, &first);
-    c.ok(c.nic.deregister_raw(addr, handle), "VipDeregisterMem");
+    c.ok(c.nic.raw().deregister(addr, handle), "VipDeregisterMem");
     c.tell("deregistered");
     let deadline = Instant::now() + T.unwrap();
     while vi.state() != ViPhase::Error && Instant::now() < deadline {
