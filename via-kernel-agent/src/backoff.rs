@@ -49,12 +49,10 @@ impl Backoff {
     }
 }
 
-/// A request a [`RetryTable`] retries: its schedule, and whether it still
-/// waits for an answer (settled requests stay until polled, unretried).
+/// A request a [`RetryTable`] retries: does it still wait for an answer?
+/// (Settled requests stay until polled, unretried.)
 pub trait Retried {
     fn in_progress(&self) -> bool;
-    fn backoff(&self) -> &Backoff;
-    fn backoff_mut(&mut self) -> &mut Backoff;
 }
 
 /// What a request in progress needs at a timer tick.
@@ -66,10 +64,11 @@ pub enum Due {
     Send,
 }
 
-/// The requests one state machine retries, in the order they began.
+/// The requests one state machine retries, in the order they began, each
+/// with its schedule.
 #[derive(Debug)]
 pub struct RetryTable<T> {
-    entries: Vec<T>,
+    entries: Vec<(Backoff, T)>,
 }
 
 impl<T> Default for RetryTable<T> {
@@ -83,34 +82,39 @@ impl<T: Retried> RetryTable<T> {
         self.entries.is_empty()
     }
 
-    /// Starts retrying `r`, after dropping the entries `replaces` picks
-    /// (the request it supersedes).
-    pub fn start(&mut self, r: T, replaces: impl Fn(&T) -> bool) {
-        self.entries.retain(|e| !replaces(e));
-        self.entries.push(r);
+    /// Starts retrying `r` on `schedule`, after dropping the entries
+    /// `replaces` picks (the request it supersedes).
+    pub fn start(&mut self, schedule: Backoff, r: T, replaces: impl Fn(&T) -> bool) {
+        self.entries.retain(|(_, e)| !replaces(e));
+        self.entries.push((schedule, r));
     }
 
     /// Drops the entries `f` picks.
     pub fn remove_where(&mut self, f: impl Fn(&T) -> bool) {
-        self.entries.retain(|e| !f(e));
+        self.entries.retain(|(_, e)| !f(e));
     }
 
     /// The first entry `f` picks.
     pub fn find_mut(&mut self, f: impl Fn(&T) -> bool) -> Option<&mut T> {
-        self.entries.iter_mut().find(|e| f(e))
+        self.find_scheduled_mut(f).map(|(_, e)| e)
+    }
+
+    /// The first entry `f` picks, with its schedule.
+    pub fn find_scheduled_mut(&mut self, f: impl Fn(&T) -> bool) -> Option<(&mut Backoff, &mut T)> {
+        self.entries.iter_mut().find(|(_, e)| f(e)).map(|(b, e)| (b, e))
     }
 
     /// The first request in progress `f` picks.
     pub fn find_in_progress_mut(&mut self, f: impl Fn(&T) -> bool) -> Option<&mut T> {
-        self.entries.iter_mut().find(|e| e.in_progress() && f(e))
+        self.entries.iter_mut().map(|(_, e)| e).find(|e| e.in_progress() && f(e))
     }
 
     /// What `state` says of the first entry `f` picks, if any; a settled
     /// entry is forgotten once asked.
     pub fn poll<S>(&mut self, f: impl Fn(&T) -> bool, state: impl Fn(&T) -> S) -> Option<S> {
-        let i = self.entries.iter().position(f)?;
-        let s = state(&self.entries[i]);
-        if !self.entries[i].in_progress() {
+        let i = self.entries.iter().position(|(_, e)| f(e))?;
+        let s = state(&self.entries[i].1);
+        if !self.entries[i].1.in_progress() {
             self.entries.remove(i);
         }
         Some(s)
@@ -121,13 +125,13 @@ impl<T: Retried> RetryTable<T> {
     /// machine's own rules, which may settle it), then `due(r, Send)`
     /// when it is still in progress and a retransmission is due.
     pub fn on_timer(&mut self, now: Instant, mut check: impl FnMut(&mut T), mut due: impl FnMut(&mut T, Due)) {
-        for r in self.entries.iter_mut().filter(|r| r.in_progress()) {
-            if r.backoff().expired(now) {
+        for (schedule, r) in self.entries.iter_mut().filter(|(_, r)| r.in_progress()) {
+            if schedule.expired(now) {
                 due(r, Due::Expired);
                 continue;
             }
             check(r);
-            if r.in_progress() && r.backoff_mut().send_due(now) {
+            if r.in_progress() && schedule.send_due(now) {
                 due(r, Due::Send);
             }
         }
@@ -136,7 +140,7 @@ impl<T: Retried> RetryTable<T> {
     /// The next instant a request in progress needs a tick: its schedule's,
     /// or what `also` adds for it, whichever is sooner.
     pub fn next_deadline(&self, also: impl Fn(&T) -> Option<Instant>) -> Option<Instant> {
-        self.entries.iter().filter(|r| r.in_progress()).map(|r| also(r).map_or(r.backoff().next_event(), |t| t.min(r.backoff().next_event()))).min()
+        self.entries.iter().filter(|(_, r)| r.in_progress()).map(|(b, r)| also(r).map_or(b.next_event(), |t| t.min(b.next_event()))).min()
     }
 }
 
@@ -164,19 +168,12 @@ mod tests {
 
     struct R {
         id: u32,
-        b: Backoff,
         done: Option<&'static str>,
     }
 
     impl Retried for R {
         fn in_progress(&self) -> bool {
             self.done.is_none()
-        }
-        fn backoff(&self) -> &Backoff {
-            &self.b
-        }
-        fn backoff_mut(&mut self) -> &mut Backoff {
-            &mut self.b
         }
     }
 
@@ -185,11 +182,12 @@ mod tests {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         let mut t = RetryTable::default();
-        let r = |id, end| R { id, b: Backoff::new(t0, t0 + ms(end), ms(5), ms(5)), done: None };
-        t.start(r(1, 100), |_| false);
-        t.start(r(2, 7), |_| false);
-        t.start(r(9, 100), |_| false);
-        t.start(r(1, 100), |e| e.id == 1); // replaces the first
+        let b = |end| Backoff::new(t0, t0 + ms(end), ms(5), ms(5));
+        let r = |id| R { id, done: None };
+        t.start(b(100), r(1), |_| false);
+        t.start(b(7), r(2), |_| false);
+        t.start(b(100), r(9), |_| false);
+        t.start(b(100), r(1), |e| e.id == 1); // replaces the first
         let mut sent = Vec::new();
         t.on_timer(t0, |e| if e.id == 9 { e.done = Some("settled by the machine") }, |e, d| sent.push((e.id, d)));
         assert_eq!(sent, [(2, Due::Send), (1, Due::Send)], "sent at once, in order; 9 settled before its send");

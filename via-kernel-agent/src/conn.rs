@@ -153,7 +153,6 @@ struct Request {
     vi: u16,
     mac: MacAddr,
     attrs: ConnRepr,
-    backoff: Backoff,
     /// A positive sign (pending) was heard: keep waiting until the deadline.
     pending: bool,
     no_match_since: Option<Instant>,
@@ -166,12 +165,6 @@ struct Request {
 impl Retried for Request {
     fn in_progress(&self) -> bool {
         self.state == RequestState::InProgress
-    }
-    fn backoff(&self) -> &Backoff {
-        &self.backoff
-    }
-    fn backoff_mut(&mut self) -> &mut Backoff {
-        &mut self.backoff
     }
 }
 
@@ -278,7 +271,7 @@ impl ConnectionManager {
     pub fn request_begin(&mut self, vi: u16, mac: MacAddr, mut attrs: ConnRepr, now: Instant, deadline: Instant) {
         attrs.request_id = random_u32();
         let backoff = Backoff::new(now, deadline, REQUEST_RTO, REQUEST_RTO_MAX);
-        self.requests.start(Request { vi, mac, attrs, backoff, pending: false, no_match_since: None, until_matched: false, state: RequestState::InProgress }, |r| r.vi == vi);
+        self.requests.start(backoff, Request { vi, mac, attrs, pending: false, no_match_since: None, until_matched: false, state: RequestState::InProgress }, |r| r.vi == vi);
         self.on_timer(now);
     }
 
@@ -290,9 +283,9 @@ impl ConnectionManager {
     /// given that attempt up (which left the server's VI connected to
     /// nobody).
     pub fn request_until_matched(&mut self, vi: u16) {
-        if let Some(r) = self.requests.find_mut(|r| r.vi == vi) {
+        if let Some((schedule, r)) = self.requests.find_scheduled_mut(|r| r.vi == vi) {
             r.until_matched = true;
-            r.backoff.cap(NO_MATCH_GRACE);
+            schedule.cap(NO_MATCH_GRACE);
         }
     }
 

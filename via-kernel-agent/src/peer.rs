@@ -49,19 +49,12 @@ struct PeerRequest {
     /// Our attributes; `discriminator` is ours, `peer_discriminator` the
     /// one sought; `request_id` a nonce of this request.
     attrs: ConnRepr,
-    backoff: Backoff,
     state: RequestState,
 }
 
 impl Retried for PeerRequest {
     fn in_progress(&self) -> bool {
         self.state == RequestState::InProgress
-    }
-    fn backoff(&self) -> &Backoff {
-        &self.backoff
-    }
-    fn backoff_mut(&mut self) -> &mut Backoff {
-        &mut self.backoff
     }
 }
 
@@ -97,7 +90,7 @@ impl PeerConnector {
     pub fn begin(&mut self, vi: u16, mac: MacAddr, mut attrs: ConnRepr, now: Instant, deadline: Instant) {
         attrs.request_id = random_u32();
         let backoff = Backoff::new(now, deadline, REQUEST_RTO, REQUEST_RTO_MAX);
-        self.requests.start(PeerRequest { vi, mac, attrs, backoff, state: RequestState::InProgress }, |r| r.vi == vi);
+        self.requests.start(backoff, PeerRequest { vi, mac, attrs, state: RequestState::InProgress }, |r| r.vi == vi);
         self.on_timer(now);
     }
 

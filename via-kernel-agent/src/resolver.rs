@@ -40,19 +40,12 @@ struct Query {
     /// The name sought; empty when asking `target` for its name.
     name: String,
     target: MacAddr,
-    backoff: Backoff,
     state: Lookup,
 }
 
 impl Retried for Query {
     fn in_progress(&self) -> bool {
         self.state == Lookup::InProgress
-    }
-    fn backoff(&self) -> &Backoff {
-        &self.backoff
-    }
-    fn backoff_mut(&mut self) -> &mut Backoff {
-        &mut self.backoff
     }
 }
 
@@ -114,7 +107,7 @@ impl Resolver {
         self.next_id = self.next_id.wrapping_add(1);
         let id = self.next_id;
         let backoff = Backoff::new(now, deadline, QUERY_RTO, QUERY_RTO_MAX);
-        self.queries.start(Query { id, name, target, backoff, state: Lookup::InProgress }, |q| q.id == id);
+        self.queries.start(backoff, Query { id, name, target, state: Lookup::InProgress }, |q| q.id == id);
         self.on_timer(now);
         id
     }
