@@ -1,6 +1,7 @@
 //! Errors of the Rust API, mirroring `VIP_RETURN`: every error carries the
 //! `VIP_*` code a C caller would get and a message naming the cause.
 
+use std::borrow::Cow;
 use std::fmt;
 use via_kernel_agent::memory::MemError;
 
@@ -48,31 +49,34 @@ impl VipReturn {
     }
 }
 
-/// An error of a VIPL operation.
+/// An error of a VIPL operation. The message is static text where the
+/// cause needs no numbers, so that the errors a polling program meets all
+/// the time (`VIP_NOT_DONE`) allocate nothing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ViaError {
     pub code: VipReturn,
-    pub message: String,
+    pub message: Cow<'static, str>,
 }
 
 impl ViaError {
-    pub fn new(code: VipReturn, message: impl Into<String>) -> Self {
+    pub fn new(code: VipReturn, message: impl Into<Cow<'static, str>>) -> Self {
         ViaError { code, message: message.into() }
     }
-    pub fn invalid(message: impl Into<String>) -> Self {
+    pub fn invalid(message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(VipReturn::InvalidParameter, message)
     }
-    pub fn state(message: impl Into<String>) -> Self {
+    pub fn state(message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(VipReturn::InvalidState, message)
     }
-    pub fn resource(message: impl Into<String>) -> Self {
+    pub fn resource(message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(VipReturn::ErrorResource, message)
     }
-    pub fn timeout(message: impl Into<String>) -> Self {
+    pub fn timeout(message: impl Into<Cow<'static, str>>) -> Self {
         Self::new(VipReturn::Timeout, message)
     }
-    pub fn not_done() -> Self {
-        Self::new(VipReturn::NotDone, "nothing completed yet")
+    /// `VIP_NOT_DONE`, allocating nothing.
+    pub const fn not_done() -> Self {
+        ViaError { code: VipReturn::NotDone, message: Cow::Borrowed("nothing completed yet") }
     }
     pub fn io(context: &str, e: std::io::Error) -> Self {
         Self::resource(format!("{context}: {e}"))

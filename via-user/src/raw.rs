@@ -19,19 +19,19 @@ use via_wire::MacAddr;
 /// A long time standing for "no limit".
 const FOREVER: Duration = Duration::from_secs(3600 * 24 * 365);
 
-/// One look of a wait at the VI or CQ it waits on (`now`: its serial, or
-/// why it is not there): the first look notes which object it is; later
-/// ones end the wait with INVALID_STATE when it was destroyed meanwhile
-/// (and its number perhaps given to a new one).
-fn still_the_same(began_on: &mut Option<u64>, now: Result<u64>, what: &str) -> Result<()> {
+/// One look of a wait at the VI or CQ it waits on (`now`: its serial
+/// and answer, or why it is not there): the first look notes which object
+/// it is; later ones end the wait with INVALID_STATE when it was destroyed
+/// meanwhile (and its number perhaps given to a new one).
+fn still_the_same<T>(began_on: &mut Option<u64>, now: Result<(u64, Option<T>)>, what: &'static str) -> Result<Option<T>> {
     match (now, *began_on) {
-        (Ok(s), None) => {
+        (Ok((s, answer)), None) => {
             *began_on = Some(s);
-            Ok(())
+            Ok(answer)
         }
-        (Ok(s), Some(b)) if s == b => Ok(()),
+        (Ok((s, answer)), Some(b)) if s == b => Ok(answer),
         (Err(e), None) => Err(e),
-        _ => Err(ViaError::state(format!("the {what} was destroyed while this thread waited on it"))),
+        _ => Err(ViaError::state(if what == "VI" { "the VI was destroyed while this thread waited on it" } else { "the CQ was destroyed while this thread waited on it" })),
     }
 }
 
@@ -170,7 +170,7 @@ impl RawNic {
     /// `VipSendDone` / `VipRecvDone`: the address of the oldest completed
     /// descriptor.
     pub fn vi_done(&self, id: u16, send: bool) -> Result<Option<usize>> {
-        self.0.poll(|e| e.core.done(id, queue(send)))
+        self.0.poll(|e| e.core.done(id, queue(send)).map(|(_, d)| d))
     }
 
     /// `VipSendWait` / `VipRecvWait` (None: no limit). A disconnect by
@@ -179,11 +179,7 @@ impl RawNic {
     pub fn vi_wait(&self, id: u16, send: bool, timeout: Option<Duration>) -> Result<usize> {
         let what = if send { "SendWait" } else { "RecvWait" };
         let mut began_on = None;
-        self.0.wait(timeout, what, |e| {
-            let now = e.core.vi(id).map(|v| v.serial);
-            still_the_same(&mut began_on, now, "VI")?;
-            e.core.done(id, queue(send))
-        })
+        self.0.wait(timeout, what, |e| still_the_same(&mut began_on, e.core.done(id, queue(send)), "VI"))
     }
 
     /// `VipConnectRequest` from VI `id` to the server at `mac` waiting on
@@ -269,18 +265,14 @@ impl RawNic {
 
     /// `VipCQDone`: (VI, receive queue?) of the oldest completion.
     pub fn cq_done(&self, id: u16) -> Result<Option<(u16, bool)>> {
-        self.0.poll(|e| e.core.cq_done(id))
+        self.0.poll(|e| e.core.cq_done(id).map(|(_, c)| c))
     }
 
     /// `VipCQWait`; ends with INVALID_STATE when another thread destroys
     /// the CQ.
     pub fn cq_wait(&self, id: u16, timeout: Option<Duration>) -> Result<(u16, bool)> {
         let mut began_on = None;
-        self.0.wait(timeout, "CQWait", |e| {
-            let now = e.core.cq_mut(id).map(|c| c.serial);
-            still_the_same(&mut began_on, now, "CQ")?;
-            e.core.cq_done(id)
-        })
+        self.0.wait(timeout, "CQWait", |e| still_the_same(&mut began_on, e.core.cq_done(id), "CQ"))
     }
 
     /// `VipResizeCQ`: fails when more completions are queued than fit.

@@ -56,7 +56,7 @@ fn log_error(e: &ViaError) {
     }
 }
 
-pub(crate) fn invalid(what: &str) -> ViaError {
+pub(crate) fn invalid(what: impl Into<std::borrow::Cow<'static, str>>) -> ViaError {
     ViaError::invalid(what)
 }
 

@@ -18,7 +18,7 @@ pub unsafe extern "C" fn VipQuerySystemManagementInfo(nic: VipHandle, info_type:
     guard(|| {
         nic_of(nic)?;
         if info_type != VIP_SMI_AUTODISCOVERY {
-            return Err(invalid(&format!("system management info type {info_type} is not supported (only VIP_SMI_AUTODISCOVERY)")));
+            return Err(invalid(format!("system management info type {info_type} is not supported (only VIP_SMI_AUTODISCOVERY)")));
         }
         // No discovery of other hosts is kept: an empty list, one hop.
         out(info.cast::<VipAutodiscoveryList>(), VipAutodiscoveryList { number_of_hops: 1, ad_addr_array: std::ptr::null_mut(), num_ad_addrs: 0 })

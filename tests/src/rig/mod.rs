@@ -164,7 +164,7 @@ impl Host {
 
     /// The slot of the oldest completed descriptor of queue `q`, if any.
     pub fn done(&mut self, q: Queue) -> Option<usize> {
-        let addr = self.engine.core.done(self.vi, q).expect("the rig's VI exists")?;
+        let addr = self.engine.core.done(self.vi, q).expect("the rig's VI exists").1?;
         Some((addr - self.arena.addr(page::DESCS * PAGE)) / SLOT_BYTES)
     }
 

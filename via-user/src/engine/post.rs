@@ -235,18 +235,22 @@ impl Core {
         }
     }
 
-    /// `VipSendDone` / `VipRecvDone`: the oldest completed descriptor.
-    pub fn done(&mut self, id: u16, q: Queue) -> Result<Option<usize>> {
+    /// `VipSendDone` / `VipRecvDone`: the oldest completed descriptor,
+    /// and the serial of the VI that answered (a wait notices by it that
+    /// the VI was replaced under the same number).
+    pub fn done(&mut self, id: u16, q: Queue) -> Result<(u64, Option<usize>)> {
         let vi = self.vi_mut(id)?;
         let wq = match q {
             Queue::Send => &mut vi.sq,
             Queue::Recv => &mut vi.rq,
         };
-        Ok(wq.pop_completed().map(|e| e.desc))
+        Ok((vi.serial, wq.pop_completed().map(|e| e.desc)))
     }
 
-    /// `VipCQDone`: the oldest completion of CQ `cq` as (VI, is receive queue).
-    pub fn cq_done(&mut self, cq: u16) -> Result<Option<(u16, bool)>> {
-        Ok(self.cq_mut(cq)?.pop())
+    /// `VipCQDone`: the oldest completion of CQ `cq` as (VI, is receive
+    /// queue), and the CQ's serial.
+    pub fn cq_done(&mut self, cq: u16) -> Result<(u64, Option<(u16, bool)>)> {
+        let cq = self.cq_mut(cq)?;
+        Ok((cq.serial, cq.pop()))
     }
 }
