@@ -13,14 +13,22 @@ use std::time::{Duration, Instant};
 use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
 use via_user::{Config, Descriptor, MemAttributes, MemoryRegion, Nic, Op, Reliability, ViAttributes};
 
-type Wire = Arc<Mutex<VecDeque<Vec<u8>>>>;
+/// One direction of the in-memory wire: frames in flight, and spent
+/// buffers kept for the next frames, so the harness allocates nothing per
+/// frame (its cost stays out of the engine's count).
+#[derive(Default)]
+struct WireQueue {
+    frames: VecDeque<Vec<u8>>,
+    spare: Vec<Vec<u8>>,
+}
+
+type Wire = Arc<Mutex<WireQueue>>;
 
 /// Frames written to `tx` are read from the peer's `rx`.
 struct QueueDevice {
     mac: MacAddr,
     rx: Wire,
     tx: Wire,
-    cur: Vec<u8>,
 }
 
 impl FrameDevice for QueueDevice {
@@ -40,11 +48,12 @@ impl FrameDevice for QueueDevice {
         Ok(())
     }
     fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        let mut q = self.rx.lock().unwrap();
         let mut n = 0;
         while n < budget {
-            let Some(f) = self.rx.lock().unwrap().pop_front() else { break };
-            self.cur = f;
-            sink(&self.cur);
+            let Some(f) = q.frames.pop_front() else { break };
+            sink(&f);
+            q.spare.push(f);
             n += 1;
         }
         Ok(n)
@@ -52,9 +61,10 @@ impl FrameDevice for QueueDevice {
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
         let mut q = self.tx.lock().unwrap();
         for f in frames {
-            let mut b = Vec::new();
+            let mut b = q.spare.pop().unwrap_or_default();
+            b.clear();
             f.append_to(&mut b);
-            q.push_back(b);
+            q.frames.push_back(b);
         }
         Ok(frames.len())
     }
@@ -81,8 +91,8 @@ fn connected_pair(mode: Mode) -> (End, End) {
     let (ab, ba): (Wire, Wire) = Default::default();
     // The queue device has no fd to sleep on: waits spin throughout.
     let cfg = Config { progress_thread: false, spin: Duration::from_secs(60), ..Config::default() };
-    let a = Nic::with_device("a", Box::new(QueueDevice { mac: MacAddr([2, 0, 0, 0, 0, 1]), rx: ba.clone(), tx: ab.clone(), cur: Vec::new() }), cfg.clone()).unwrap();
-    let b = Nic::with_device("b", Box::new(QueueDevice { mac: MacAddr([2, 0, 0, 0, 0, 2]), rx: ab, tx: ba, cur: Vec::new() }), cfg).unwrap();
+    let a = Nic::with_device("a", Box::new(QueueDevice { mac: MacAddr([2, 0, 0, 0, 0, 1]), rx: ba.clone(), tx: ab.clone() }), cfg.clone()).unwrap();
+    let b = Nic::with_device("b", Box::new(QueueDevice { mac: MacAddr([2, 0, 0, 0, 0, 2]), rx: ab, tx: ba }), cfg).unwrap();
     let rdma = mode == Mode::RdmaWrite;
     let setup = |nic: &Nic| {
         let ptag = nic.create_ptag().unwrap();

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Instructions per one-way 64-byte message, both ends, counted by callgrind
+# on the engine_cost bench (two NICs in one thread over an in-memory queue
+# device, the full Rust API): the measured loop only (setup excluded), as
+# send/receive and as RDMA write.
+# Needs valgrind. Usage: scripts/engine-instructions.sh [ITERS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+iters="${1:-2000}"
+command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
+bench="$(cargo bench -p via-user --bench engine_cost --no-run --message-format=json 2>/dev/null \
+    | sed -n 's/.*"executable":"\([^"]*engine_cost[^"]*\)".*/\1/p' | tail -1)"
+[ -x "$bench" ] || { echo "could not build the engine_cost bench" >&2; exit 1; }
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+printf '%-14s %12s\n' mode instructions
+for mode in send write; do
+    ITERS="$iters" ONLY="$mode" valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*ping_pong*' \
+        --callgrind-out-file="$out/$mode" "$bench" >/dev/null 2>&1
+    total="$(callgrind_annotate "$out/$mode" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)"
+    printf '%-14s %12d\n' "$mode" $((total / (iters * 2)))
+done
+echo "(per one-way 64 B message, both ends, $iters round trips, callgrind; the"
+echo " queue device's own work, a mutex and a copy per frame, is included)"
