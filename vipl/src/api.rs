@@ -67,16 +67,42 @@ pub(crate) fn nic_of(h: VipHandle) -> Result<NicObject, ViaError> {
     }
 }
 
-fn vi_of(h: VipHandle) -> Result<(Nic, VipHandle, u16), ViaError> {
-    match handles::get(h) {
-        Some(Object::Vi { nic, nic_handle, id }) => Ok((nic, nic_handle, id)),
+/// A VI handle's object, pinned for the call (no lock, no copy).
+struct ViRef(handles::Pinned);
+
+impl ViRef {
+    /// Its NIC, the NIC's handle, and its number there.
+    fn parts(&self) -> (&Nic, VipHandle, u16) {
+        match &*self.0 {
+            Object::Vi { nic, nic_handle, id } => (nic, *nic_handle, *id),
+            _ => unreachable!("vi_of pins VIs only"),
+        }
+    }
+}
+
+fn vi_of(h: VipHandle) -> Result<ViRef, ViaError> {
+    match handles::pin(h) {
+        Some(p) if matches!(*p, Object::Vi { .. }) => Ok(ViRef(p)),
         _ => Err(invalid("not a VI handle (NULL, destroyed or another kind)")),
     }
 }
 
-fn cq_of(h: VipHandle) -> Result<(Nic, VipHandle, handles::ViHandles, u16), ViaError> {
-    match handles::get(h) {
-        Some(Object::Cq { nic, nic_handle, vis, id }) => Ok((nic, nic_handle, vis, id)),
+/// A CQ handle's object, pinned for the call.
+struct CqRef(handles::Pinned);
+
+impl CqRef {
+    /// Its NIC, the NIC's handle, the NIC's VI handles, and its number.
+    fn parts(&self) -> (&Nic, VipHandle, &handles::ViHandles, u16) {
+        match &*self.0 {
+            Object::Cq { nic, nic_handle, vis, id } => (nic, *nic_handle, vis, *id),
+            _ => unreachable!("cq_of pins CQs only"),
+        }
+    }
+}
+
+fn cq_of(h: VipHandle) -> Result<CqRef, ViaError> {
+    match handles::pin(h) {
+        Some(p) if matches!(*p, Object::Cq { .. }) => Ok(CqRef(p)),
         _ => Err(invalid("not a CQ handle (NULL, destroyed or another kind)")),
     }
 }
@@ -204,7 +230,7 @@ pub unsafe extern "C" fn VipOpenNic(name: *const c_char, nic: *mut VipHandle) ->
         crate::drivers::keep_linked();
         let n = Nic::open(name)?;
         let mac = std::sync::Arc::new(n.mac().0);
-        out(nic, handles::insert(Object::Nic(NicObject { nic: n, mac, vis: Default::default() })))
+        out(nic, handles::insert(Object::Nic(NicObject { vis: handles::ViHandles::new(n.attributes().max_vi), nic: n, mac })))
     })
 }
 
@@ -391,7 +417,8 @@ pub unsafe extern "C" fn VipCreateVi(nic: VipHandle, attrs: *const VipViAttribut
             if h.is_null() {
                 return Ok(None);
             }
-            let (cq_nic, _, _, id) = cq_of(h)?;
+            let pinned = cq_of(h)?;
+            let (cq_nic, _, _, id) = pinned.parts();
             if !cq_nic.same(&n.nic) {
                 return Err(invalid("VipCreateVi: the CQ belongs to another NIC"));
             }
@@ -410,7 +437,8 @@ pub unsafe extern "C" fn VipCreateVi(nic: VipHandle, attrs: *const VipViAttribut
 #[no_mangle]
 pub unsafe extern "C" fn VipDestroyVi(vi: VipHandle) -> VipReturnCode {
     guard(|| {
-        let (nic, _, id) = vi_of(vi)?;
+        let pinned = vi_of(vi)?;
+        let (nic, _, id) = pinned.parts();
         nic.raw().vi_destroy(id)?;
         handles::remove(vi);
         Ok(())
@@ -423,7 +451,8 @@ pub unsafe extern "C" fn VipDestroyVi(vi: VipHandle) -> VipReturnCode {
 #[no_mangle]
 pub unsafe extern "C" fn VipQueryVi(vi: VipHandle, state: *mut i32, attrs: *mut VipViAttributes, send_empty: *mut VipBoolean, recv_empty: *mut VipBoolean) -> VipReturnCode {
     guard(|| {
-        let (nic, nic_handle, id) = vi_of(vi)?;
+        let pinned = vi_of(vi)?;
+        let (nic, nic_handle, id) = pinned.parts();
         let (phase, a, se, re) = nic.raw().vi_query(id)?;
         let st = match phase {
             ViPhase::Idle => vi_state::IDLE,
@@ -445,7 +474,8 @@ pub unsafe extern "C" fn VipQueryVi(vi: VipHandle, state: *mut i32, attrs: *mut 
 #[no_mangle]
 pub unsafe extern "C" fn VipSetViAttributes(vi: VipHandle, attrs: *const VipViAttributes) -> VipReturnCode {
     guard(|| {
-        let (nic, _, id) = vi_of(vi)?;
+        let pinned = vi_of(vi)?;
+        let (nic, _, id) = pinned.parts();
         nic.raw().vi_set_attributes(id, &vi_attrs(attrs)?)
     })
 }
@@ -453,7 +483,8 @@ pub unsafe extern "C" fn VipSetViAttributes(vi: VipHandle, attrs: *const VipViAt
 // ---- data transfer ----
 
 fn post(vi: VipHandle, desc: *mut c_void, mem: VipMemHandle, send: bool) -> R {
-    let (nic, _, id) = vi_of(vi)?;
+    let pinned = vi_of(vi)?;
+    let (nic, _, id) = pinned.parts();
     if desc.is_null() {
         return Err(invalid("NULL descriptor"));
     }
@@ -481,7 +512,8 @@ pub unsafe extern "C" fn VipPostRecv(vi: VipHandle, desc: *mut c_void, mem: VipM
 /// # Safety
 /// `out_desc` is NULL (refused) or valid for writing a pointer.
 unsafe fn done(vi: VipHandle, out_desc: *mut *mut c_void, send: bool) -> R {
-    let (nic, _, id) = vi_of(vi)?;
+    let pinned = vi_of(vi)?;
+    let (nic, _, id) = pinned.parts();
     if out_desc.is_null() {
         return Err(invalid("NULL descriptor pointer"));
     }
@@ -496,7 +528,8 @@ unsafe fn done(vi: VipHandle, out_desc: *mut *mut c_void, send: bool) -> R {
 /// # Safety
 /// As for [`done`].
 unsafe fn wait(vi: VipHandle, ms: c_ulong, out_desc: *mut *mut c_void, send: bool) -> R {
-    let (nic, _, id) = vi_of(vi)?;
+    let pinned = vi_of(vi)?;
+    let (nic, _, id) = pinned.parts();
     if out_desc.is_null() {
         return Err(invalid("NULL descriptor pointer"));
     }
@@ -546,7 +579,8 @@ unsafe impl Send for Context {}
 type DescCallback = extern "C" fn(VipPvoid, VipHandle, VipHandle, *mut c_void);
 
 fn notify(vi: VipHandle, ctx: VipPvoid, f: Option<DescCallback>, send: bool) -> R {
-    let (nic, nic_handle, id) = vi_of(vi)?;
+    let pinned = vi_of(vi)?;
+    let (nic, nic_handle, id) = pinned.parts();
     let f = f.ok_or_else(|| invalid("NULL callback"))?;
     let (ctx, nh, vh) = (Context(ctx), Context(nic_handle), Context(vi));
     let target = if send { NotifyTarget::Send(id) } else { NotifyTarget::Recv(id) };
@@ -613,7 +647,8 @@ pub unsafe extern "C" fn VipConnectWait(nic: VipHandle, local: *const VipNetAddr
 pub unsafe extern "C" fn VipConnectAccept(conn: VipHandle, vi: VipHandle) -> VipReturnCode {
     guard(|| {
         let Some(Object::Conn { nic, req }) = handles::get(conn) else { return Err(invalid("not a connection handle")) };
-        let (_, _, id) = vi_of(vi)?;
+        let pinned = vi_of(vi)?;
+        let (_, _, id) = pinned.parts();
         let r = nic.raw().vi_accept(req.conn, id);
         handles::remove(conn); // accepted or refused over attributes: either way it is used up
         r
@@ -652,7 +687,8 @@ unsafe fn write_remote_attrs(nic: &Nic, id: u16, p: *mut VipViAttributes) -> R {
 #[no_mangle]
 pub unsafe extern "C" fn VipConnectRequest(vi: VipHandle, local: *const VipNetAddress, remote: *const VipNetAddress, ms: c_ulong, remote_attrs: *mut VipViAttributes) -> VipReturnCode {
     guard(|| {
-        let (nic, _, id) = vi_of(vi)?;
+        let pinned = vi_of(vi)?;
+        let (nic, _, id) = pinned.parts();
         net_address(local)?;
         let (host, disc) = net_address(remote)?;
         nic.raw().vi_connect(id, mac_of(host)?, disc, timeout(ms))?;
@@ -666,7 +702,8 @@ pub unsafe extern "C" fn VipConnectRequest(vi: VipHandle, local: *const VipNetAd
 #[no_mangle]
 pub unsafe extern "C" fn VipDisconnect(vi: VipHandle) -> VipReturnCode {
     guard(|| {
-        let (nic, _, id) = vi_of(vi)?;
+        let pinned = vi_of(vi)?;
+        let (nic, _, id) = pinned.parts();
         nic.raw().vi_disconnect(id)
     })
 }
@@ -677,7 +714,8 @@ pub unsafe extern "C" fn VipDisconnect(vi: VipHandle) -> VipReturnCode {
 #[no_mangle]
 pub unsafe extern "C" fn VipConnectPeerRequest(vi: VipHandle, local: *const VipNetAddress, remote: *const VipNetAddress, ms: c_ulong) -> VipReturnCode {
     guard(|| {
-        let (nic, _, id) = vi_of(vi)?;
+        let pinned = vi_of(vi)?;
+        let (nic, _, id) = pinned.parts();
         let (_, mine) = net_address(local)?;
         let (host, theirs) = net_address(remote)?;
         nic.raw().vi_peer_request(id, mac_of(host)?, mine, theirs, timeout(ms))
@@ -690,7 +728,8 @@ pub unsafe extern "C" fn VipConnectPeerRequest(vi: VipHandle, local: *const VipN
 #[no_mangle]
 pub unsafe extern "C" fn VipConnectPeerDone(vi: VipHandle, remote_attrs: *mut VipViAttributes) -> VipReturnCode {
     guard(|| {
-        let (nic, _, id) = vi_of(vi)?;
+        let pinned = vi_of(vi)?;
+        let (nic, _, id) = pinned.parts();
         if !nic.raw().vi_peer_done(id)? {
             return Err(ViaError::not_done());
         }
@@ -704,7 +743,8 @@ pub unsafe extern "C" fn VipConnectPeerDone(vi: VipHandle, remote_attrs: *mut Vi
 #[no_mangle]
 pub unsafe extern "C" fn VipConnectPeerWait(vi: VipHandle, remote_attrs: *mut VipViAttributes) -> VipReturnCode {
     guard(|| {
-        let (nic, _, id) = vi_of(vi)?;
+        let pinned = vi_of(vi)?;
+        let (nic, _, id) = pinned.parts();
         nic.raw().vi_peer_wait(id)?;
         write_remote_attrs(&nic, id, remote_attrs)
     })
@@ -733,7 +773,8 @@ pub unsafe extern "C" fn VipCreateCQ(nic: VipHandle, entries: c_ulong, cq: *mut 
 #[no_mangle]
 pub unsafe extern "C" fn VipDestroyCQ(cq: VipHandle) -> VipReturnCode {
     guard(|| {
-        let (nic, _, _, id) = cq_of(cq)?;
+        let pinned = cq_of(cq)?;
+        let (nic, _, _, id) = pinned.parts();
         nic.raw().cq_destroy(id)?;
         handles::remove(cq);
         Ok(())
@@ -746,7 +787,8 @@ pub unsafe extern "C" fn VipDestroyCQ(cq: VipHandle) -> VipReturnCode {
 #[no_mangle]
 pub unsafe extern "C" fn VipResizeCQ(cq: VipHandle, entries: c_ulong) -> VipReturnCode {
     guard(|| {
-        let (nic, _, _, id) = cq_of(cq)?;
+        let pinned = cq_of(cq)?;
+        let (nic, _, _, id) = pinned.parts();
         nic.raw().cq_resize(id, entries as usize)
     })
 }
@@ -766,7 +808,8 @@ unsafe fn cq_answer(vis: &handles::ViHandles, (vi, recv): (u16, bool), vi_out: *
 #[no_mangle]
 pub unsafe extern "C" fn VipCQDone(cq: VipHandle, vi: *mut VipHandle, recv_queue: *mut VipBoolean) -> VipReturnCode {
     guard(|| {
-        let (nic, _, vis, id) = cq_of(cq)?;
+        let pinned = cq_of(cq)?;
+        let (nic, _, vis, id) = pinned.parts();
         if vi.is_null() || recv_queue.is_null() {
             return Err(invalid("NULL output pointer"));
         }
@@ -783,7 +826,8 @@ pub unsafe extern "C" fn VipCQDone(cq: VipHandle, vi: *mut VipHandle, recv_queue
 #[no_mangle]
 pub unsafe extern "C" fn VipCQWait(cq: VipHandle, ms: c_ulong, vi: *mut VipHandle, recv_queue: *mut VipBoolean) -> VipReturnCode {
     guard(|| {
-        let (nic, _, vis, id) = cq_of(cq)?;
+        let pinned = cq_of(cq)?;
+        let (nic, _, vis, id) = pinned.parts();
         if vi.is_null() || recv_queue.is_null() {
             return Err(invalid("NULL output pointer"));
         }
@@ -800,9 +844,10 @@ type CqCallback = extern "C" fn(VipPvoid, VipHandle, VipHandle, VipBoolean);
 #[no_mangle]
 pub unsafe extern "C" fn VipCQNotify(cq: VipHandle, ctx: VipPvoid, f: Option<CqCallback>) -> VipReturnCode {
     guard(|| {
-        let (nic, nic_handle, vis, id) = cq_of(cq)?;
+        let pinned = cq_of(cq)?;
+        let (nic, nic_handle, vis, id) = pinned.parts();
         let f = f.ok_or_else(|| invalid("NULL callback"))?;
-        let (ctx, nh) = (Context(ctx), Context(nic_handle));
+        let (ctx, nh, vis) = (Context(ctx), Context(nic_handle), vis.clone());
         nic.notify(
             NotifyTarget::Cq(id),
             Box::new(move |n| {
