@@ -42,6 +42,7 @@ mod progress;
 pub mod raw;
 pub mod region;
 mod reorder;
+mod rtt;
 mod shared;
 mod usermem;
 pub mod vi;

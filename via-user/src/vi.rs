@@ -6,6 +6,7 @@
 use crate::reorder::ReorderBuffer;
 use crate::workqueue::WorkQueue;
 use std::collections::VecDeque;
+use crate::rtt::RttEstimator;
 use std::time::{Duration, Instant};
 use via_kernel_agent::conn::Peer;
 use via_kernel_agent::memory::Ptag;
@@ -161,8 +162,7 @@ pub struct ViState {
     pub retries: u32,
     /// Round-trip time: smoothed estimate and mean deviation (RFC 6298),
     /// from timing one frame at a time that is never sent twice (Karn).
-    pub srtt: Option<Duration>,
-    pub rttvar: Duration,
+    pub rtt: RttEstimator,
     /// The frame being timed: its PSN and when it went out.
     pub rtt_probe: Option<(u32, Instant)>,
     /// The `una` for which a NAK already caused a rewind.
@@ -225,8 +225,7 @@ impl ViState {
             rto_at: None,
             rto,
             retries: 0,
-            srtt: None,
-            rttvar: Duration::ZERO,
+            rtt: RttEstimator::default(),
             rtt_probe: None,
             nak_rewound: None,
             sacked: 0,
@@ -258,26 +257,6 @@ impl ViState {
         self.tx_psn.wrapping_sub(self.una)
     }
 
-    /// Takes a round-trip sample (RFC 6298's smoothing).
-    pub fn rtt_sample(&mut self, r: Duration) {
-        match self.srtt {
-            None => (self.srtt, self.rttvar) = (Some(r), r / 2),
-            Some(s) => {
-                let dev = s.abs_diff(r);
-                self.rttvar = (self.rttvar * 3 + dev) / 4;
-                self.srtt = Some((s * 7 + r) / 8);
-            }
-        }
-    }
-
-    /// The retransmission timeout after progress: the measured round trip
-    /// plus four deviations, at least `initial` (the configured one), at
-    /// most `max`. A link with a long delay then does not time out every
-    /// frame before its ACK can come back.
-    pub fn base_rto(&self, initial: Duration, max: Duration) -> Duration {
-        self.srtt.map_or(initial, |s| (s + self.rttvar * 4).clamp(initial, max.max(initial)))
-    }
-
     /// Does the receiver owe the peer an acknowledgement?
     pub fn ack_owed(&self) -> bool {
         self.ack_count > 0 || self.ack_now || self.nak
@@ -294,7 +273,7 @@ impl ViState {
         self.rto_at = None;
         self.rto = rto;
         self.retries = 0;
-        (self.srtt, self.rttvar, self.rtt_probe) = (None, Duration::ZERO, None);
+        (self.rtt, self.rtt_probe) = (RttEstimator::default(), None);
         self.nak_rewound = None;
         (self.sacked, self.resend, self.resent) = (0, 0, 0);
         self.rx_expected = 0;

@@ -232,7 +232,7 @@ impl Core {
             }
             vi.una = ack;
             if let Some((_, sent)) = vi.rtt_probe.filter(|&(psn, _)| seq_lt(psn, ack)) {
-                vi.rtt_sample(now.saturating_duration_since(sent));
+                vi.rtt.sample(now.saturating_duration_since(sent));
                 vi.rtt_probe = None;
             }
             vi.nak_rewound = None;
@@ -280,7 +280,7 @@ impl Core {
         let (initial, max) = (self.config.rto_initial, self.config.rto_max);
         let Some(vi) = vi_at(&mut self.vis, id) else { return };
         vi.retries = 0;
-        vi.rto = vi.base_rto(initial, max);
+        vi.rto = vi.rtt.rto(initial, max);
         vi.rto_at = outstanding.then(|| now + vi.rto);
         if let Some(t) = vi.rto_at {
             self.arm(t);
