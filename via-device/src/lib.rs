@@ -300,6 +300,21 @@ pub trait FrameDevice: Send {
     fn stats(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+
+    /// A thread is about to sleep on [`FrameDevice::wait_fd`] until frames
+    /// come (called with the device to itself, before every such sleep):
+    /// false when frames came meanwhile (then it does not sleep). A device
+    /// whose descriptor turns readable by itself when frames wait (a
+    /// socket, a NIC's interrupt) needs nothing: the default. One that
+    /// wakes sleepers by hand (shared memory) counts the sleeper, so that
+    /// nobody makes a system call to wake a thread that spins.
+    fn prepare_sleep(&mut self) -> bool {
+        true
+    }
+
+    /// The thread that [`FrameDevice::prepare_sleep`] counted woke (once
+    /// per `true` it returned).
+    fn end_sleep(&mut self) {}
 }
 
 /// The interface named by an M-VIA style device name: `/dev/via_eth0` → `eth0`.

@@ -311,6 +311,14 @@ impl FrameDevice for FaultyDevice {
         self.inner.unmap_memory(addr, len)
     }
 
+    fn prepare_sleep(&mut self) -> bool {
+        self.inner.prepare_sleep()
+    }
+
+    fn end_sleep(&mut self) {
+        self.inner.end_sleep()
+    }
+
     fn stats(&self) -> Vec<(&'static str, u64)> {
         let mut s = self.inner.stats();
         s.extend([("faults_lost", self.lost), ("faults_duplicated", self.duplicated), ("faults_reordered", self.reordered), ("faults_corrupted", self.corrupted), ("faults_delayed", self.delayed_frames)]);

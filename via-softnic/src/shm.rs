@@ -19,16 +19,17 @@
 //! Waking: each port's owner sleeps on an eventfd (its `wait_fd`), whose
 //! number it publishes in the port's control block; a sender takes its
 //! own copy of it once, with `pidfd_getfd` (the owner allows that with
-//! `PR_SET_PTRACER`, for kernels whose Yama policy asks). A sender
-//! publishes its frame (tail), then, after a full fence, rings the eventfd
-//! if the owner had taken every frame before it (head). The owner empties
-//! the eventfd only after it found the ring empty, then, after a full
-//! fence, looks once more. Of the sender's look at head and the owner's
-//! second look at tail one sees the other's store, so a frame either is
-//! seen or leaves the eventfd rung. And when the owner stops with frames
-//! still in the ring (its budget ran out), it rings its own eventfd, so
-//! that the descriptor stays readable while frames wait, as a NIC ring's
-//! does.
+//! `PR_SET_PTRACER`, for kernels whose Yama policy asks). While the owner
+//! spins, nobody makes a system call: a thread of the owner about to sleep
+//! first counts itself in the port's `sleepers` and, after a full fence,
+//! looks at the ring once more ([`FrameDevice::prepare_sleep`]: it does
+//! not sleep if frames came). A sender publishes its frame (tail), then,
+//! after a full fence, rings the eventfd only if `sleepers` is not 0, and
+//! only once until the owner empties it (`rung`). Of the sender's look at
+//! `sleepers` and the owner's look at tail one sees the other's store, so
+//! a frame is either seen before sleeping or wakes the sleeper. The owner
+//! empties the eventfd when it finds the ring empty with `rung` set, then
+//! clears `rung` and looks once more.
 //!
 //! Lending (`shm:<wire>,lend=<bytes>`): a frame whose payload its sender
 //! keeps in place until the receiver has it ([`TxFrame::lendable`]) and
@@ -53,7 +54,6 @@
 //! Memory errors are not a concern between processes of one host, so the
 //! device reports itself checksummed.
 
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
@@ -102,15 +102,14 @@ pub struct ShmDevice {
     identity: MacAddr,
     /// Our eventfd: the wait descriptor.
     wake: EventFd,
-    /// Live ports by identity, as of `epoch`.
-    routes: HashMap<MacAddr, Vec<Route>>,
+    /// Live ports by identity, as of `epoch` (a few: looked through in
+    /// order, no hashing per frame).
+    routes: Vec<(MacAddr, Vec<Route>)>,
     epoch: u64,
-    /// Other ports' eventfds (our copies), with their generation.
-    doorbells: HashMap<usize, (u32, EventFd)>,
+    /// Other ports' eventfds (our copies), with their generation, by port.
+    doorbells: Vec<Option<(u32, EventFd)>>,
     /// The ports of the frame being sent (kept for reuse).
     targets: Vec<Route>,
-    /// Our eventfd may be clear (we emptied it and have not rung it since).
-    drained: bool,
     /// Payloads at least this long are lent (usize::MAX: never).
     lend_min: usize,
     /// Where plain `receive` reads a lent frame in whole.
@@ -213,6 +212,8 @@ impl ShmDevice {
         c.filter[0].store(0, Ordering::Release);
         c.tail.store(0, Ordering::Release);
         c.head.store(0, Ordering::Release);
+        c.sleepers.store(0, Ordering::Release);
+        c.rung.store(0, Ordering::Release);
         c.generation.fetch_add(1, Ordering::AcqRel);
         seg.unlock(port);
         let wake = EventFd::new().map_err(|e| io::Error::new(e.kind(), format!("making the doorbell eventfd: {e}")))?;
@@ -227,11 +228,10 @@ impl ShmDevice {
             pid,
             identity,
             wake,
-            routes: HashMap::new(),
+            routes: Vec::new(),
             epoch: u64::MAX,
-            doorbells: HashMap::new(),
+            doorbells: (0..PORTS).map(|_| None).collect(),
             targets: Vec::new(),
-            drained: true,
             lend_min,
             scratch: Vec::new(),
             members: Members::new(),
@@ -268,7 +268,11 @@ impl ShmDevice {
             let mac = MacAddr(m[..6].try_into().unwrap());
             let (f0, f1) = (c.filter[0].load(Ordering::Acquire), c.filter[1].load(Ordering::Acquire));
             let filter = ((f0 >> 32) != 0).then_some(RxFilter { ethertype: (f0 >> 32) as u16, offset: (f0 & 0xffff_ffff) as usize, accept: [f1 as u32, (f1 >> 32) as u32] });
-            self.routes.entry(mac).or_default().push(Route { port: p, generation: c.generation.load(Ordering::Acquire), filter });
+            let route = Route { port: p, generation: c.generation.load(Ordering::Acquire), filter };
+            match self.routes.iter_mut().find(|(m, _)| *m == mac) {
+                Some((_, v)) => v.push(route),
+                None => self.routes.push((mac, vec![route])),
+            }
         }
         self.epoch = epoch;
     }
@@ -282,8 +286,8 @@ impl ShmDevice {
         let dst = MacAddr(head[..6].try_into().unwrap());
         let accepts = |r: &&Route| r.filter.is_none_or(|f| f.matches(head));
         if dst.is_broadcast() {
-            self.targets.extend(self.routes.values().flatten().filter(accepts));
-        } else if let Some(v) = self.routes.get(&dst) {
+            self.targets.extend(self.routes.iter().flat_map(|(_, v)| v).filter(accepts));
+        } else if let Some((_, v)) = self.routes.iter().find(|(m, _)| *m == dst) {
             self.targets.extend(v.iter().filter(accepts));
         }
     }
@@ -345,11 +349,12 @@ impl ShmDevice {
         }
         c.tail.store(tail + 1, Ordering::Release);
         self.seg.unlock(r.port);
-        // Had the owner taken everything before our frame? Then it may be
-        // going to sleep: ring. The fence pairs with the owner's, so that
-        // either it sees our tail or we see its head (module comment).
+        // Does a thread of the owner sleep, or is one about to? Then ring,
+        // once until it empties the eventfd. The fence pairs with the
+        // one in `prepare_sleep`: either it sees our tail or we see it
+        // counted (module comment).
         std::sync::atomic::fence(Ordering::SeqCst);
-        if c.head.load(Ordering::Acquire) == tail {
+        if c.sleepers.load(Ordering::Relaxed) != 0 && c.rung.swap(1, Ordering::AcqRel) == 0 {
             self.ring_doorbell(r);
         }
         true
@@ -368,14 +373,16 @@ impl ShmDevice {
             let p = mask.trailing_zeros() as usize;
             mask &= mask - 1;
             let oc = self.seg.control(p);
-            if oc.state.load(Ordering::Acquire) == LIVE {
+            // Rung whether or not it sleeps (a full ring is rare): it may be
+            // about to, with its frames unsent.
+            if oc.state.load(Ordering::Acquire) == LIVE && oc.rung.swap(1, Ordering::AcqRel) == 0 {
                 self.ring_doorbell(Route { port: p, generation: oc.generation.load(Ordering::Acquire), filter: None });
             }
         }
     }
 
     fn ring_doorbell(&mut self, r: Route) {
-        let fresh = self.doorbells.get(&r.port).is_none_or(|(g, _)| *g != r.generation);
+        let fresh = self.doorbells[r.port].as_ref().is_none_or(|(g, _)| *g != r.generation);
         if fresh {
             let c = self.seg.control(r.port);
             let (pid, fd) = (c.pid.load(Ordering::Acquire), c.wake_fd.load(Ordering::Acquire));
@@ -391,7 +398,7 @@ impl ShmDevice {
                     return;
                 }
                 Ok(fd) => {
-                    self.doorbells.insert(r.port, (r.generation, EventFd::from(fd)));
+                    self.doorbells[r.port] = Some((r.generation, EventFd::from(fd)));
                 }
                 Err(e) => {
                     // The owner is going away (ESRCH), or we may not copy
@@ -406,7 +413,7 @@ impl ShmDevice {
                 }
             }
         }
-        if let Some((_, fd)) = self.doorbells.get(&r.port) {
+        if let Some((_, fd)) = &self.doorbells[r.port] {
             fd.signal();
         }
     }
@@ -478,20 +485,17 @@ impl ShmDevice {
             if budget == 0 {
                 return Ok(0);
             }
-            // Found nothing: empty the doorbell, then look once more (the
-            // fence pairs with the senders').
+            // Found nothing: if the doorbell was rung, empty it, then say
+            // so and look once more (a sender that saw it still rung did
+            // not ring; the fence pairs with the senders').
+            if c.rung.load(Ordering::Acquire) == 0 {
+                break;
+            }
             self.wake.drain();
-            self.drained = true;
+            c.rung.store(0, Ordering::Release);
             std::sync::atomic::fence(Ordering::SeqCst);
         }
         self.rx_frames += n as u64;
-        // Frames left over (the budget ran out): senders ring only when
-        // the ring was empty, so keep our eventfd readable ourselves, as a
-        // NIC's ring descriptor stays readable while frames wait.
-        if self.drained && c.tail.load(Ordering::Acquire) > head {
-            self.wake.signal();
-            self.drained = false;
-        }
         if n > 0 {
             self.wake_blocked();
         }
@@ -564,6 +568,22 @@ impl FrameDevice for ShmDevice {
 
     fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
         self.take(budget, false, &mut |f, _| sink(f))
+    }
+
+    fn prepare_sleep(&mut self) -> bool {
+        let c = self.seg.control(self.port);
+        c.sleepers.fetch_add(1, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if c.tail.load(Ordering::Acquire) > c.head.load(Ordering::Relaxed) {
+            c.sleepers.fetch_sub(1, Ordering::SeqCst); // frames came: do not sleep
+            return false;
+        }
+        true
+    }
+
+    fn end_sleep(&mut self) {
+        let c = self.seg.control(self.port);
+        let _ = c.sleepers.fetch_update(Ordering::SeqCst, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 
     fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], Option<&LentPayload>)) -> io::Result<usize> {

@@ -197,9 +197,15 @@ impl Nic {
         // frame, and sleeping between them (at once when VIA_SPIN_US=0,
         // as in oversubscribed runs) costs a wake-up per frame.
         let mut burst: u32 = 0;
+        // This thread slept on the device (counted by `prepare_sleep`):
+        // said to it at the next look, whatever that look finds.
+        let mut slept = false;
         loop {
             let sleep = {
                 let mut e = self.lock();
+                if std::mem::take(&mut slept) {
+                    e.end_sleep();
+                }
                 if let Some(v) = f(&mut e)? {
                     return Ok(v); // already complete: no clock, no progress
                 }
@@ -225,7 +231,8 @@ impl Nic {
                 // it, so a wake-up written for it cannot be taken by another
                 // sleeper. (Without one, out of fds, the wait keeps spinning.)
                 let spinning = burst > 0 || now.duration_since(start) < self.shared.spin;
-                let wake_fd = if spinning { None } else { crate::waker::thread_fd().ok() };
+                // (A device that saw frames come while we prepared: look again.)
+                let wake_fd = if spinning { None } else { crate::waker::thread_fd().ok().filter(|_| e.prepare_sleep()) };
                 if let Some(wake_fd) = wake_fd {
                     let now = *last_read.insert(Instant::now());
                     // Counted while still holding the lock, so a thread that
@@ -244,6 +251,7 @@ impl Nic {
             match sleep {
                 None => std::hint::spin_loop(),
                 Some((wake_fd, t)) => {
+                    slept = true;
                     sleep_on(&[self.shared.fd, wake_fd], t);
                     self.unregister_sleeper(wake_fd);
                     round = 0;

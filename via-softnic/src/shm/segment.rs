@@ -68,7 +68,12 @@ pub(super) struct Control {
     pub blocked: AtomicU64,
     /// The owner's eventfd (a descriptor number in the owner's process).
     pub wake_fd: AtomicU32,
-    _pad0: [u8; 12],
+    /// Threads of the owner asleep on its eventfd, or about to be: a
+    /// sender rings only while this is not 0.
+    pub sleepers: AtomicU32,
+    /// The eventfd was rung and not emptied since: no need to ring again.
+    pub rung: AtomicU32,
+    _pad0: [u8; 4],
     /// Frames appended (written by senders under the lock).
     pub tail: AtomicU64,
     _pad1: [u8; 56],

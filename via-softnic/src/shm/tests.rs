@@ -75,26 +75,30 @@ fn the_filter_and_the_doorbell() {
     let other = frame(b.mac(), 40, 0xee);
     assert!(a.takes(&ok) && !a.takes(&other));
     let mut pfd = libc::pollfd { fd: b.wait_fd(), events: libc::POLLIN, revents: 0 };
-    // SAFETY: poll on one live pollfd, no wait.
-    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "nothing yet");
+    let mut readable = || {
+        // SAFETY: poll on one live pollfd, no wait.
+        unsafe { libc::poll(&mut pfd, 1, 0) == 1 }
+    };
+    assert!(!readable(), "nothing yet");
+    // Nobody sleeps: frames come without a system call to wake anyone.
     assert_eq!(a.transmit(&[TxFrame::new(&other), TxFrame::new(&ok)]).unwrap(), 2);
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 1, "the doorbell rang");
-    assert_eq!(recv_all(&mut b), vec![ok.clone()]);
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "and was emptied");
-    // A receive that leaves frames behind leaves the descriptor
-    // readable: a waiter must not sleep on them.
-    let three = [TxFrame::new(&ok), TxFrame::new(&ok), TxFrame::new(&ok)];
-    assert_eq!(a.transmit(&three).unwrap(), 3);
-    assert_eq!(recv_all(&mut b).len(), 3);
-    assert_eq!(a.transmit(&three).unwrap(), 3);
-    assert_eq!(b.receive(1, &mut |_| {}).unwrap(), 1);
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 1, "two frames still wait");
+    assert!(!readable(), "a spinning owner is not rung");
+    assert!(!b.prepare_sleep(), "a frame waits: do not sleep");
+    assert_eq!(recv_all(&mut b), vec![ok.clone()], "the filter let one through");
+    // A thread about to sleep is counted, and the next frame rings once.
+    assert!(b.prepare_sleep(), "nothing waits: sleep");
+    assert_eq!(a.transmit(&[TxFrame::new(&ok)]).unwrap(), 1);
+    assert!(readable(), "the doorbell rang for the sleeper");
+    assert_eq!(a.transmit(&[TxFrame::new(&ok)]).unwrap(), 1);
+    b.end_sleep();
     assert_eq!(recv_all(&mut b).len(), 2);
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "none wait");
+    assert!(!readable(), "emptied when the ring was found empty");
+    assert!(b.prepare_sleep());
+    b.end_sleep();
+    assert_eq!(a.transmit(&[TxFrame::new(&ok)]).unwrap(), 1);
+    assert!(!readable(), "the sleeper woke and said so: not rung");
+    assert_eq!(b.receive(1, &mut |_| {}).unwrap(), 1);
+    assert!(!readable(), "none wait");
     remove_wire(&w);
 }
 
@@ -313,6 +317,7 @@ fn a_doorbell_that_is_not_an_eventfd_is_not_written() {
     forged.mac.store(mac_word(target), Ordering::Release);
     forged.pid.store(std::process::id(), Ordering::Release);
     forged.wake_fd.store(file.as_raw_fd() as u32, Ordering::Release);
+    forged.sleepers.store(1, Ordering::Release); // asleep: a frame rings it
     forged.state.store(LIVE, Ordering::Release);
     seg.header().epoch.fetch_add(1, Ordering::AcqRel);
     let f = frame(target, 60, 1);
