@@ -291,6 +291,9 @@ fn alternating_rounds(o: &Options, h: &Hosts, probe: Option<&Probe>) -> (Vec<Row
     if probe.is_some() {
         wanted.extend(probe_transports(o));
     }
+    if o.transports.iter().any(|t| t == "via-shm") {
+        wanted.push("shm-floor".into()); // what via-shm is held to
+    }
     for round in 0..o.rounds {
         let mut order = wanted.clone();
         let n = order.len().max(1);
@@ -298,6 +301,8 @@ fn alternating_rounds(o: &Options, h: &Hosts, probe: Option<&Probe>) -> (Vec<Row
         for t in &order {
             let got = if t.starts_with("c-") {
                 run_probe(o, h, probe.expect("probe transports only with a probe"), t).map(|r| vec![r])
+            } else if t == "shm-floor" {
+                crate::floor::latency(crate::common::lat_iters(64, o.quick)).map(|r| vec![r])
             } else {
                 let args: Vec<String> = vec!["--sizes".into(), "64".into(), "--bw-sizes".into(), (1 << 20).to_string()];
                 run_pair_with(h, t, args).map(|(rows, _, _)| rows)
@@ -381,6 +386,9 @@ fn print_ratios(rows: &[Row], rounds: Option<&Rounds>) {
     }
     if let Some((s, v, r)) = ratio("via-shm", "via", "lat") {
         println!("latency 64 B    shared memory/software NIC = {r:.3}  (medians {s:.2} / {v:.2} us; via-shm against via)");
+    }
+    if let Some((s, f, r)) = ratio("via-shm", "shm-floor", "lat") {
+        println!("latency 64 B    via-shm = {s:.3} us, shared-memory floor = {f:.3} us  (via-shm/floor = {r:.2}: two processes handing a cache line back and forth; target via-shm <= 0.35 us) {}", verdict(s <= 0.35));
     }
     if let Some((s, v, r)) = ratio("via-shm", "via", "bw") {
         println!("bandwidth 1 MiB shared memory/software NIC = {r:.3}  (medians {s:.1} / {v:.1} MB/s)");

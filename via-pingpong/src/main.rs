@@ -9,6 +9,7 @@
 mod cleanup;
 mod common;
 mod demo;
+mod floor;
 mod plot;
 mod probe;
 mod raw;
@@ -44,6 +45,8 @@ USAGE:
                       and c-tcp,c-udp, the C probe, beside tcp and udp; via-auth is
                       VIA with a cluster secret on both ends (every frame carries a
                       MAC); via-shm is VIA through composite devices joined by shared memory;
+                      with via-shm, the rounds also time shm-floor, two processes
+                      handing a cache line back and forth (the floor via-shm is held to);
                       via-shm-lent, not in the default, the same with payloads of
                       16 KiB and more lent: copied once, from the sender's memory;
                       via?<faults>, e.g. via?loss=0.05, VIA over devices that lose,
@@ -197,7 +200,37 @@ fn client(o: &Options) -> io::Result<Vec<Row>> {
     }
 }
 
+/// `via-pingpong shm-floor serve|time PATH N [--cpu C]`: one side of the
+/// demo's shared-memory floor probe (see `floor.rs`).
+fn floor_side(args: &[String]) -> i32 {
+    let [role, path, n, rest @ ..] = args else {
+        eprintln!("via-pingpong shm-floor: want serve|time PATH N [--cpu C]");
+        return 2;
+    };
+    if let ["--cpu", c] = rest.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        match c.parse() {
+            Ok(c) => pin_to(c),
+            Err(_) => return 2,
+        }
+    }
+    match floor::side(role, path, n.parse().unwrap_or(0)) {
+        Ok(Some(row)) => {
+            println!("{}", json_array(&[row]));
+            0
+        }
+        Ok(None) => 0,
+        Err(e) => {
+            eprintln!("via-pingpong shm-floor {role}: {e}");
+            1
+        }
+    }
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("shm-floor") {
+        std::process::exit(floor_side(&args[2..]));
+    }
     let (mode, o) = match parse() {
         Ok(x) => x,
         Err(e) => {
