@@ -211,16 +211,19 @@ impl std::fmt::Display for WireError {
 
 impl std::error::Error for WireError {}
 
+// One bounds check per field (a slice of the field's width), not one per
+// byte.
+#[inline(always)]
 fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
+    u16::from_be_bytes(b[at..at + 2].try_into().expect("a 2-byte slice"))
 }
+#[inline(always)]
 fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    u32::from_be_bytes(b[at..at + 4].try_into().expect("a 4-byte slice"))
 }
+#[inline(always)]
 fn be64(b: &[u8], at: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[at..at + 8]);
-    u64::from_be_bytes(x)
+    u64::from_be_bytes(b[at..at + 8].try_into().expect("an 8-byte slice"))
 }
 
 /// A read view of a whole VIA Ethernet frame (Ethernet header included).
