@@ -88,6 +88,9 @@ pub struct RegistrationTable {
     free: Vec<usize>,
     ptags: Vec<Option<(Ptag, usize)>>,
     registered_bytes: usize,
+    /// Changes that can fail a check that passed before (a region gone or
+    /// re-tagged, a VI re-tagged): see [`RegistrationTable::epoch`].
+    changes: u64,
 }
 
 fn slot_of(handle: u32) -> Option<usize> {
@@ -170,12 +173,28 @@ impl RegistrationTable {
         Ok(handle)
     }
 
+    /// The number of the table's current state of checks (never 0): a
+    /// range that passed [`RegistrationTable::check`] passes it again,
+    /// with the same tag, while this has not changed. Engines keep the
+    /// ranges of posted descriptors as checked at post, with this number,
+    /// and check again only when it moved.
+    pub fn epoch(&self) -> u64 {
+        self.changes + 1
+    }
+
+    /// Says that checks that passed may now fail for a reason outside the
+    /// table (a VI's protection tag changed).
+    pub fn invalidate_checks(&mut self) {
+        self.changes += 1;
+    }
+
     /// Removes the region `handle`, which must start at `addr`.
     pub fn deregister(&mut self, addr: usize, handle: u32) -> Result<Region, MemError> {
         let r = *self.lookup(handle)?;
         if r.addr != addr {
             return Err(MemError::BadAddress);
         }
+        self.changes += 1;
         let s = slot_of(handle).unwrap();
         self.regions[s] = None;
         self.free.push(s);
@@ -201,6 +220,7 @@ impl RegistrationTable {
         }
         self.acquire_ptag(attrs.ptag)?;
         self.release_ptag(r.attrs.ptag);
+        self.changes += 1;
         let s = slot_of(handle).unwrap();
         self.regions[s].as_mut().unwrap().attrs = attrs;
         Ok(())

@@ -48,9 +48,34 @@ pub struct WqEntry {
     /// response arrived.
     pub got: u32,
     pub read_done: bool,
+    /// The local data segments as checked at post, when there are at most
+    /// [`INLINE_SEGMENTS`], and the registration epoch of that check (0:
+    /// not kept). While the epoch stands, transmit and receive use them
+    /// without reading the descriptor or checking them again.
+    pub inline: [CheckedSegment; INLINE_SEGMENTS],
+    pub inline_epoch: u64,
+}
+
+/// Local data segments a work-queue entry keeps as checked at post.
+pub const INLINE_SEGMENTS: usize = 1;
+
+/// A data segment that passed the registration check: `len` bytes at
+/// `addr` in region `handle`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CheckedSegment {
+    pub addr: u64,
+    pub len: u32,
+    pub handle: u32,
 }
 
 impl WqEntry {
+    /// The local data segments (`seg0..segs`) as checked at post, if kept
+    /// and the registration table's epoch is still `epoch`.
+    #[inline]
+    pub fn checked_segments(&self, epoch: u64) -> Option<&[CheckedSegment]> {
+        (self.inline_epoch == epoch).then(|| &self.inline[..(self.segs - self.seg0) as usize])
+    }
+
     /// The `VIP_CONTROL_OP_*` operation.
     pub fn op(&self) -> u16 {
         self.control & crate::descriptor::control::OP_MASK

@@ -462,6 +462,7 @@ impl Core {
         if attrs.ptag != old.ptag {
             self.mem.acquire_ptag(attrs.ptag).map_err(|_| ViaError::new(crate::VipReturn::InvalidPtag, "unknown protection tag"))?;
             self.mem.release_ptag(old.ptag);
+            self.mem.invalidate_checks(); // posted descriptors were checked against the old tag
         }
         self.vi_mut(id)?.attrs = attrs;
         Ok(())

@@ -6,7 +6,7 @@ use crate::descriptor::{control, status, DESCRIPTOR_ALIGNMENT};
 use crate::error::{Result, ViaError, VipReturn};
 use crate::usermem;
 use crate::vi::ViPhase;
-use crate::workqueue::WqEntry;
+use crate::workqueue::{CheckedSegment, WqEntry, INLINE_SEGMENTS};
 use via_kernel_agent::memory::MemError;
 
 /// Which queue of a VI.
@@ -74,9 +74,13 @@ impl Core {
             e.rhandle = a.handle;
         }
         let mut total: u64 = 0;
+        let keep = (cs.seg_count - e.seg0) as usize <= INLINE_SEGMENTS;
         for i in e.seg0 as usize..cs.seg_count as usize {
             // SAFETY: as above; i < seg_count.
             let s = unsafe { usermem::read_segment(addr, i) };
+            if keep {
+                e.inline[i - e.seg0 as usize] = CheckedSegment { addr: s.data.address_bits, len: s.length, handle: s.handle };
+            }
             if s.length == 0 {
                 continue;
             }
@@ -85,6 +89,9 @@ impl Core {
                 return Ok(e);
             }
             total += s.length as u64;
+        }
+        if keep {
+            e.inline_epoch = self.mem.epoch();
         }
         if total > vi.attrs.max_transfer_size as u64 {
             e.pre_status = status::LENGTH_ERROR;

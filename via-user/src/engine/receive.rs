@@ -13,7 +13,7 @@ use super::{vi_at, AsyncError, AsyncErrorKind, Core};
 use crate::descriptor::status;
 use crate::usermem;
 use crate::vi::{Reliability, RxMessage, ViPhase};
-use crate::workqueue::WqEntry;
+use crate::workqueue::{CheckedSegment, WqEntry};
 use via_kernel_agent::memory::Ptag;
 use std::time::Instant;
 use via_kernel_agent::conn::CmHeader;
@@ -635,7 +635,7 @@ impl Core {
     /// (and unmapped) them since posting, and then nothing is written.
     #[inline]
     pub(super) fn scatter(&self, e: &WqEntry, ptag: Ptag, cur: &mut (u16, u32), payload: Payload<'_>) -> Result<(), PlaceError> {
-        if !usermem::descriptor_registered(&self.mem, e.desc, e.desc_handle, e.segs as usize, ptag) {
+        if e.checked_segments(self.mem.epoch()).is_none() && !usermem::descriptor_registered(&self.mem, e.desc, e.desc_handle, e.segs as usize, ptag) {
             return Err(PlaceError::Protection);
         }
         self.scatter_registered(e, ptag, cur, payload)
@@ -644,23 +644,33 @@ impl Core {
     /// [`Core::scatter`] once the descriptor's registration was checked.
     fn scatter_registered(&self, e: &WqEntry, ptag: Ptag, cur: &mut (u16, u32), payload: Payload<'_>) -> Result<(), PlaceError> {
         let (desc, segs) = (e.desc, e.segs as usize);
+        // The segments as checked at post, while nothing was deregistered
+        // since; otherwise read from the descriptor and checked again.
+        let checked = e.checked_segments(self.mem.epoch());
         let mut from = 0;
         while from < payload.len() {
             if cur.0 as usize >= segs {
                 return Err(PlaceError::Protection);
             }
-            // SAFETY: the caller checked the descriptor with its `segs`
-            // segments (scatter, scatter_at) under the engine lock; cur.0 < segs.
-            let s = unsafe { usermem::read_segment(desc, cur.0 as usize) };
-            let room = s.length.saturating_sub(cur.1) as usize;
+            let s = match checked {
+                Some(c) => c[cur.0 as usize - e.seg0 as usize],
+                None => {
+                    // SAFETY: the caller checked the descriptor with its
+                    // `segs` segments (scatter, scatter_at) under the engine
+                    // lock; cur.0 < segs.
+                    let s = unsafe { usermem::read_segment(desc, cur.0 as usize) };
+                    CheckedSegment { addr: s.data.address_bits, len: s.length, handle: s.handle }
+                }
+            };
+            let room = s.len.saturating_sub(cur.1) as usize;
             if room == 0 {
                 cur.0 += 1;
                 cur.1 = 0;
                 continue;
             }
             let n = room.min(payload.len() - from);
-            let addr = s.data.address_bits as usize + cur.1 as usize;
-            if self.mem.check(s.handle, addr, n, ptag).is_err() {
+            let addr = s.addr as usize + cur.1 as usize;
+            if checked.is_none() && self.mem.check(s.handle, addr, n, ptag).is_err() {
                 return Err(PlaceError::Protection);
             }
             // SAFETY: [addr, addr + n) was just checked against the table;

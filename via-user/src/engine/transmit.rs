@@ -17,7 +17,7 @@
 use super::post::Queue;
 use super::{vi_at, Core, Engine, BATCH};
 use crate::vi::ViPhase;
-use crate::workqueue::WqEntry;
+use crate::workqueue::{CheckedSegment, WqEntry};
 use via_kernel_agent::memory::{Ptag, RegistrationTable};
 use crate::descriptor::control;
 use crate::usermem;
@@ -171,7 +171,10 @@ pub type Headers = [[u8; FRAME_HEADER_LEN]; BATCH];
 #[allow(clippy::too_many_arguments)]
 fn gather(mem: &RegistrationTable, bounce_buf: &mut Vec<u8>, frag: usize, e: &WqEntry, ptag: Ptag, off: u32, len: u32, slot: usize, spec: &mut Spec, max_pieces: usize) -> bool {
     let (desc, segs) = (e.desc, e.segs as usize);
-    if !usermem::descriptor_registered(mem, desc, e.desc_handle, segs, ptag) {
+    // The segments as checked at post, while nothing was deregistered
+    // since; otherwise read from the descriptor and checked again.
+    let checked = e.checked_segments(mem.epoch());
+    if checked.is_none() && !usermem::descriptor_registered(mem, desc, e.desc_handle, segs, ptag) {
         return false; // its segment list was deregistered since posting
     }
     spec.n = 0;
@@ -185,17 +188,23 @@ fn gather(mem: &RegistrationTable, bounce_buf: &mut Vec<u8>, frag: usize, e: &Wq
         if want == 0 {
             break;
         }
-        // SAFETY: descriptor_registered checked the descriptor with its
-        // `segs` segments above, under the engine lock; i < segs.
-        let s = unsafe { usermem::read_segment(desc, i) };
-        let sl = s.length as usize;
+        let s = match checked {
+            Some(c) => c[i - e.seg0 as usize],
+            None => {
+                // SAFETY: descriptor_registered checked the descriptor with
+                // its `segs` segments above, under the engine lock; i < segs.
+                let s = unsafe { usermem::read_segment(desc, i) };
+                CheckedSegment { addr: s.data.address_bits, len: s.length, handle: s.handle }
+            }
+        };
+        let sl = s.len as usize;
         if skip >= sl {
             skip -= sl;
             continue;
         }
         let take = (sl - skip).min(want);
-        let addr = s.data.address_bits as usize + skip;
-        if mem.check(s.handle, addr, take, ptag).is_err() {
+        let addr = s.addr as usize + skip;
+        if checked.is_none() && mem.check(s.handle, addr, take, ptag).is_err() {
             return false;
         }
         skip = 0;
@@ -450,7 +459,7 @@ impl Core {
                 break; // QFENCE: wait until the earlier RDMA reads complete
             }
             let en = vi.sq.get_mut(vi.tx_idx);
-            if en.nframes == 0 && !message_registered(mem, en, ptag) {
+            if en.nframes == 0 && en.checked_segments(mem.epoch()).is_none() && !message_registered(mem, en, ptag) {
                 en.pre_status = crate::descriptor::status::PROTECTION_ERROR;
                 *pre_errored += 1;
                 *refused = true;
