@@ -303,18 +303,45 @@ pub trait FrameDevice: Send {
 
     /// A thread is about to sleep on [`FrameDevice::wait_fd`] until frames
     /// come (called with the device to itself, before every such sleep):
-    /// false when frames came meanwhile (then it does not sleep). A device
+    /// `None` when frames came meanwhile (then it does not sleep), or the
+    /// [`Sleep`] it holds while asleep and drops when it woke. A device
     /// whose descriptor turns readable by itself when frames wait (a
     /// socket, a NIC's interrupt) needs nothing: the default. One that
-    /// wakes sleepers by hand (shared memory) counts the sleeper, so that
-    /// nobody makes a system call to wake a thread that spins.
-    fn prepare_sleep(&mut self) -> bool {
-        true
+    /// wakes sleepers by hand (shared memory) counts the sleeper until the
+    /// `Sleep` is dropped, so that nobody makes a system call to wake a
+    /// thread that spins.
+    fn prepare_sleep(&mut self) -> Option<Sleep> {
+        Some(Sleep::default())
+    }
+}
+
+/// A thread's sleep on a device, from [`FrameDevice::prepare_sleep`]:
+/// dropping it says the thread woke. It needs neither the device nor its
+/// lock, so a thread that woke says so at once.
+#[derive(Default)]
+pub struct Sleep {
+    ends: Vec<Box<dyn FnOnce() + Send>>,
+}
+
+impl Sleep {
+    /// A sleep that `end` ends.
+    pub fn ended_by(end: impl FnOnce() + Send + 'static) -> Sleep {
+        Sleep { ends: vec![Box::new(end)] }
     }
 
-    /// The thread that [`FrameDevice::prepare_sleep`] counted woke (once
-    /// per `true` it returned).
-    fn end_sleep(&mut self) {}
+    /// One sleep on several devices (a composite's members).
+    pub fn join(mut self, mut other: Sleep) -> Sleep {
+        self.ends.append(&mut other.ends);
+        self
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        for end in self.ends.drain(..) {
+            end();
+        }
+    }
 }
 
 /// The interface named by an M-VIA style device name: `/dev/via_eth0` → `eth0`.

@@ -42,7 +42,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use via_device::ETH_HEADER_LEN;
-use via_device::{Capabilities, FrameDevice, HostRoute, LentPayload, MacAddr, RxFilter, TxFrame};
+use via_device::{Capabilities, FrameDevice, HostRoute, LentPayload, MacAddr, RxFilter, Sleep, TxFrame};
 
 /// NICs a composite may own.
 pub const MAX_NICS: usize = 4;
@@ -372,26 +372,15 @@ impl FrameDevice for CompositeDevice {
     }
 
     /// Every member is told: the sleep is on all of them (the epoll set).
-    fn prepare_sleep(&mut self) -> bool {
-        let mut prepared = 0;
+    fn prepare_sleep(&mut self) -> Option<Sleep> {
+        let mut sleep = Sleep::default();
         for n in &mut self.nics {
-            if !n.dev.prepare_sleep() {
-                break;
-            }
-            prepared += 1;
+            sleep = sleep.join(n.dev.prepare_sleep()?); // dropping `sleep` undoes the others
         }
-        let all = prepared == self.nics.len() && self.shm.as_mut().is_none_or(|s| s.prepare_sleep());
-        if !all {
-            self.nics[..prepared].iter_mut().for_each(|n| n.dev.end_sleep());
-        }
-        all
-    }
-
-    fn end_sleep(&mut self) {
-        self.nics.iter_mut().for_each(|n| n.dev.end_sleep());
         if let Some(s) = &mut self.shm {
-            s.end_sleep();
+            sleep = sleep.join(s.prepare_sleep()?);
         }
+        Some(sleep)
     }
 }
 
@@ -454,12 +443,12 @@ mod tests {
         let (to_b, to_far) = (frame(b.mac(), a.mac(), 1), frame(far.mac(), a.mac(), 2));
         let batch: Vec<TxFrame> = [&to_b, &to_far, &to_b, &to_far].iter().map(|f| TxFrame::new(f)).collect();
         let mut pfd = libc::pollfd { fd: b.wait_fd(), events: libc::POLLIN, revents: 0 };
-        assert!(b.prepare_sleep(), "b is about to sleep on every member");
+        let sleep = b.prepare_sleep().expect("b is about to sleep on every member");
         assert_eq!(a.transmit(&batch).unwrap(), 4);
         // SAFETY: poll on one live pollfd, no wait.
         assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 1, "b's epoll set is readable");
-        b.end_sleep();
-        assert!(!b.prepare_sleep(), "frames wait in the wire's ring: do not sleep");
+        drop(sleep);
+        assert!(b.prepare_sleep().is_none(), "frames wait in the wire's ring: do not sleep");
         assert_eq!(recv_all(&mut b), vec![to_b.clone(), to_b]);
         let stats = b.stats();
         assert!(stats.contains(&("shm_rx_frames", 2)) && stats.contains(&("rx_frames", 0)), "both came by shared memory: {stats:?}");

@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
-use via_device::{Capabilities, FrameDevice, LentPayload, MacAddr, RxFilter, TxFrame};
+use via_device::{Capabilities, FrameDevice, LentPayload, MacAddr, RxFilter, Sleep, TxFrame};
 
 /// Fault rates, each the probability per transmitted frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -311,12 +311,8 @@ impl FrameDevice for FaultyDevice {
         self.inner.unmap_memory(addr, len)
     }
 
-    fn prepare_sleep(&mut self) -> bool {
+    fn prepare_sleep(&mut self) -> Option<Sleep> {
         self.inner.prepare_sleep()
-    }
-
-    fn end_sleep(&mut self) {
-        self.inner.end_sleep()
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {

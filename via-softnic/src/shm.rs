@@ -59,7 +59,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use via_device::MAX_GATHER;
 use via_device::ETH_HEADER_LEN;
-use via_device::{Capabilities, EventFd, FrameDevice, LentPayload, MacAddr, RxFilter, TxFrame};
+use via_device::{Capabilities, EventFd, FrameDevice, LentPayload, MacAddr, RxFilter, Sleep, TxFrame};
 
 mod members;
 mod segment;
@@ -95,7 +95,9 @@ struct Route {
 
 /// A process's port on a shared-memory wire.
 pub struct ShmDevice {
-    seg: Segment,
+    /// Shared with the sleeps handed out (a sleeper says it woke without
+    /// the device).
+    seg: std::sync::Arc<Segment>,
     wire: String,
     port: usize,
     pid: u32,
@@ -125,6 +127,8 @@ pub struct ShmDevice {
     rx_lent_failed: u64,
     rx_lent_refused: u64,
     doorbell_failed: u64,
+    /// Doorbells rung (system calls made to wake another port's owner).
+    doorbells_rung: u64,
 }
 
 impl std::fmt::Debug for ShmDevice {
@@ -186,7 +190,7 @@ impl ShmDevice {
     pub fn open(spec: &str, identity: Option<MacAddr>) -> io::Result<ShmDevice> {
         let (wire, lend_min) = parse_spec(spec)?;
         let path = segment_path(wire);
-        let seg = Segment::open(&path).map_err(|e| io::Error::new(e.kind(), format!("opening the shared-memory segment {path}: {e}")))?;
+        let seg = std::sync::Arc::new(Segment::open(&path).map_err(|e| io::Error::new(e.kind(), format!("opening the shared-memory segment {path}: {e}")))?);
         let pid = std::process::id();
         let identity = identity.unwrap_or_else(|| {
             let r = (pid as u64) << 16 ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos() as u64);
@@ -212,9 +216,9 @@ impl ShmDevice {
         c.filter[0].store(0, Ordering::Release);
         c.tail.store(0, Ordering::Release);
         c.head.store(0, Ordering::Release);
-        c.sleepers.store(0, Ordering::Release);
         c.rung.store(0, Ordering::Release);
-        c.generation.fetch_add(1, Ordering::AcqRel);
+        let generation = c.generation.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+        c.sleepers.store(u64::from(generation) << 32, Ordering::Release);
         seg.unlock(port);
         let wake = EventFd::new().map_err(|e| io::Error::new(e.kind(), format!("making the doorbell eventfd: {e}")))?;
         c.wake_fd.store(wake.as_raw_fd() as u32, Ordering::Release);
@@ -244,6 +248,7 @@ impl ShmDevice {
             rx_lent_failed: 0,
             rx_lent_refused: 0,
             doorbell_failed: 0,
+            doorbells_rung: 0,
         })
     }
 
@@ -354,7 +359,7 @@ impl ShmDevice {
         // one in `prepare_sleep`: either it sees our tail or we see it
         // counted (module comment).
         std::sync::atomic::fence(Ordering::SeqCst);
-        if c.sleepers.load(Ordering::Relaxed) != 0 && c.rung.swap(1, Ordering::AcqRel) == 0 {
+        if c.sleepers.load(Ordering::Relaxed) as u32 != 0 && c.rung.swap(1, Ordering::AcqRel) == 0 {
             self.ring_doorbell(r);
         }
         true
@@ -415,6 +420,7 @@ impl ShmDevice {
         }
         if let Some((_, fd)) = &self.doorbells[r.port] {
             fd.signal();
+            self.doorbells_rung += 1;
         }
     }
 
@@ -570,20 +576,22 @@ impl FrameDevice for ShmDevice {
         self.take(budget, false, &mut |f, _| sink(f))
     }
 
-    fn prepare_sleep(&mut self) -> bool {
+    fn prepare_sleep(&mut self) -> Option<Sleep> {
         let c = self.seg.control(self.port);
-        c.sleepers.fetch_add(1, Ordering::SeqCst);
+        let counted = c.sleepers.fetch_add(1, Ordering::SeqCst) + 1;
         std::sync::atomic::fence(Ordering::SeqCst);
+        let (seg, port, generation) = (std::sync::Arc::clone(&self.seg), self.port, counted >> 32);
+        // Counts down this port's owner's sleepers, unless the port has had
+        // another owner since (its count is not ours).
+        let end = move || {
+            let w = &seg.control(port).sleepers;
+            let _ = w.fetch_update(Ordering::SeqCst, Ordering::Relaxed, |v| (v >> 32 == generation && v as u32 != 0).then(|| v - 1));
+        };
         if c.tail.load(Ordering::Acquire) > c.head.load(Ordering::Relaxed) {
-            c.sleepers.fetch_sub(1, Ordering::SeqCst); // frames came: do not sleep
-            return false;
+            end(); // frames came: do not sleep
+            return None;
         }
-        true
-    }
-
-    fn end_sleep(&mut self) {
-        let c = self.seg.control(self.port);
-        let _ = c.sleepers.fetch_update(Ordering::SeqCst, Ordering::Relaxed, |n| n.checked_sub(1));
+        Some(Sleep::ended_by(end))
     }
 
     fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], Option<&LentPayload>)) -> io::Result<usize> {
@@ -629,6 +637,7 @@ impl FrameDevice for ShmDevice {
             ("shm_rx_lent_failed", self.rx_lent_failed),
             ("shm_rx_lent_refused", self.rx_lent_refused),
             ("shm_doorbell_failed", self.doorbell_failed),
+            ("shm_doorbells_rung", self.doorbells_rung),
         ]
     }
 }

@@ -197,15 +197,9 @@ impl Nic {
         // frame, and sleeping between them (at once when VIA_SPIN_US=0,
         // as in oversubscribed runs) costs a wake-up per frame.
         let mut burst: u32 = 0;
-        // This thread slept on the device (counted by `prepare_sleep`):
-        // said to it at the next look, whatever that look finds.
-        let mut slept = false;
         loop {
             let sleep = {
                 let mut e = self.lock();
-                if std::mem::take(&mut slept) {
-                    e.end_sleep();
-                }
                 if let Some(v) = f(&mut e)? {
                     return Ok(v); // already complete: no clock, no progress
                 }
@@ -231,9 +225,10 @@ impl Nic {
                 // it, so a wake-up written for it cannot be taken by another
                 // sleeper. (Without one, out of fds, the wait keeps spinning.)
                 let spinning = burst > 0 || now.duration_since(start) < self.shared.spin;
-                // (A device that saw frames come while we prepared: look again.)
-                let wake_fd = if spinning { None } else { crate::waker::thread_fd().ok().filter(|_| e.prepare_sleep()) };
-                if let Some(wake_fd) = wake_fd {
+                // The device is told (a device that saw frames come
+                // meanwhile: look again); the sleep ends when dropped.
+                let wake = if spinning { None } else { crate::waker::thread_fd().ok().and_then(|fd| e.prepare_sleep().map(|s| (fd, s))) };
+                if let Some((wake_fd, device_sleep)) = wake {
                     let now = *last_read.insert(Instant::now());
                     // Counted while still holding the lock, so a thread that
                     // completes our work after we let go sees us and wakes us.
@@ -242,7 +237,7 @@ impl Nic {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),
                     };
-                    Some((wake_fd, until.map(|u| u.saturating_duration_since(now))))
+                    Some((wake_fd, device_sleep, until.map(|u| u.saturating_duration_since(now))))
                 } else {
                     burst = burst.saturating_sub(1);
                     None
@@ -250,9 +245,9 @@ impl Nic {
             };
             match sleep {
                 None => std::hint::spin_loop(),
-                Some((wake_fd, t)) => {
-                    slept = true;
+                Some((wake_fd, device_sleep, t)) => {
                     sleep_on(&[self.shared.fd, wake_fd], t);
+                    drop(device_sleep); // awake: said to the device at once
                     self.unregister_sleeper(wake_fd);
                     round = 0;
                     crate::waker::drain();

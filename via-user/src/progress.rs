@@ -110,14 +110,8 @@ fn run(weak: Weak<Shared>, gate: &CloseGate) {
 fn run_rounds(weak: &Weak<Shared>, gate: &CloseGate, stop: std::os::fd::RawFd) {
     let mut seen = u64::MAX;
     let mut nap = IDLE_AFTER;
-    // We slept on the device (counted by `prepare_sleep`): said to it
-    // first thing when we hold the NIC again.
-    let mut slept = false;
     loop {
         let Some(shared) = gate.take(weak) else { return };
-        if std::mem::take(&mut slept) {
-            shared.engine.lock().unwrap_or_else(|p| p.into_inner()).end_sleep();
-        }
         let calls = shared.calls.load(Ordering::Relaxed);
         if calls != seen {
             // The application entered the engine since we last looked: it
@@ -136,12 +130,12 @@ fn run_rounds(weak: &Weak<Shared>, gate: &CloseGate, stop: std::os::fd::RawFd) {
                 shared.run(&mut e);
                 // Sleep on the device only if it was told (and saw nothing
                 // come meanwhile); otherwise look again at once.
-                let fd = if e.prepare_sleep() { e.wait_fd() } else { -1 };
-                Some((fd, e.next_deadline()))
+                let sleep = e.prepare_sleep();
+                Some((sleep.is_some().then(|| e.wait_fd()), sleep, e.next_deadline()))
             }
             Err(_) => None,
         };
-        let Some((fd, next)) = round else {
+        let Some((fd, device_sleep, next)) = round else {
             gate.give_back(shared);
             std::thread::sleep(IDLE_AFTER);
             continue;
@@ -149,13 +143,13 @@ fn run_rounds(weak: &Weak<Shared>, gate: &CloseGate, stop: std::os::fd::RawFd) {
         shared.notifier.deliver();
         shared.background_rounds.fetch_add(1, Ordering::Relaxed);
         gate.give_back(shared);
-        if fd < 0 {
+        let Some(fd) = fd else {
             continue; // frames came as we were about to sleep
-        }
-        slept = true;
+        };
         let now = Instant::now();
         let sleep = next.map_or(MAX_SLEEP, |t| t.saturating_duration_since(now).min(MAX_SLEEP));
         sleep_on(&[fd, stop], Some(sleep));
+        drop(device_sleep); // awake: said to the device at once
         crate::waker::drain();
     }
 }

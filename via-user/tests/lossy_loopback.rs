@@ -48,11 +48,8 @@ impl FrameDevice for DropDevice {
     fn wait_fd(&self) -> RawFd {
         self.inner.wait_fd()
     }
-    fn prepare_sleep(&mut self) -> bool {
+    fn prepare_sleep(&mut self) -> Option<via_device::Sleep> {
         self.inner.prepare_sleep()
-    }
-    fn end_sleep(&mut self) {
-        self.inner.end_sleep()
     }
     fn set_filter(&mut self, f: RxFilter) -> io::Result<()> {
         self.inner.set_filter(f)

@@ -68,18 +68,22 @@ pub(super) struct Control {
     pub blocked: AtomicU64,
     /// The owner's eventfd (a descriptor number in the owner's process).
     pub wake_fd: AtomicU32,
-    /// Threads of the owner asleep on its eventfd, or about to be: a
-    /// sender rings only while this is not 0.
-    pub sleepers: AtomicU32,
     /// The eventfd was rung and not emptied since: no need to ring again.
     pub rung: AtomicU32,
-    _pad0: [u8; 4],
+    /// Threads of the owner asleep on its eventfd, or about to be, in the
+    /// low 32 bits (a sender rings only while they are not 0), under the
+    /// port's generation in the high 32 (so that a sleep of a port's
+    /// previous owner, ending late, does not count down the next one's).
+    pub sleepers: AtomicU64,
     /// Frames appended (written by senders under the lock).
     pub tail: AtomicU64,
     _pad1: [u8; 56],
     /// Frames taken out (written by the owner alone).
     pub head: AtomicU64,
 }
+
+// Senders' and the owner's words on cache lines of their own.
+const _: () = assert!(std::mem::offset_of!(Control, tail) == 64 && std::mem::offset_of!(Control, head) == 128);
 
 /// Does process `pid` exist?
 pub(super) fn alive(pid: u32) -> bool {
@@ -95,6 +99,9 @@ pub(super) struct Segment {
 // SAFETY: the mapping is shared memory accessed through atomics and
 // through slots owned by one side at a time (see the shm module comment).
 unsafe impl Send for Segment {}
+// SAFETY: as above; what a shared reference reaches (the control blocks)
+// is atomics only.
+unsafe impl Sync for Segment {}
 
 impl Segment {
     /// Maps the segment at `path`, made owner-only or checked to be (module

@@ -83,18 +83,17 @@ fn the_filter_and_the_doorbell() {
     // Nobody sleeps: frames come without a system call to wake anyone.
     assert_eq!(a.transmit(&[TxFrame::new(&other), TxFrame::new(&ok)]).unwrap(), 2);
     assert!(!readable(), "a spinning owner is not rung");
-    assert!(!b.prepare_sleep(), "a frame waits: do not sleep");
+    assert!(b.prepare_sleep().is_none(), "a frame waits: do not sleep");
     assert_eq!(recv_all(&mut b), vec![ok.clone()], "the filter let one through");
     // A thread about to sleep is counted, and the next frame rings once.
-    assert!(b.prepare_sleep(), "nothing waits: sleep");
+    let sleep = b.prepare_sleep().expect("nothing waits: sleep");
     assert_eq!(a.transmit(&[TxFrame::new(&ok)]).unwrap(), 1);
     assert!(readable(), "the doorbell rang for the sleeper");
     assert_eq!(a.transmit(&[TxFrame::new(&ok)]).unwrap(), 1);
-    b.end_sleep();
+    drop(sleep);
     assert_eq!(recv_all(&mut b).len(), 2);
     assert!(!readable(), "emptied when the ring was found empty");
-    assert!(b.prepare_sleep());
-    b.end_sleep();
+    drop(b.prepare_sleep().expect("nothing waits"));
     assert_eq!(a.transmit(&[TxFrame::new(&ok)]).unwrap(), 1);
     assert!(!readable(), "the sleeper woke and said so: not rung");
     assert_eq!(b.receive(1, &mut |_| {}).unwrap(), 1);
@@ -317,7 +316,7 @@ fn a_doorbell_that_is_not_an_eventfd_is_not_written() {
     forged.mac.store(mac_word(target), Ordering::Release);
     forged.pid.store(std::process::id(), Ordering::Release);
     forged.wake_fd.store(file.as_raw_fd() as u32, Ordering::Release);
-    forged.sleepers.store(1, Ordering::Release); // asleep: a frame rings it
+    forged.sleepers.store(1, Ordering::Release); // asleep (one sleeper): a frame rings it
     forged.state.store(LIVE, Ordering::Release);
     seg.header().epoch.fetch_add(1, Ordering::AcqRel);
     let f = frame(target, 60, 1);

@@ -372,16 +372,11 @@ impl Engine {
         self.dev.wait_fd()
     }
 
-    /// A thread is about to sleep on [`Engine::wait_fd`]: false when frames
-    /// came meanwhile (see `FrameDevice::prepare_sleep`). Each `true` is
-    /// matched by one [`Engine::end_sleep`] once the thread woke.
-    pub fn prepare_sleep(&mut self) -> bool {
+    /// A thread is about to sleep on [`Engine::wait_fd`]: `None` when
+    /// frames came meanwhile, or the sleep to drop once it woke (see
+    /// `FrameDevice::prepare_sleep`).
+    pub fn prepare_sleep(&mut self) -> Option<via_device::Sleep> {
         self.dev.prepare_sleep()
-    }
-
-    /// The thread of a `true` [`Engine::prepare_sleep`] woke.
-    pub fn end_sleep(&mut self) {
-        self.dev.end_sleep()
     }
 
     /// One round of work: receive, timers, transmit. Returns true when
