@@ -72,13 +72,22 @@ impl End {
     }
 }
 
+/// Removes the wire's segment when the test ends, passed or failed.
+struct Wire(String);
+
+impl Drop for Wire {
+    fn drop(&mut self) {
+        via_softnic::shm::remove_wire(&self.0);
+    }
+}
+
 #[test]
 fn a_spinning_ping_pong_rings_no_doorbell() {
     // Waits that spin throughout, however slow the machine: a wait that
     // sleeps is rung, rightly. (This test binary has this one test.)
     std::env::set_var("VIA_SPIN_US", "30000000");
-    let wire = format!("wakeups-{}-{}", std::process::id(), via_softnic::shm::unguessable_suffix().unwrap());
-    let (mut a, mut b) = (End::new(&wire), End::new(&wire));
+    let wire = Wire(format!("wakeups-{}-{}", std::process::id(), via_softnic::shm::unguessable_suffix().unwrap()));
+    let (mut a, mut b) = (End::new(&wire.0), End::new(&wire.0));
     for e in [&mut a, &mut b] {
         for k in 0..4 {
             let d = e.desc(4096 + k * 64..4096 + (k + 1) * 64);
@@ -108,5 +117,4 @@ fn a_spinning_ping_pong_rings_no_doorbell() {
     // sleeps on the device and is rung, rightly: a loaded machine sees tens
     // to a couple of hundred.
     assert!(rung.0 + rung.1 <= MESSAGES as u64 / 4, "{MESSAGES} spinning round trips rang {rung:?} doorbells");
-    via_softnic::shm::remove_wire(&wire);
 }
