@@ -37,6 +37,9 @@ pub struct Options {
     pub verify: bool,
     /// VIA client: print the engine's and the device's counters at the end.
     pub stats: bool,
+    /// VIA: receives complete through a completion queue (CQWait, then
+    /// RecvDone), as CQ-driven programs take them.
+    pub recv_cq: bool,
 }
 
 impl Default for Options {
@@ -62,6 +65,7 @@ impl Default for Options {
             iters: None,
             verify: false,
             stats: false,
+            recv_cq: false,
         }
     }
 }

@@ -68,6 +68,8 @@ USAGE:
     --verify          VIA client: after the sweep, check the contents of messages both ways
                       at every latency size (send/receive, or the --rdma mode); any
                       mismatch fails the run
+    --recv-cq         VIA, both ends: receives complete through a completion queue
+                      (CQWait, then RecvDone), as a CQ-driven program takes them
     --stats           VIA client: at the end, print the engine's counters (frames,
                       retransmissions, drops by reason) and the device's, to stderr
     --json            print one JSON array of rows {transport, op, bytes, iters, t_min_us,
@@ -118,6 +120,7 @@ fn parse() -> Result<(String, Options), String> {
             "--quick" => o.quick = true,
             "--verify" => o.verify = true,
             "--stats" => o.stats = true,
+            "--recv-cq" => o.recv_cq = true,
             "--iters" => o.iters = Some(val()?.parse().map_err(|_| "bad --iters")?),
             "--json" => o.json = true,
             "--plot" => o.plot = Some(val()?),

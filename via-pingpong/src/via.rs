@@ -24,7 +24,7 @@ use crate::common::{max_size, sweep, Bench, Options, Row};
 use std::io;
 use std::time::{Duration, Instant};
 use via_user::descriptor::control;
-use via_user::{Descriptor, MemAttributes, MemoryRegion, Nic, Op, Reliability, RemoteBuffer, Vi, ViAttributes};
+use via_user::{Cq, Descriptor, MemAttributes, MemoryRegion, Nic, Op, Reliability, RemoteBuffer, Vi, ViAttributes};
 
 /// Receives the server keeps posted (and the client's initial credit).
 const RECVS: usize = 64;
@@ -82,22 +82,26 @@ struct End {
     spare: Vec<Descriptor>,
     /// The peer's receive buffer (after the RDMA exchange).
     peer_buf: Option<RemoteBuffer>,
+    /// Receives complete through this CQ (`--recv-cq`): each is taken
+    /// from it, then from the VI, as a CQ-driven program does.
+    recv_cq: Option<Cq>,
 }
 
 impl End {
-    fn new(device: &str, level: Reliability, max: usize) -> io::Result<End> {
+    fn new(device: &str, level: Reliability, max: usize, recv_cq: bool) -> io::Result<End> {
         let nic = Nic::open(device).map_err(err)?;
         let ptag = nic.create_ptag().map_err(err)?;
         // Both ends open their receive buffer to RDMA (reads need a
         // reliable level), so every VIA mode connects the same VIs.
         let read = level.is_reliable();
         let attrs = ViAttributes { reliability: level, max_transfer_size: (max.max(16) + SLOT) as u32, ptag, enable_rdma_write: true, enable_rdma_read: read };
-        let vi = nic.create_vi(&attrs, None, None).map_err(err)?;
+        let recv_cq = if recv_cq { Some(nic.create_cq(RECVS).map_err(err)?) } else { None };
+        let vi = nic.create_vi(&attrs, None, recv_cq.as_ref()).map_err(err)?;
         let mem = MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false };
         let slots = MemoryRegion::new(&nic, RECVS * SLOT, 4096, mem).map_err(err)?;
         let rbuf = MemoryRegion::new(&nic, max.max(16), 4096, MemAttributes { ptag, enable_rdma_write: true, enable_rdma_read: read }).map_err(err)?;
         let sbuf = MemoryRegion::new(&nic, max.max(16), 4096, mem).map_err(err)?;
-        let mut end = End { nic, ptag, vi, slots, rbuf, sbuf, slot_of: Vec::new(), spare: Vec::new(), peer_buf: None };
+        let mut end = End { nic, ptag, vi, slots, rbuf, sbuf, slot_of: Vec::new(), spare: Vec::new(), peer_buf: None, recv_cq };
         for k in 0..RECVS {
             let mut d = Descriptor::new(&end.nic, end.ptag, 2).map_err(err)?;
             d.set(&[(&end.slots, k * SLOT..(k + 1) * SLOT), (&end.rbuf, 0..end.rbuf.len())], None).map_err(err)?;
@@ -110,6 +114,30 @@ impl End {
             end.spare.push(d);
         }
         Ok(end)
+    }
+
+    /// Waits for the next completed receive: `RecvWait`, or with a CQ
+    /// `CQWait` and then `RecvDone`.
+    fn next_receive(&mut self) -> io::Result<Descriptor> {
+        match &self.recv_cq {
+            None => self.vi.recv_wait(T).map_err(err),
+            Some(cq) => {
+                cq.wait(T).map_err(err)?;
+                self.vi.recv_done().map_err(err)?.ok_or_else(|| io::Error::other("the CQ named a receive RecvDone does not have"))
+            }
+        }
+    }
+
+    /// The next completed receive if there is one: `RecvDone`, or with a
+    /// CQ `CQDone` and then `RecvDone`.
+    fn poll_receive(&mut self) -> io::Result<Option<Descriptor>> {
+        match &self.recv_cq {
+            None => self.vi.recv_done().map_err(err),
+            Some(cq) => match cq.done().map_err(err)? {
+                None => Ok(None),
+                Some(_) => self.vi.recv_done().map_err(err)?.map(Some).ok_or_else(|| io::Error::other("the CQ named a receive RecvDone does not have")),
+            },
+        }
     }
 
     /// A send descriptor for `len` bytes of the send buffer.
@@ -185,7 +213,7 @@ impl End {
     /// Waits for the next receive; returns its length and the first
     /// `N` words of a small message, and reposts it.
     fn recv<const N: usize>(&mut self) -> io::Result<(usize, [u32; N])> {
-        let d = self.vi.recv_wait(T).map_err(err)?;
+        let d = self.next_receive()?;
         self.consume(d)
     }
 
@@ -209,7 +237,7 @@ impl End {
     /// Waits for the next receive and returns a copy of the whole message
     /// (its first SLOT bytes are in the slot, the rest in `rbuf`), reposting it.
     fn recv_bytes(&mut self) -> io::Result<Vec<u8>> {
-        let d = self.vi.recv_wait(T).map_err(err)?;
+        let d = self.next_receive()?;
         d.check_ok().map_err(err)?;
         let n = d.length() as usize;
         let k = self.slot_of.iter().position(|&a| a == d.addr()).expect("one of our receives");
@@ -264,8 +292,8 @@ impl End {
 }
 
 /// Runs the server for one client; returns when the client says end.
-pub fn serve(device: &str, level: Reliability, discriminator: &[u8], max: usize, ready: impl FnOnce(&Nic)) -> io::Result<()> {
-    let mut s = End::new(device, level, max)?;
+pub fn serve(device: &str, level: Reliability, discriminator: &[u8], max: usize, recv_cq: bool, ready: impl FnOnce(&Nic)) -> io::Result<()> {
+    let mut s = End::new(device, level, max, recv_cq)?;
     ready(&s.nic);
     let req = s.nic.connect_wait(discriminator, None).map_err(err)?;
     s.nic.accept(&req, &s.vi).map_err(err)?;
@@ -310,7 +338,7 @@ pub fn serve(device: &str, level: Reliability, discriminator: &[u8], max: usize,
                 // wait would sleep after VIA_SPIN_US and add a wake-up to
                 // every read).
                 loop {
-                    if let Some(d) = s.vi.recv_done().map_err(err)? {
+                    if let Some(d) = s.poll_receive()? {
                         s.consume::<0>(d)?;
                         break;
                     }
@@ -320,7 +348,7 @@ pub fn serve(device: &str, level: Reliability, discriminator: &[u8], max: usize,
                 for _ in 0..count {
                     // Echo first, repost the receive after: the critical
                     // path is ping in, pong out.
-                    let d = s.vi.recv_wait(T).map_err(err)?;
+                    let d = s.next_receive()?;
                     let n = d.length() as usize;
                     if n != size || d.errors() != 0 {
                         return Err(io::Error::other(format!("ping of {n} bytes (status {:#x}), expected {size}", d.status())));
@@ -362,8 +390,8 @@ pub struct Client {
 impl Client {
     /// Connects to the server at `peer` (MAC or host name), retrying while
     /// the server is not waiting yet.
-    pub fn connect(device: &str, peer: &str, level: Reliability, discriminator: &[u8], max: usize) -> io::Result<Client> {
-        let mut end = End::new(device, level, max)?;
+    pub fn connect(device: &str, peer: &str, level: Reliability, discriminator: &[u8], max: usize, recv_cq: bool) -> io::Result<Client> {
+        let mut end = End::new(device, level, max, recv_cq)?;
         let mac = end.nic.lookup_host(peer).map_err(err)?;
         end.vi.connect_retrying(mac, discriminator, Duration::from_secs(30)).map_err(err)?;
         Ok(Client { end })
@@ -433,7 +461,7 @@ impl Client {
                 sent += 1;
             }
             // Block for a grant only when nothing more can be sent.
-            let got = if credits == 0 || sent == count { Some(e.vi.recv_wait(T).map_err(err)?) } else { e.vi.recv_done().map_err(err)? };
+            let got = if credits == 0 || sent == count { Some(e.next_receive()?) } else { e.poll_receive()? };
             if let Some(d) = got {
                 let (_, [grant]) = e.consume::<1>(d)?;
                 let grant = grant as usize;
@@ -621,13 +649,13 @@ pub fn name(o: &Options) -> &'static str {
 
 /// `via-pingpong server --transport via`: serves one client.
 pub fn server(o: &Options, ready: impl FnOnce(String)) -> io::Result<()> {
-    serve(&o.device, o.reliability, o.discriminator.as_bytes(), max_size(o), |nic| ready(nic.mac().to_string()))
+    serve(&o.device, o.reliability, o.discriminator.as_bytes(), max_size(o), o.recv_cq, |nic| ready(nic.mac().to_string()))
 }
 
 /// `via-pingpong client --transport via`: the sweep. Bandwidth only on a
 /// reliable VI (an unreliable stream may lose messages by design).
 pub fn client(o: &Options) -> io::Result<Vec<Row>> {
-    let mut c = Client::connect(&o.device, &o.peer, o.reliability, o.discriminator.as_bytes(), max_size(o))?;
+    let mut c = Client::connect(&o.device, &o.peer, o.reliability, o.discriminator.as_bytes(), max_size(o), o.recv_cq)?;
     if let Some(mode) = &o.rdma {
         c.exchange()?;
         let mut r = RdmaClient { c, write: mode == "write" };
