@@ -359,7 +359,7 @@ impl ShmDevice {
         // one in `prepare_sleep`: either it sees our tail or we see it
         // counted (module comment).
         std::sync::atomic::fence(Ordering::SeqCst);
-        if c.sleepers.load(Ordering::Relaxed) as u32 != 0 && c.rung.swap(1, Ordering::AcqRel) == 0 {
+        if c.sleepers.load(Ordering::Relaxed) as u32 != 0 {
             self.ring_doorbell(r);
         }
         true
@@ -380,13 +380,18 @@ impl ShmDevice {
             let oc = self.seg.control(p);
             // Rung whether or not it sleeps (a full ring is rare): it may be
             // about to, with its frames unsent.
-            if oc.state.load(Ordering::Acquire) == LIVE && oc.rung.swap(1, Ordering::AcqRel) == 0 {
+            if oc.state.load(Ordering::Acquire) == LIVE {
                 self.ring_doorbell(Route { port: p, generation: oc.generation.load(Ordering::Acquire), filter: None });
             }
         }
     }
 
+    /// Rings port `r`'s eventfd, unless it was rung and not emptied since
+    /// (`rung`): once is enough to wake it.
     fn ring_doorbell(&mut self, r: Route) {
+        if self.seg.control(r.port).rung.swap(1, Ordering::AcqRel) != 0 {
+            return;
+        }
         let fresh = self.doorbells[r.port].as_ref().is_none_or(|(g, _)| *g != r.generation);
         if fresh {
             let c = self.seg.control(r.port);

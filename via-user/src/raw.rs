@@ -22,8 +22,8 @@ const FOREVER: Duration = Duration::from_secs(3600 * 24 * 365);
 /// One look of a wait at the VI or CQ it waits on (`now`: its serial
 /// and answer, or why it is not there): the first look notes which object
 /// it is; later ones end the wait with INVALID_STATE when it was destroyed
-/// meanwhile (and its number perhaps given to a new one).
-fn still_the_same<T>(began_on: &mut Option<u64>, now: Result<(u64, Option<T>)>, what: &'static str) -> Result<Option<T>> {
+/// meanwhile (and its number perhaps given to a new one), saying `gone`.
+fn still_the_same<T>(began_on: &mut Option<u64>, now: Result<(u64, Option<T>)>, gone: &'static str) -> Result<Option<T>> {
     match (now, *began_on) {
         (Ok((s, answer)), None) => {
             *began_on = Some(s);
@@ -31,7 +31,7 @@ fn still_the_same<T>(began_on: &mut Option<u64>, now: Result<(u64, Option<T>)>, 
         }
         (Ok((s, answer)), Some(b)) if s == b => Ok(answer),
         (Err(e), None) => Err(e),
-        _ => Err(ViaError::state(if what == "VI" { "the VI was destroyed while this thread waited on it" } else { "the CQ was destroyed while this thread waited on it" })),
+        _ => Err(ViaError::state(gone)),
     }
 }
 
@@ -179,7 +179,7 @@ impl RawNic {
     pub fn vi_wait(&self, id: u16, send: bool, timeout: Option<Duration>) -> Result<usize> {
         let what = if send { "SendWait" } else { "RecvWait" };
         let mut began_on = None;
-        self.0.wait(timeout, what, |e| still_the_same(&mut began_on, e.core.done(id, queue(send)), "VI"))
+        self.0.wait(timeout, what, |e| still_the_same(&mut began_on, e.core.done(id, queue(send)), "the VI was destroyed while this thread waited on it"))
     }
 
     /// `VipConnectRequest` from VI `id` to the server at `mac` waiting on
@@ -272,7 +272,7 @@ impl RawNic {
     /// the CQ.
     pub fn cq_wait(&self, id: u16, timeout: Option<Duration>) -> Result<(u16, bool)> {
         let mut began_on = None;
-        self.0.wait(timeout, "CQWait", |e| still_the_same(&mut began_on, e.core.cq_done(id), "CQ"))
+        self.0.wait(timeout, "CQWait", |e| still_the_same(&mut began_on, e.core.cq_done(id), "the CQ was destroyed while this thread waited on it"))
     }
 
     /// `VipResizeCQ`: fails when more completions are queued than fit.

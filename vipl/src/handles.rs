@@ -195,9 +195,14 @@ fn unpin(s: &'static Slot) {
 
 /// Drops the object of a destroyed slot and frees the slot.
 fn release(s: &'static Slot) {
-    let mut w = writers();
-    // SAFETY: destroyed (no handle carries its generation) and unpinned;
-    // the mutex is held.
+    free(writers(), s);
+}
+
+/// Drops the object of slot `s`, destroyed (no handle carries its
+/// generation) and unpinned, and frees the slot; `w` is the mutex held.
+fn free(mut w: MutexGuard<'static, Writers>, s: &'static Slot) {
+    // SAFETY: as the caller says: nobody can borrow the object any more,
+    // and the mutex is held.
     let object = unsafe { (*s.object.get()).take() };
     w.free.push(s.index);
     drop(w);
@@ -244,12 +249,7 @@ fn remove_locked(w: MutexGuard<'static, Writers>, h: *mut c_void) -> Option<Obje
         match s.state.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed) {
             Ok(_) if pinned => break, // the last pin drops it
             Ok(_) => {
-                // SAFETY: unpinned and no handle carries the new generation.
-                let object = unsafe { (*s.object.get()).take() };
-                let mut w = w;
-                w.free.push(s.index);
-                drop(w);
-                drop(object);
+                free(w, s); // unpinned, and no handle carries the new generation
                 return copy;
             }
             Err(now) => cur = now,
