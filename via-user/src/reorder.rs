@@ -125,29 +125,6 @@ impl ReorderBuffer {
     }
 }
 
-/// The sender's view of a SACK: the PSNs from `una` up to the highest one
-/// the peer holds that it does not hold, as a bitmap relative to `una`
-/// (bit `i`: PSN `una + i`), limited to the `sent` frames transmitted.
-/// `sacked` is relative to `una` as well (bit 0, `una` itself, is never
-/// set: the peer would have acknowledged it).
-pub fn holes(sacked: u64, sent: u32) -> u64 {
-    if sacked == 0 {
-        return 0;
-    }
-    let top = 63 - sacked.leading_zeros(); // highest held, relative to una
-    let below = (1u64 << top) - 1; // bits 0..top
-    !sacked & below & sent_mask(sent)
-}
-
-/// The bits (relative to `una`) of the `sent` frames transmitted.
-pub fn sent_mask(sent: u32) -> u64 {
-    if sent >= 64 {
-        u64::MAX
-    } else {
-        (1u64 << sent) - 1
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,13 +162,5 @@ mod tests {
         assert_eq!(r.store(e, 1, b"z"), Stored::Kept { new_hole: true });
         assert_eq!(r.bitmap(e), 1 << 2, "PSN 1 is e + 3");
         assert_eq!(r.take(1).as_deref(), Some(&b"z"[..]));
-    }
-
-    #[test]
-    fn holes_are_what_was_sent_below_the_highest_held_and_not_held() {
-        assert_eq!(holes(0, 64), 0, "no SACK: nothing known");
-        assert_eq!(holes(0b10100, 64), 0b01011, "una, una+1 and una+3");
-        assert_eq!(holes(1 << 63, 64), (1 << 63) - 1);
-        assert_eq!(holes(0b10000, 2), 0b11, "only what was sent");
     }
 }

@@ -274,10 +274,10 @@ impl Rig {
             dst_vi: self.a.vi,
             src_vi: peer.vi,
             generation: peer.generation,
-            psn: vi.rx_expected,
+            psn: vi.rx.expected,
             msg_len: payload_len as u32,
             payload_len: payload_len as u16,
-            msg_seq: vi.rx.as_ref().map_or(0, |m| m.msg_seq),
+            msg_seq: vi.rx.msg.as_ref().map_or(0, |m| m.msg_seq),
             ..HeaderRepr::default()
         }
     }

@@ -142,11 +142,11 @@ fn foreign_frame(rig: &Rig, inp: &mut Input) -> Vec<u8> {
     let mut g = [0u8; FRAME_HEADER_LEN];
     let mut h = rig.genuine(payload);
     let vi = a.engine.core.vi(a.vi).expect("the victim VI");
-    if let Some(m) = vi.rx.as_ref() {
+    if let Some(m) = vi.rx.msg.as_ref() {
         (h.msg_seq, h.msg_len, h.offset) = (m.msg_seq, m.msg_len, m.got);
     }
-    let span = vi.sent_hi.wrapping_sub(vi.una).wrapping_add(1).max(1);
-    h.ack = vi.una.wrapping_add(u32::from_be_bytes(f[at::ACK].try_into().unwrap()) % span);
+    let span = vi.tx.sent_hi.wrapping_sub(vi.tx.una).wrapping_add(1).max(1);
+    h.ack = vi.tx.una.wrapping_add(u32::from_be_bytes(f[at::ACK].try_into().unwrap()) % span);
     let (base, handle, size) = match f[at::RDMA_HANDLE.start] % 5 {
         0 => (page::WINDOW, a.handles.window, 2),
         1 => (page::CLOSED, a.handles.closed, 1),

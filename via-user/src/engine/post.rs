@@ -162,8 +162,8 @@ impl Core {
             (Queue::Send, control::OP_RDMAWRITE) => status::OP_RDMA_WRITE,
             (Queue::Send, control::OP_RDMAREAD) => {
                 if started {
-                    vi.reads_outstanding = vi.reads_outstanding.saturating_sub(1);
-                    if vi.tx_idx != vi.sq.tail {
+                    vi.tx.reads_outstanding = vi.tx.reads_outstanding.saturating_sub(1);
+                    if vi.tx.idx != vi.sq.tail {
                         self.doorbell.ring(id); // a QFENCE may wait for this read
                     }
                 }
@@ -210,9 +210,9 @@ impl Core {
                 return;
             }
             let bits = wq.get(wq.done).pre_status;
-            if q == Queue::Send && vi.tx_idx == vi.sq.done {
-                vi.tx_idx = vi.tx_idx.wrapping_add(1);
-                vi.tx_off = 0;
+            if q == Queue::Send && vi.tx.idx == vi.sq.done {
+                vi.tx.idx = vi.tx.idx.wrapping_add(1);
+                vi.tx.off = 0;
             }
             self.pre_errored = self.pre_errored.saturating_sub(1);
             self.complete_next(id, q, 0, bits, None);
@@ -232,13 +232,13 @@ impl Core {
             }
         }
         if let Ok(vi) = self.vi_mut(id) {
-            vi.tx_idx = vi.sq.done;
-            vi.tx_off = 0;
-            vi.rx = None;
-            vi.rto_at = None;
-            vi.reads_outstanding = 0;
-            vi.read_resume = false;
-            vi.read_jobs.clear();
+            vi.tx.idx = vi.sq.done;
+            vi.tx.off = 0;
+            vi.rx.msg = None;
+            vi.rtx.stop();
+            vi.tx.reads_outstanding = 0;
+            vi.tx.read_resume = false;
+            vi.served.jobs.clear();
         }
     }
 

@@ -61,8 +61,8 @@ impl Core {
         // but a peer that keeps trying (guessing memory handles, whose
         // random bits are what stands in its way) loses it.
         let vi = vi_at(&mut self.vis, id).unwrap();
-        vi.prot_violations += 1;
-        if vi.prot_violations >= UNRELIABLE_VIOLATION_LIMIT {
+        vi.rx.prot_violations += 1;
+        if vi.rx.prot_violations >= UNRELIABLE_VIOLATION_LIMIT {
             self.enter_error(id, why);
             return false;
         }
@@ -81,23 +81,23 @@ impl Core {
         };
         let (max_jobs, retries) = (self.config.queue_depth, self.config.retry_limit);
         let vi = vi_at(&mut self.vis, id).unwrap();
-        if off > len || vi.read_jobs.iter().any(|j| j.psn == psn) {
+        if off > len || vi.served.jobs.iter().any(|j| j.psn == psn) {
             return true;
         }
         let asked = ServedRead { psn, msg_seq: seq, addr: f.rdma_addr(), handle, len, resume_off: off, repeats: 0 };
         if !again {
-            remember_read(&mut vi.reads_served, asked, max_jobs);
-        } else if replay_allowed(&mut vi.reads_served, &asked, retries) {
+            remember_read(&mut vi.served.recent, asked, max_jobs);
+        } else if replay_allowed(&mut vi.served.recent, &asked, retries) {
             self.counters.read_requests_replayed += 1;
         } else {
             self.counters.read_requests_stale += 1;
             return true;
         }
-        if vi.read_jobs.len() >= max_jobs {
+        if vi.served.jobs.len() >= max_jobs {
             self.counters.read_responses_dropped += 1; // the requester asks again
             return true;
         }
-        vi.read_jobs.push_back(ReadJob { psn, msg_seq: seq, addr, handle, len, off });
+        vi.served.jobs.push_back(ReadJob { psn, msg_seq: seq, addr, handle, len, off });
         self.doorbell.ring(id);
         true
     }
@@ -128,7 +128,7 @@ impl Core {
             return;
         }
         // A response means the request arrived: an implicit acknowledgement.
-        if seq_le(vi.una, psn) {
+        if seq_le(vi.tx.una, psn) {
             self.on_ack(id, psn.wrapping_add(1), false, None, now);
         }
         let ptag = self.vi(id).unwrap().attrs.ptag;

@@ -8,11 +8,11 @@
 //! memory: the one copy it makes.
 
 use super::post::Queue;
-use crate::reorder::{self, Stored};
+use crate::reorder::Stored;
 use super::{vi_at, AsyncError, AsyncErrorKind, Core};
 use crate::descriptor::status;
 use crate::usermem;
-use crate::vi::{Reliability, RxMessage, ViPhase};
+use crate::vi::{AckDue, Reliability, RxMessage, ViPhase};
 use crate::workqueue::{CheckedSegment, WqEntry};
 use via_kernel_agent::memory::Ptag;
 use std::time::Instant;
@@ -222,22 +222,15 @@ impl Core {
     pub(super) fn on_ack(&mut self, id: u16, ack: u32, nak: bool, sack: Option<u64>, now: Instant) {
         let Some(vi) = vi_at(&mut self.vis, id) else { return };
         // Older than what we know, or acknowledging frames never sent: ignore.
-        if !seq_le(vi.una, ack) || !seq_le(ack, vi.sent_hi) {
+        if !seq_le(vi.tx.una, ack) || !seq_le(ack, vi.tx.sent_hi) {
             return;
         }
-        if ack != vi.una {
-            let shift = ack.wrapping_sub(vi.una);
-            for bits in [&mut vi.sacked, &mut vi.resend, &mut vi.resent] {
-                *bits = bits.checked_shr(shift).unwrap_or(0);
-            }
-            vi.una = ack;
-            if let Some((_, sent)) = vi.rtt_probe.filter(|&(psn, _)| seq_lt(psn, ack)) {
-                vi.rtt.sample(now.saturating_duration_since(sent));
-                vi.rtt_probe = None;
-            }
-            vi.nak_rewound = None;
-            let outstanding = vi.una != vi.sent_hi || vi.reads_outstanding != 0;
-            let behind = seq_lt(vi.tx_psn, ack);
+        if ack != vi.tx.una {
+            vi.sack.slide(ack.wrapping_sub(vi.tx.una));
+            vi.tx.una = ack;
+            vi.rtx.on_acked(ack, now);
+            let outstanding = vi.tx.outstanding();
+            let behind = seq_lt(vi.tx.psn, ack);
             self.restart_rto(id, now, outstanding);
             if behind {
                 // Frames sent before a rewind got through: skip past them.
@@ -245,28 +238,26 @@ impl Core {
             }
             self.complete_acked(id);
             let vi = self.vi(id).unwrap();
-            if vi.tx_idx != vi.sq.tail {
+            if vi.tx.idx != vi.sq.tail {
                 self.doorbell.ring(id); // the window opened
             }
         }
         let vi = vi_at(&mut self.vis, id).unwrap();
+        let sent = vi.tx.unacknowledged();
         if let Some(s) = sack {
             // The peer's bit i is PSN ack + 1 + i; only frames we sent count.
-            vi.sacked = (s << 1) & reorder::sent_mask(vi.sent_hi.wrapping_sub(vi.una));
+            vi.sack.on_sack(s, sent);
         }
-        if nak {
-            vi.rtt_probe = None; // what follows is sent twice (Karn)
+        if !nak {
+            return;
         }
-        if nak && vi.sacked != 0 {
-            let new = reorder::holes(vi.sacked, vi.sent_hi.wrapping_sub(vi.una)) & !vi.resent;
-            if new != 0 {
-                vi.resend |= new;
-                vi.resent |= new;
+        vi.rtx.forget_probe(); // what follows is sent twice (Karn)
+        if vi.sack.holds_any() {
+            if vi.sack.on_nak(sent) {
                 self.doorbell.ring(id);
             }
-        } else if nak && vi.una != vi.sent_hi && vi.nak_rewound != Some(vi.una) {
-            vi.nak_rewound = Some(vi.una);
-            let una = vi.una;
+        } else if sent != 0 && vi.rtx.rewind_once(vi.tx.una) {
+            let una = vi.tx.una;
             self.seek(id, una);
             self.doorbell.ring(id);
         }
@@ -279,10 +270,7 @@ impl Core {
     pub(super) fn restart_rto(&mut self, id: u16, now: Instant, outstanding: bool) {
         let (initial, max) = (self.config.rto_initial, self.config.rto_max);
         let Some(vi) = vi_at(&mut self.vis, id) else { return };
-        vi.retries = 0;
-        vi.rto = vi.rtt.rto(initial, max);
-        vi.rto_at = outstanding.then(|| now + vi.rto);
-        if let Some(t) = vi.rto_at {
+        if let Some(t) = vi.rtx.on_progress(now, outstanding, initial, max) {
             self.arm(t);
         }
     }
@@ -296,7 +284,7 @@ impl Core {
                 return;
             }
             let e = vi.sq.get(vi.sq.done);
-            if e.nframes == 0 || !seq_le(e.first_psn.wrapping_add(e.nframes), vi.una) {
+            if e.nframes == 0 || !seq_le(e.first_psn.wrapping_add(e.nframes), vi.tx.una) {
                 return;
             }
             if e.is_read() && !e.read_done && e.remote_status == 0 {
@@ -312,7 +300,7 @@ impl Core {
     /// the frames held past the gap it filled.
     fn on_sequenced<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>, payload: Payload<'_>, now: Instant) {
         self.sequenced(id, kind, f, payload, now);
-        if self.vi(id).is_ok_and(|v| !v.reorder.is_empty()) {
+        if self.vi(id).is_ok_and(|v| !v.rx.reorder.is_empty()) {
             self.replay_held(id, now);
         }
     }
@@ -324,13 +312,12 @@ impl Core {
         loop {
             let Some(vi) = vi_at(&mut self.vis, id) else { return };
             if vi.phase != ViPhase::Connected {
-                vi.reorder.clear();
+                vi.rx.reorder.clear();
                 return;
             }
-            let expected = vi.rx_expected;
-            let Some(bytes) = vi.reorder.take(expected) else {
-                if !vi.reorder.is_empty() && vi.nak_sent_for != Some(expected) {
-                    vi.nak = true;
+            let expected = vi.rx.expected;
+            let Some(bytes) = vi.rx.reorder.take(expected) else {
+                if !vi.rx.reorder.is_empty() && vi.acks.on_gap_at(expected) {
                     self.acks_due.push(id);
                 }
                 return;
@@ -342,7 +329,7 @@ impl Core {
                 }
             }
             if let Some(vi) = vi_at(&mut self.vis, id) {
-                vi.reorder.recycle(bytes);
+                vi.rx.reorder.recycle(bytes);
             }
         }
     }
@@ -357,11 +344,11 @@ impl Core {
             let vi = vi_at(&mut self.vis, id).unwrap();
             reliable = vi.reliable();
             if reliable {
-                if psn != vi.rx_expected {
-                    if seq_lt(psn, vi.rx_expected) {
+                if psn != vi.rx.expected {
+                    if seq_lt(psn, vi.rx.expected) {
                         self.counters.rx_duplicate += 1;
-                        vi.ack_now = true;
-                        let again = vi.last_rx_error.filter(|&(first, end, _, _)| seq_le(first, psn) && seq_lt(psn, end));
+                        vi.acks.on_duplicate();
+                        let again = vi.rx.last_error.filter(|&(first, end, _, _)| seq_le(first, psn) && seq_lt(psn, end));
                         self.acks_due.push(id);
                         if let Some((_, end, seq, bits)) = again {
                             self.queue_report(id, end, seq, bits, false); // the report was lost
@@ -374,26 +361,26 @@ impl Core {
                     // lent (a lent payload is read once, in order) or too
                     // far ahead; the sender learns of each new hole.
                     let stored = match payload {
-                        Payload::Inline(_) => vi.reorder.store(vi.rx_expected, psn, f.as_bytes()),
+                        Payload::Inline(_) => vi.rx.reorder.store(vi.rx.expected, psn, f.as_bytes()),
                         Payload::Lent(_) => Stored::OutOfSpan,
                     };
                     match stored {
                         Stored::Duplicate => self.counters.rx_duplicate += 1,
                         Stored::Kept { new_hole } => {
                             self.counters.rx_out_of_order += 1;
-                            vi.nak |= new_hole;
+                            vi.acks.on_held(new_hole);
                         }
                         Stored::OutOfSpan => {
                             self.counters.rx_out_of_order += 1;
-                            vi.nak |= vi.nak_sent_for != Some(vi.rx_expected);
+                            vi.acks.on_gap_at(vi.rx.expected);
                         }
                     }
                     self.acks_due.push(id);
                     return;
                 }
-                vi.rx_expected = psn.wrapping_add(1);
+                vi.rx.expected = psn.wrapping_add(1);
             } else {
-                if self.auth.is_some() && seq_lt(psn, vi.rx_expected) {
+                if self.auth.is_some() && seq_lt(psn, vi.rx.expected) {
                     // With frame authentication, a tagged frame from before
                     // the one expected is a replay (or a late copy): never
                     // placed again. (Without it, a spoofer may have taken
@@ -402,16 +389,16 @@ impl Core {
                     self.counters.rx_duplicate += 1;
                     return;
                 }
-                if psn != vi.rx_expected {
+                if psn != vi.rx.expected {
                     // Unreliable: a gap loses the rest of the message being
                     // reassembled; a descriptor it had consumed completes
                     // PARTIAL. The frames it skips are counted as lost.
-                    if seq_lt(vi.rx_expected, psn) {
-                        self.counters.rx_lost += psn.wrapping_sub(vi.rx_expected) as u64;
+                    if seq_lt(vi.rx.expected, psn) {
+                        self.counters.rx_lost += psn.wrapping_sub(vi.rx.expected) as u64;
                     }
                     self.abandon_partial(id);
                 }
-                vi_at(&mut self.vis, id).unwrap().rx_expected = psn.wrapping_add(1);
+                vi_at(&mut self.vis, id).unwrap().rx.expected = psn.wrapping_add(1);
             }
         }
         let alive = match kind {
@@ -425,13 +412,10 @@ impl Core {
             let every = self.config.ack_every;
             let delay = self.config.ack_delay;
             let vi = self.vi_mut(id).unwrap();
-            vi.ack_count += 1;
-            if vi.ack_count >= every || f.flags() & flags::ACK_REQ != 0 {
-                vi.ack_now = true;
-                self.acks_due.push(id);
-            } else if vi.ack_at.is_none() {
-                vi.ack_at = Some(now + delay);
-                self.arm(now + delay);
+            match vi.acks.on_accepted(now, every, delay, f.flags() & flags::ACK_REQ != 0) {
+                AckDue::Now => self.acks_due.push(id),
+                AckDue::At(t) => self.arm(t),
+                AckDue::Armed => {}
             }
         }
     }
@@ -441,7 +425,7 @@ impl Core {
     /// and the bytes placed so far.
     fn abandon_partial(&mut self, id: u16) {
         let Some(vi) = vi_at(&mut self.vis, id) else { return };
-        let Some(m) = vi.rx.take() else { return };
+        let Some(m) = vi.rx.msg.take() else { return };
         if m.entry.is_some() {
             let op = if m.rdma.is_some() { status::OP_REMOTE_RDMA_WRITE } else { 0 };
             self.complete_next(id, Queue::Recv, m.got, m.error | status::PARTIAL_ERROR | op, m.imm);
@@ -482,12 +466,12 @@ impl Core {
     /// receive descriptor for a send or an RDMA write with immediate data,
     /// checks an RDMA write's target. Returns the message (with neither a
     /// descriptor nor a target when it is to be dropped), or None when the
-    /// VI broke. The caller keeps it in `vi.rx` while more fragments follow.
+    /// VI broke. The caller keeps it in `vi.rx.msg` while more fragments follow.
     fn begin_message<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>) -> Option<RxMessage> {
         let fl = f.flags();
         let vi = vi_at(&mut self.vis, id).unwrap();
         let reliable = vi.reliable();
-        if vi.rx.is_some() && reliable {
+        if vi.rx.msg.is_some() && reliable {
             self.counters.rx_bad_offset += 1;
         }
         let mut m = RxMessage { entry: None, msg_seq: f.msg_seq(), msg_len: f.msg_len(), got: 0, error: 0, imm: None, seg: 0, seg_off: 0, first_psn: f.psn(), rdma: None };
@@ -506,7 +490,7 @@ impl Core {
                 self.counters.rx_no_receive_posted += 1;
                 if reliable {
                     // Not delivered: the Disconnect's ACK must not cover it.
-                    vi.rx_expected = m.first_psn;
+                    vi.rx.expected = m.first_psn;
                     self.async_errors.push(AsyncError { vi: id, kind: AsyncErrorKind::RecvQueueEmpty });
                     self.break_connection(id);
                     return None;
@@ -534,7 +518,7 @@ impl Core {
                 None => return false,
             }
         } else {
-            vi_at(&mut self.vis, id).unwrap().rx
+            vi_at(&mut self.vis, id).unwrap().rx.msg
         };
         let vi = vi_at(&mut self.vis, id).unwrap();
         let reliable = vi.reliable();
@@ -551,11 +535,11 @@ impl Core {
         if !same_kind || f.msg_seq() != m.msg_seq || f.msg_len() != m.msg_len || f.offset() != m.got || end > m.msg_len as u64 || last != (end == m.msg_len as u64) {
             self.counters.rx_bad_offset += 1;
             if reliable {
-                vi.rx = None;
+                vi.rx.msg = None;
                 self.break_connection(id);
                 return false;
             }
-            vi.rx = Some(m);
+            vi.rx.msg = Some(m);
             self.abandon_partial(id);
             return true;
         }
@@ -585,7 +569,7 @@ impl Core {
                     // the fragment is lost after it was accepted, so the
                     // connection cannot go on.
                     self.counters.rx_lent_failed += 1;
-                    self.vi_mut(id).unwrap().rx = None;
+                    self.vi_mut(id).unwrap().rx.msg = None;
                     self.break_connection(id);
                     return false;
                 }
@@ -595,10 +579,10 @@ impl Core {
         m.got += payload.len() as u32;
         let vi = self.vi_mut(id).unwrap();
         if !last {
-            vi.rx = Some(m);
+            vi.rx.msg = Some(m);
             return true;
         }
-        vi.rx = None;
+        vi.rx.msg = None;
         if m.entry.is_some() {
             let len = if m.error == status::LENGTH_ERROR { 0 } else { m.got };
             let op = if m.rdma.is_some() { status::OP_REMOTE_RDMA_WRITE } else { 0 };
@@ -616,8 +600,8 @@ impl Core {
         let Ok(vi) = self.vi_mut(id) else { return };
         if vi.attrs.reliability == Reliability::ReliableReception {
             // The sender's descriptor learns that ours failed.
-            let end = vi.rx_expected;
-            vi.last_rx_error = Some((m.first_psn, end, m.msg_seq, status::REMOTE_DESC_ERROR));
+            let end = vi.rx.expected;
+            vi.rx.last_error = Some((m.first_psn, end, m.msg_seq, status::REMOTE_DESC_ERROR));
             self.queue_report(id, end, m.msg_seq, status::REMOTE_DESC_ERROR, false);
         }
     }

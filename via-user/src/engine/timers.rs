@@ -4,10 +4,9 @@
 //! the VIs scanned.
 
 use super::post::Queue;
-use crate::reorder;
 use super::Core;
 use crate::descriptor::status;
-use crate::vi::ViPhase;
+use crate::vi::{Expiry, ViPhase};
 use std::time::Instant;
 
 impl Core {
@@ -32,18 +31,14 @@ impl Core {
             if vi.phase != ViPhase::Connected {
                 continue;
             }
-            if vi.ack_at.is_some_and(|t| t <= now) {
-                vi.ack_at = None;
-                vi.ack_now = true;
+            if vi.acks.on_timer(now) {
                 self.acks_due.push(id);
             }
-            if vi.rto_at.is_some_and(|t| t <= now) {
-                if vi.una == vi.sent_hi && vi.reads_outstanding == 0 {
-                    vi.rto_at = None;
-                } else {
-                    vi.retries += 1;
-                    self.counters.rto_expiries += 1;
-                    if vi.retries > limit {
+            if vi.rtx.expired(now) {
+                match vi.rtx.on_expiry(now, vi.tx.outstanding(), rto_max, limit) {
+                    Expiry::Idle => {}
+                    Expiry::GiveUp => {
+                        self.counters.rto_expiries += 1;
                         // The message at the head could not be delivered:
                         // TRANSPORT_ERROR; everything after it is flushed.
                         let head = (vi.sq.done != vi.sq.tail).then(|| *vi.sq.get(vi.sq.done));
@@ -53,24 +48,20 @@ impl Core {
                         self.break_connection(id);
                         continue;
                     }
-                    vi.rto = (vi.rto * 2).min(rto_max);
-                    vi.rto_at = Some(now + vi.rto);
-                    vi.nak_rewound = None;
-                    vi.rtt_probe = None; // what follows is sent twice (Karn)
-                    vi.read_resume = vi.reads_outstanding > 0;
-                    if vi.sacked != 0 {
+                    Expiry::Retry => {
+                        self.counters.rto_expiries += 1;
+                        vi.tx.read_resume = vi.tx.reads_outstanding > 0;
+                        let (una, sent) = (vi.tx.una, vi.tx.unacknowledged());
                         // Selective repeat: the holes go again, then
-                        // everything past the highest frame the peer holds.
-                        vi.resend = reorder::holes(vi.sacked, vi.sent_hi.wrapping_sub(vi.una));
-                        vi.resent = vi.resend;
-                        let past = vi.una.wrapping_add(64 - vi.sacked.leading_zeros());
-                        self.seek(id, past);
-                    } else if vi.una != vi.sent_hi {
-                        (vi.resend, vi.resent) = (0, 0);
-                        let una = vi.una;
-                        self.seek(id, una);
+                        // everything past the highest frame the peer
+                        // holds; without a SACK, everything (go-back-N).
+                        match vi.sack.on_timeout(sent) {
+                            Some(past) => self.seek(id, una.wrapping_add(past)),
+                            None if sent != 0 => self.seek(id, una),
+                            None => {}
+                        }
+                        self.doorbell.ring(id);
                     }
-                    self.doorbell.ring(id);
                 }
             }
             let vi = self.vis[idx].as_ref().unwrap();

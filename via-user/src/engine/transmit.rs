@@ -377,11 +377,11 @@ impl Core {
         let (mac, ep, core_frag) = (self.mac, self.ep, self.frag);
         let tag = if self.auth.is_some() { TAG_LEN } else { 0 };
         let Some(vi) = vi_at(&mut self.vis, id) else { return };
-        let Some(peer) = vi.peer.as_ref().filter(|_| vi.frag == 0) else { return };
+        let Some(peer) = vi.peer.as_ref().filter(|_| vi.tx.frag == 0) else { return };
         let mut head = [0u8; FRAME_HEADER_LEN];
         HeaderRepr { dst_mac: peer.mac, src_mac: mac, kind: Kind::Data as u8, dst_ep: peer.ep, src_ep: ep, dst_vi: peer.vi, src_vi: id, generation: peer.generation, ..HeaderRepr::default() }.emit(&mut head);
         let mtu = dev.mtu_to(&head);
-        vi.frag = (mtu.saturating_sub(VIA_HEADER_LEN + tag) as u32).clamp(core_frag, u16::MAX as u32);
+        vi.tx.frag = (mtu.saturating_sub(VIA_HEADER_LEN + tag) as u32).clamp(core_frag, u16::MAX as u32);
     }
 
     /// Transmits again, one frame each, the holes selective repeat found
@@ -389,16 +389,15 @@ impl Core {
     fn resend_holes(&mut self, dev: &mut dyn FrameDevice, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Instant) {
         loop {
             let Some(vi) = vi_at(&mut self.vis, id) else { return };
-            if vi.resend == 0 || vi.phase != ViPhase::Connected {
+            if vi.phase != ViPhase::Connected {
                 return;
             }
-            let bit = vi.resend.trailing_zeros();
-            vi.resend &= !(1u64 << bit);
-            let psn = vi.una.wrapping_add(bit);
-            if !seq_lt(psn, vi.sent_hi) {
+            let Some(bit) = vi.sack.next_hole() else { return };
+            let psn = vi.tx.una.wrapping_add(bit);
+            if !seq_lt(psn, vi.tx.sent_hi) {
                 continue;
             }
-            let resume = vi.tx_psn;
+            let resume = vi.tx.psn;
             self.seek(id, psn);
             let n = self.build_data(id, hdrs, specs, 1);
             let k = send_batch(dev, hdrs, self.sealer(), &specs[..n]);
@@ -408,7 +407,7 @@ impl Core {
                 // Not now (a fence, a full ring): the next doorbell or
                 // timeout sends it.
                 if let Some(vi) = vi_at(&mut self.vis, id) {
-                    vi.resend |= 1u64 << bit;
+                    vi.sack.put_back(bit);
                 }
                 if k < n {
                     self.doorbell.ring(id);
@@ -439,46 +438,46 @@ impl Core {
         let (window, mac, ep) = (*window, *mac, *ep);
         let Some(vi) = vi_at(vis, id) else { return 0 };
         let Some(peer) = vi.peer.as_ref().filter(|_| vi.phase == ViPhase::Connected) else { return 0 };
-        let frag = vi.frag;
+        let frag = vi.tx.frag;
         let (pmac, pep, pvi, generation) = (peer.mac, peer.ep, peer.vi, peer.generation);
         let reliable = vi.reliable();
         let ptag = vi.attrs.ptag;
         let mut n = 0;
-        while n < limit && vi.tx_idx != vi.sq.tail {
-            if reliable && vi.in_flight() >= window {
+        while n < limit && vi.tx.idx != vi.sq.tail {
+            if reliable && vi.tx.in_flight() >= window {
                 break;
             }
-            let en = vi.sq.get_mut(vi.tx_idx);
+            let en = vi.sq.get_mut(vi.tx.idx);
             if en.pre_status != 0 {
-                vi.tx_idx = vi.tx_idx.wrapping_add(1);
-                vi.tx_off = 0;
+                vi.tx.idx = vi.tx.idx.wrapping_add(1);
+                vi.tx.off = 0;
                 continue;
             }
             let (fenced, is_read) = (en.control & control::QFENCE != 0, en.is_read());
-            if fenced && vi.tx_off == 0 && reads_pending(vi) {
+            if fenced && vi.tx.off == 0 && reads_pending(vi) {
                 break; // QFENCE: wait until the earlier RDMA reads complete
             }
-            let en = vi.sq.get_mut(vi.tx_idx);
+            let en = vi.sq.get_mut(vi.tx.idx);
             if en.nframes == 0 && en.checked_segments(mem.epoch()).is_none() && !message_registered(mem, en, ptag) {
                 en.pre_status = crate::descriptor::status::PROTECTION_ERROR;
                 *pre_errored += 1;
                 *refused = true;
-                vi.tx_idx = vi.tx_idx.wrapping_add(1);
-                vi.tx_off = 0;
+                vi.tx.idx = vi.tx.idx.wrapping_add(1);
+                vi.tx.off = 0;
                 continue;
             }
             if en.nframes == 0 {
-                en.first_psn = vi.tx_psn;
+                en.first_psn = vi.tx.psn;
                 en.nframes = if is_read { 1 } else { en.len.div_ceil(frag).max(1) };
-                en.msg_seq = vi.next_msg_seq;
-                vi.next_msg_seq = vi.next_msg_seq.wrapping_add(1);
+                en.msg_seq = vi.tx.next_msg_seq;
+                vi.tx.next_msg_seq = vi.tx.next_msg_seq.wrapping_add(1);
                 if is_read {
-                    vi.reads_outstanding += 1;
+                    vi.tx.reads_outstanding += 1;
                 }
             }
             let e = *en;
-            debug_assert_eq!(e.first_psn.wrapping_add(vi.tx_off / frag), vi.tx_psn);
-            let off = vi.tx_off;
+            debug_assert_eq!(e.first_psn.wrapping_add(vi.tx.off / frag), vi.tx.psn);
+            let off = vi.tx.off;
             let len = if is_read { 0 } else { frag.min(e.len - off) };
             let mut fl = if off == 0 { flags::FIRST } else { 0 };
             if is_read || off + len == e.len {
@@ -489,7 +488,7 @@ impl Core {
             }
             if reliable {
                 fl |= flags::ACK | flags::RELIABLE;
-                if vi.in_flight() + 1 == window {
+                if vi.tx.in_flight() + 1 == window {
                     fl |= flags::ACK_REQ;
                 }
             }
@@ -508,8 +507,8 @@ impl Core {
                 dst_vi: pvi,
                 src_vi: id,
                 generation,
-                psn: vi.tx_psn,
-                ack: vi.rx_expected,
+                psn: vi.tx.psn,
+                ack: vi.rx.expected,
                 msg_len: e.len,
                 offset: off,
                 imm: e.imm,
@@ -531,12 +530,12 @@ impl Core {
                 return 0;
             }
             specs[n].lendable &= reliable;
-            specs[n].psn = vi.tx_psn;
-            vi.tx_psn = vi.tx_psn.wrapping_add(1);
-            vi.tx_off += len;
-            if is_read || vi.tx_off >= e.len {
-                vi.tx_idx = vi.tx_idx.wrapping_add(1);
-                vi.tx_off = 0;
+            specs[n].psn = vi.tx.psn;
+            vi.tx.psn = vi.tx.psn.wrapping_add(1);
+            vi.tx.off += len;
+            if is_read || vi.tx.off >= e.len {
+                vi.tx.idx = vi.tx.idx.wrapping_add(1);
+                vi.tx.off = 0;
             }
             n += 1;
         }
@@ -549,15 +548,13 @@ impl Core {
         self.counters.tx_frames += k as u64;
         let rto_initial = self.config.rto_initial;
         let Ok(vi) = self.vi_mut(id) else { return };
-        let retrans = specs[..k].iter().filter(|s| seq_lt(s.psn, vi.sent_hi)).count();
-        if vi.rtt_probe.is_none() && vi.reliable() {
-            // Time the first new frame (never one sent before: Karn).
-            vi.rtt_probe = specs[..k].iter().find(|s| !seq_lt(s.psn, vi.sent_hi)).map(|s| (s.psn, now));
-        }
+        let retrans = specs[..k].iter().filter(|s| seq_lt(s.psn, vi.tx.sent_hi)).count();
+        // The first new frame, to be timed (never one sent before: Karn).
+        let first_new = specs[..k].iter().find(|s| !seq_lt(s.psn, vi.tx.sent_hi)).map(|s| s.psn);
         if k > 0 {
             let last = specs[k - 1].psn.wrapping_add(1);
-            if seq_lt(vi.sent_hi, last) {
-                vi.sent_hi = last;
+            if seq_lt(vi.tx.sent_hi, last) {
+                vi.tx.sent_hi = last;
             }
         }
         if k < n {
@@ -571,19 +568,15 @@ impl Core {
         }
         // The frames carried our ACK.
         if vi.reliable() {
-            vi.ack_count = 0;
-            vi.ack_at = None;
-            vi.ack_now = false;
-            if vi.rto_at.is_none() {
-                let t = now + vi.rto.max(rto_initial);
-                vi.rto_at = Some(t);
+            vi.acks.carried();
+            if let Some(t) = vi.rtx.on_sent(first_new, now, rto_initial) {
                 self.arm(t);
             }
         } else {
             // Unreliable sends complete once they are on the wire.
             loop {
                 let vi = self.vi(id).unwrap();
-                if vi.sq.done == vi.tx_idx || vi.sq.done == vi.sq.tail {
+                if vi.sq.done == vi.tx.idx || vi.sq.done == vi.sq.tail {
                     break;
                 }
                 let len = vi.sq.get(vi.sq.done).len;
@@ -597,7 +590,7 @@ impl Core {
     /// frames sent before a rewind.
     pub(super) fn seek(&mut self, id: u16, psn: u32) {
         let Ok(vi) = self.vi_mut(id) else { return };
-        let frag = vi.frag;
+        let frag = vi.tx.frag;
         let mut idx = vi.sq.done;
         while idx != vi.sq.tail {
             let e = *vi.sq.get(idx);
@@ -606,17 +599,17 @@ impl Core {
                     break; // never started: the position is its start
                 }
                 if seq_le(e.first_psn, psn) && seq_lt(psn, e.first_psn.wrapping_add(e.nframes)) {
-                    vi.tx_idx = idx;
-                    vi.tx_off = psn.wrapping_sub(e.first_psn) * frag;
-                    vi.tx_psn = psn;
+                    vi.tx.idx = idx;
+                    vi.tx.off = psn.wrapping_sub(e.first_psn) * frag;
+                    vi.tx.psn = psn;
                     return;
                 }
             }
             idx = idx.wrapping_add(1);
         }
-        vi.tx_idx = idx;
-        vi.tx_off = 0;
-        vi.tx_psn = psn;
+        vi.tx.idx = idx;
+        vi.tx.off = 0;
+        vi.tx.psn = psn;
     }
 
     /// Writes a standalone ACK (or NAK) for VI `id` into `hdr`;
@@ -624,24 +617,19 @@ impl Core {
     fn build_ack(&mut self, id: u16, hdr: &mut [u8; FRAME_HEADER_LEN]) -> bool {
         let (mac, ep) = (self.mac, self.ep);
         let Ok(vi) = self.vi_mut(id) else { return false };
-        if vi.phase != crate::vi::ViPhase::Connected || !vi.ack_owed() {
+        if vi.phase != crate::vi::ViPhase::Connected || !vi.acks.owed() {
             return false;
         }
         let Some(peer) = vi.peer.as_ref() else { return false };
-        let nak = vi.nak;
+        let nak = vi.acks.nak_owed();
         let mut fl = flags::ACK | flags::RELIABLE;
         if nak {
             fl |= flags::ACK_REQ;
         }
-        let mut h = ack_header(mac, ep, id, peer, vi.tx_psn, vi.rx_expected, fl);
+        let mut h = ack_header(mac, ep, id, peer, vi.tx.psn, vi.rx.expected, fl);
         // Selective acknowledgement: the frames held past the gap.
-        h.rdma_addr = vi.reorder.bitmap(vi.rx_expected);
-        vi.ack_count = 0;
-        vi.ack_at = None;
-        vi.ack_now = false;
-        if nak {
-            vi.nak = false;
-            vi.nak_sent_for = Some(vi.rx_expected);
+        h.rdma_addr = vi.rx.reorder.bitmap(vi.rx.expected);
+        if vi.acks.sent(vi.rx.expected) {
             self.counters.naks_sent += 1;
         }
         h.emit(hdr);
@@ -683,7 +671,7 @@ impl Core {
     /// Queues a Disconnect frame to `peer` on behalf of VI `id`; on a
     /// reliable VI it acknowledges everything received.
     pub(super) fn queue_disconnect(&mut self, id: u16, peer: &Peer) {
-        let ack = self.vi(id).ok().filter(|v| v.reliable()).map(|v| v.rx_expected);
+        let ack = self.vi(id).ok().filter(|v| v.reliable()).map(|v| v.rx.expected);
         self.cm.outgoing().push(CmFrame {
             ack,
             dst_mac: peer.mac,
@@ -719,11 +707,11 @@ fn ack_header(mac: via_wire::MacAddr, ep: u32, id: u16, peer: &Peer, psn: u32, a
 /// Does the send queue hold an RDMA read, before the transmit position,
 /// that has not completed? (What a QFENCE descriptor waits for.)
 fn reads_pending(vi: &crate::vi::ViState) -> bool {
-    if vi.reads_outstanding == 0 {
+    if vi.tx.reads_outstanding == 0 {
         return false;
     }
     let mut idx = vi.sq.done;
-    while idx != vi.tx_idx {
+    while idx != vi.tx.idx {
         let e = vi.sq.get(idx);
         if e.is_read() && e.nframes != 0 && !e.read_done && e.remote_status == 0 {
             return true;
@@ -737,7 +725,7 @@ impl Core {
     /// Does VI `id` have frames to send outside its sequenced stream?
     #[inline]
     fn has_side_work(&self, id: u16) -> bool {
-        self.vis.get((id as usize).wrapping_sub(1)).and_then(Option::as_ref).is_some_and(|v| !v.read_jobs.is_empty() || v.read_resume)
+        self.vis.get((id as usize).wrapping_sub(1)).and_then(Option::as_ref).is_some_and(|v| !v.served.jobs.is_empty() || v.tx.read_resume)
     }
 
     /// Builds up to [`BATCH`] frames of VI `id` outside its sequenced
@@ -747,10 +735,10 @@ impl Core {
         let Core { vis, mem, mac, ep, .. } = self;
         let (mac, ep) = (*mac, *ep);
         let Some(vi) = vi_at(vis, id) else { return 0 };
-        if vi.read_jobs.is_empty() && !vi.read_resume {
+        if vi.served.jobs.is_empty() && !vi.tx.read_resume {
             return 0; // the usual case: no RDMA read traffic
         }
-        let frag = vi.frag;
+        let frag = vi.tx.frag;
         let Some(peer) = vi.peer.as_ref().filter(|_| vi.phase == ViPhase::Connected) else { return 0 };
         let base = HeaderRepr {
             dst_mac: peer.mac,
@@ -760,7 +748,7 @@ impl Core {
             dst_vi: peer.vi,
             src_vi: id,
             generation: peer.generation,
-            ack: vi.rx_expected,
+            ack: vi.rx.expected,
             ..HeaderRepr::default()
         };
         let ptag = vi.attrs.ptag;
@@ -768,9 +756,9 @@ impl Core {
         // Responses, front job first; `off` runs ahead of the jobs, which
         // advance only by what the device takes (after_side).
         let mut j = 0;
-        let mut off = vi.read_jobs.front().map_or(0, |job| job.off);
-        while n < BATCH && j < vi.read_jobs.len() {
-            let job = vi.read_jobs[j];
+        let mut off = vi.served.jobs.front().map_or(0, |job| job.off);
+        while n < BATCH && j < vi.served.jobs.len() {
+            let job = vi.served.jobs[j];
             let len = frag.min(job.len - off);
             let mut fl = flags::RELIABLE | flags::ACK;
             if off == 0 {
@@ -783,8 +771,8 @@ impl Core {
             if len > 0 && mem.check(job.handle, addr, len as usize, ptag).is_err() {
                 // Deregistered since the request: nothing more of it is sent
                 // (the requester's read times out).
-                vi.read_jobs.remove(j);
-                off = vi.read_jobs.get(j).map_or(0, |x| x.off);
+                vi.served.jobs.remove(j);
+                off = vi.served.jobs.get(j).map_or(0, |x| x.off);
                 continue;
             }
             HeaderRepr { kind: Kind::RdmaReadResp as u8, flags: fl, psn: job.psn, msg_len: job.len, offset: off, msg_seq: job.msg_seq, payload_len: len as u16, ..base }.emit(&mut hdrs[n]);
@@ -794,17 +782,17 @@ impl Core {
             off += len;
             if off == job.len {
                 j += 1;
-                off = vi.read_jobs.get(j).map_or(0, |x| x.off);
+                off = vi.served.jobs.get(j).map_or(0, |x| x.off);
             }
         }
         // Stalled reads whose request was acknowledged: ask for the rest.
-        if vi.read_resume {
-            vi.read_resume = false;
+        if vi.tx.read_resume {
+            vi.tx.read_resume = false;
             let mut idx = vi.sq.done;
-            while idx != vi.tx_idx && n < BATCH {
+            while idx != vi.tx.idx && n < BATCH {
                 let e = *vi.sq.get(idx);
                 idx = idx.wrapping_add(1);
-                if !e.is_read() || e.nframes == 0 || e.read_done || e.remote_status != 0 || !seq_lt(e.first_psn, vi.una) {
+                if !e.is_read() || e.nframes == 0 || e.read_done || e.remote_status != 0 || !seq_lt(e.first_psn, vi.tx.una) {
                     continue;
                 }
                 let fl = flags::RELIABLE | flags::ACK | flags::FIRST | flags::LAST;
@@ -822,15 +810,15 @@ impl Core {
         let Ok(vi) = self.vi_mut(id) else { return };
         for s in &specs[..k] {
             let Some(len) = s.resp else { continue };
-            if let Some(job) = vi.read_jobs.front_mut() {
+            if let Some(job) = vi.served.jobs.front_mut() {
                 job.off += len;
                 if job.off >= job.len {
-                    vi.read_jobs.pop_front();
+                    vi.served.jobs.pop_front();
                 }
             }
         }
         if specs[k..n].iter().any(|s| s.resp.is_none()) {
-            vi.read_resume = true; // a resume request was refused: again next round
+            vi.tx.read_resume = true; // a resume request was refused: again next round
         }
     }
 
@@ -845,7 +833,7 @@ impl Core {
         if fatal {
             fl |= flags::FATAL;
         }
-        let h = HeaderRepr { imm: bits, msg_seq, ..ack_header(mac, ep, id, peer, vi.tx_psn, ack, fl) };
+        let h = HeaderRepr { imm: bits, msg_seq, ..ack_header(mac, ep, id, peer, vi.tx.psn, ack, fl) };
         self.reports.push(h);
     }
 }

@@ -1,12 +1,20 @@
-//! The state of one VI: attributes, connection, work queues, and the
-//! per-direction protocol state (sequence numbers, retransmission, ACKs,
-//! reassembly). The engine drives it; this module only holds it and answers
-//! questions about it.
+//! The state of one VI: attributes, connection, work queues, and its
+//! protocol state in parts, each with one job: the [`Sender`] and the
+//! [`Receiver`] of the sequenced stream, the sender's [`Retransmission`]
+//! timer and [`SelectiveRepeat`], the receiver's [`AckScheduler`], and the
+//! [`ReadServer`] of the peer's RDMA reads. The engine drives them.
+
+mod ack;
+mod retransmit;
+mod selective;
+
+pub use ack::{AckDue, AckScheduler};
+pub use retransmit::{Expiry, Retransmission};
+pub use selective::SelectiveRepeat;
 
 use crate::reorder::ReorderBuffer;
 use crate::workqueue::WorkQueue;
 use std::collections::VecDeque;
-use crate::rtt::RttEstimator;
 use std::time::{Duration, Instant};
 use via_kernel_agent::conn::Peer;
 use via_kernel_agent::memory::Ptag;
@@ -131,7 +139,7 @@ pub struct ServedRead {
 
 /// One VI.
 pub struct ViState {
-    /// Unique in the process ([`next_serial`]).
+    /// Unique in the process ([`crate::workqueue::next_serial`]).
     pub serial: u64,
     pub attrs: ViAttributes,
     pub phase: ViPhase,
@@ -140,68 +148,87 @@ pub struct ViState {
     pub peer: Option<Peer>,
     pub sq: WorkQueue,
     pub rq: WorkQueue,
+    /// Our sequenced stream: transmit position, acknowledgement.
+    pub tx: Sender,
+    /// The sender's timer and round-trip timing.
+    pub rtx: Retransmission,
+    /// The sender's selective repeat.
+    pub sack: SelectiveRepeat,
+    /// The peer's sequenced stream: expected PSN, reassembly, reordering.
+    pub rx: Receiver,
+    /// What the receiver owes the sender.
+    pub acks: AckScheduler,
+    /// The peer's RDMA reads that we serve.
+    pub served: ReadServer,
+}
 
-    // ---- sender ----
+/// The sending half of a VI's sequenced stream. Fragment `k` of a
+/// message goes as PSN `first_psn + k`; `idx`, `off` and `psn` are the
+/// transmit position, which go-back-N moves back.
+#[derive(Clone, Debug, Default)]
+pub struct Sender {
     /// Payload bytes per fragment on this connection (0 until the first
     /// send fixes it: the device's MTU to the peer).
     pub frag: u32,
     /// Send-queue index and byte offset of the next fragment to transmit.
-    pub tx_idx: u32,
-    pub tx_off: u32,
+    pub idx: u32,
+    pub off: u32,
     /// PSN of the next fragment to transmit.
-    pub tx_psn: u32,
+    pub psn: u32,
     /// Oldest PSN not yet acknowledged.
     pub una: u32,
     /// One past the highest PSN ever transmitted (frames below it that go
     /// out again are retransmissions).
     pub sent_hi: u32,
     pub next_msg_seq: u32,
-    pub rto_at: Option<Instant>,
-    pub rto: Duration,
-    /// Consecutive retransmission timeouts without progress.
-    pub retries: u32,
-    /// Round-trip time: smoothed estimate and mean deviation (RFC 6298),
-    /// from timing one frame at a time that is never sent twice (Karn).
-    pub rtt: RttEstimator,
-    /// The frame being timed: its PSN and when it went out.
-    pub rtt_probe: Option<(u32, Instant)>,
-    /// The `una` for which a NAK already caused a rewind.
-    pub nak_rewound: Option<u32>,
-    /// Selective repeat (bit `i`: PSN `una + i`): frames the peer holds
-    /// past a gap, by its last SACK; holes to transmit again; holes
-    /// already transmitted again since the last timeout.
-    pub sacked: u64,
-    pub resend: u64,
-    pub resent: u64,
     /// RDMA reads transmitted and not yet completed.
     pub reads_outstanding: u32,
     /// Ask again for the rest of stalled RDMA reads (a response was lost).
     pub read_resume: bool,
-    /// RDMA reads the peer asked of us, answered in order.
-    pub read_jobs: VecDeque<ReadJob>,
-    /// The reads we served most recently (at most a work queue's worth:
-    /// what a requester can have outstanding), oldest first.
-    pub reads_served: VecDeque<ServedRead>,
+}
 
-    // ---- receiver ----
-    pub rx_expected: u32,
-    pub rx: Option<RxMessage>,
+impl Sender {
+    /// Frames sent and not yet acknowledged (from the transmit position).
+    pub fn in_flight(&self) -> u32 {
+        self.psn.wrapping_sub(self.una)
+    }
+
+    /// Frames ever transmitted and not yet acknowledged.
+    pub fn unacknowledged(&self) -> u32 {
+        self.sent_hi.wrapping_sub(self.una)
+    }
+
+    /// Is anything waiting for the peer: frames or RDMA reads?
+    pub fn outstanding(&self) -> bool {
+        self.una != self.sent_hi || self.reads_outstanding != 0
+    }
+}
+
+/// The receiving half of a VI's sequenced stream.
+#[derive(Default)]
+pub struct Receiver {
+    /// The PSN expected next.
+    pub expected: u32,
+    /// The message being reassembled.
+    pub msg: Option<RxMessage>,
     /// Frames that arrived past a gap.
     pub reorder: ReorderBuffer,
-    /// Frames accepted since the last ACK went out.
-    pub ack_count: u32,
-    pub ack_at: Option<Instant>,
-    /// An ACK (or, with `nak`, a NAK) must go out in this progress round.
-    pub ack_now: bool,
-    pub nak: bool,
-    /// The `rx_expected` a NAK was last sent for.
-    pub nak_sent_for: Option<u32>,
-    /// RDMA protection violations by the peer on this connection.
-    pub prot_violations: u32,
     /// The last message that failed here and was reported to the sender:
     /// (first PSN, one past its last PSN, message number, status bits). A
     /// retransmission of it is answered with the report again.
-    pub last_rx_error: Option<(u32, u32, u32, u32)>,
+    pub last_error: Option<(u32, u32, u32, u32)>,
+    /// RDMA protection violations by the peer on this connection.
+    pub prot_violations: u32,
+}
+
+/// The peer's RDMA reads: those being answered, and those answered lately.
+#[derive(Default)]
+pub struct ReadServer {
+    /// Reads the peer asked of us, answered in order.
+    pub jobs: VecDeque<ReadJob>,
+    /// The reads we served most recently (at most a work queue's worth:
+    /// what a requester can have outstanding), oldest first.
+    pub recent: VecDeque<ServedRead>,
 }
 
 impl ViState {
@@ -215,36 +242,12 @@ impl ViState {
             peer: None,
             sq: WorkQueue::new(depth),
             rq: WorkQueue::new(depth),
-            frag: 0,
-            tx_idx: 0,
-            tx_off: 0,
-            tx_psn: 0,
-            una: 0,
-            sent_hi: 0,
-            next_msg_seq: 0,
-            rto_at: None,
-            rto,
-            retries: 0,
-            rtt: RttEstimator::default(),
-            rtt_probe: None,
-            nak_rewound: None,
-            sacked: 0,
-            resend: 0,
-            resent: 0,
-            reads_outstanding: 0,
-            read_resume: false,
-            read_jobs: VecDeque::new(),
-            reads_served: VecDeque::new(),
-            rx_expected: 0,
-            rx: None,
-            reorder: ReorderBuffer::default(),
-            ack_count: 0,
-            ack_at: None,
-            ack_now: false,
-            nak: false,
-            nak_sent_for: None,
-            last_rx_error: None,
-            prot_violations: 0,
+            tx: Sender::default(),
+            rtx: Retransmission::new(rto),
+            sack: SelectiveRepeat::default(),
+            rx: Receiver::default(),
+            acks: AckScheduler::default(),
+            served: ReadServer::default(),
         }
     }
 
@@ -252,49 +255,22 @@ impl ViState {
         self.attrs.reliability.is_reliable()
     }
 
-    /// Frames sent and not yet acknowledged.
-    pub fn in_flight(&self) -> u32 {
-        self.tx_psn.wrapping_sub(self.una)
-    }
-
-    /// Does the receiver owe the peer an acknowledgement?
-    pub fn ack_owed(&self) -> bool {
-        self.ack_count > 0 || self.ack_now || self.nak
-    }
-
     /// Resets the protocol state for a new connection (queues are kept).
     pub fn reset_protocol(&mut self, rto: Duration) {
-        self.frag = 0;
-        self.tx_idx = self.sq.done;
-        self.tx_off = 0;
-        self.tx_psn = 0;
-        self.una = 0;
-        self.sent_hi = 0;
-        self.rto_at = None;
-        self.rto = rto;
-        self.retries = 0;
-        (self.rtt, self.rtt_probe) = (RttEstimator::default(), None);
-        self.nak_rewound = None;
-        (self.sacked, self.resend, self.resent) = (0, 0, 0);
-        self.rx_expected = 0;
-        self.rx = None;
-        self.reorder.clear();
-        self.ack_count = 0;
-        self.ack_at = None;
-        self.ack_now = false;
-        self.nak = false;
-        self.nak_sent_for = None;
-        self.reads_outstanding = 0;
-        self.read_resume = false;
-        self.read_jobs.clear();
-        self.reads_served.clear();
-        self.last_rx_error = None;
-        self.prot_violations = 0;
+        self.tx = Sender { idx: self.sq.done, next_msg_seq: self.tx.next_msg_seq, ..Sender::default() };
+        self.rtx = Retransmission::new(rto);
+        self.sack = SelectiveRepeat::default();
+        let rx = std::mem::take(&mut self.rx);
+        self.rx = Receiver { reorder: rx.reorder, ..Receiver::default() };
+        self.rx.reorder.clear();
+        self.acks = AckScheduler::default();
+        self.served.jobs.clear();
+        self.served.recent.clear();
     }
 
     /// The earliest timer of this VI.
     pub fn next_timer(&self) -> Option<Instant> {
-        match (self.rto_at, self.ack_at) {
+        match (self.rtx.deadline(), self.acks.deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }

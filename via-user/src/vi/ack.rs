@@ -1,0 +1,157 @@
+//! What the receiving side of a reliable VI owes the sender: an ACK after
+//! every `ack_every` accepted frames, at the latest `ack_delay` after the
+//! first unacknowledged one, at once for a duplicate or a frame that asks
+//! for one, and a NAK (with the SACK bitmap) when a gap opens. Any frame
+//! we send carries the ACK, so a transmission settles what is owed.
+
+use std::time::{Duration, Instant};
+
+/// The ACK duty of one VI's receiver.
+#[derive(Clone, Debug, Default)]
+pub struct AckScheduler {
+    /// Frames accepted since the last ACK went out.
+    count: u32,
+    /// When a delayed ACK is due.
+    at: Option<Instant>,
+    /// An ACK (or, with `nak`, a NAK) must go out in this progress round.
+    now: bool,
+    nak: bool,
+    /// The expected PSN a NAK was last sent for.
+    nak_sent_for: Option<u32>,
+}
+
+/// What accepting a frame asks of the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckDue {
+    /// Send an ACK this round.
+    Now,
+    /// Wake the engine at this instant for a delayed ACK.
+    At(Instant),
+    /// Nothing new: a delayed ACK is already armed.
+    Armed,
+}
+
+impl AckScheduler {
+    /// Is any acknowledgement owed?
+    pub fn owed(&self) -> bool {
+        self.count > 0 || self.now || self.nak
+    }
+
+    /// Is the ACK owed a NAK?
+    pub fn nak_owed(&self) -> bool {
+        self.nak
+    }
+
+    /// When the delayed ACK is due, if one is armed.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.at
+    }
+
+    /// A frame was accepted in order; `requested`: it asked for an ACK.
+    #[inline]
+    pub fn on_accepted(&mut self, now: Instant, every: u32, delay: Duration, requested: bool) -> AckDue {
+        self.count += 1;
+        if self.count >= every || requested {
+            self.now = true;
+            AckDue::Now
+        } else if self.at.is_none() {
+            let t = now + delay;
+            self.at = Some(t);
+            AckDue::At(t)
+        } else {
+            AckDue::Armed
+        }
+    }
+
+    /// A duplicate came: the sender missed our ACK; send one this round.
+    pub fn on_duplicate(&mut self) {
+        self.now = true;
+    }
+
+    /// A frame past a gap was held; `new_hole`: it opened a hole the
+    /// sender has not been told about, so a NAK is owed.
+    pub fn on_held(&mut self, new_hole: bool) {
+        self.nak |= new_hole;
+    }
+
+    /// The gap at `expected` stands (frames are held past it, or one came
+    /// that could not be held): a NAK is owed unless one was sent for it.
+    /// Returns whether one now is.
+    pub fn on_gap_at(&mut self, expected: u32) -> bool {
+        if self.nak_sent_for == Some(expected) {
+            return false;
+        }
+        self.nak = true;
+        true
+    }
+
+    /// The delayed ACK's time came: true when one is now owed this round.
+    pub fn on_timer(&mut self, now: Instant) -> bool {
+        if self.at.is_some_and(|t| t <= now) {
+            self.at = None;
+            self.now = true;
+            return true;
+        }
+        false
+    }
+
+    /// A frame carrying our ACK went out (data, or a standalone ACK).
+    #[inline]
+    pub fn carried(&mut self) {
+        self.count = 0;
+        self.at = None;
+        self.now = false;
+    }
+
+    /// A standalone ACK for `expected` went out: returns whether it was a
+    /// NAK (which is then no longer owed for that gap).
+    pub fn sent(&mut self, expected: u32) -> bool {
+        self.carried();
+        let nak = std::mem::take(&mut self.nak);
+        if nak {
+            self.nak_sent_for = Some(expected);
+        }
+        nak
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acks_every_n_frames_or_after_the_delay() {
+        let (t0, d) = (Instant::now(), Duration::from_micros(200));
+        let mut a = AckScheduler::default();
+        assert!(!a.owed());
+        assert_eq!(a.on_accepted(t0, 3, d, false), AckDue::At(t0 + d), "the first frame arms the delay");
+        assert_eq!(a.on_accepted(t0, 3, d, false), AckDue::Armed);
+        assert!(a.owed() && a.deadline() == Some(t0 + d));
+        assert!(!a.on_timer(t0), "not yet");
+        assert_eq!(a.on_accepted(t0, 3, d, false), AckDue::Now, "the third frame");
+        a.carried();
+        assert!(!a.owed() && a.deadline().is_none(), "a transmission settles it");
+        assert_eq!(a.on_accepted(t0, 3, d, true), AckDue::Now, "asked for");
+        a.carried();
+        a.on_accepted(t0, 3, d, false);
+        assert!(a.on_timer(t0 + d), "the delay ran out");
+        assert!(a.owed() && a.deadline().is_none());
+    }
+
+    #[test]
+    fn a_gap_is_naked_once() {
+        let mut a = AckScheduler::default();
+        assert!(a.on_gap_at(7), "never NAKed at 7");
+        assert!(a.sent(7), "the ACK sent was a NAK");
+        assert!(!a.nak_owed() && !a.owed());
+        assert!(!a.on_gap_at(7), "already NAKed at 7");
+        a.on_held(false);
+        assert!(!a.nak_owed(), "a frame that opened no hole");
+        a.on_held(true);
+        assert!(a.nak_owed(), "a new hole past 7");
+        assert!(a.sent(7));
+        assert!(a.on_gap_at(9), "a gap at 9 is new");
+        a.on_duplicate();
+        assert!(a.sent(9) && !a.owed());
+    }
+}
