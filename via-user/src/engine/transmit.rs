@@ -128,6 +128,9 @@ impl Engine {
                     core.doorbell.ring(id);
                     break;
                 }
+                if n < BATCH {
+                    break; // the queue ran dry or the window closed: nothing more now
+                }
             }
         }
         core.ready = ready;
