@@ -130,6 +130,23 @@ impl WorkQueue {
         true
     }
 
+    /// The slot the next post fills, if the queue has room: the entry is
+    /// built there and becomes part of the queue with [`WorkQueue::commit`].
+    #[inline]
+    pub fn vacant(&mut self) -> Option<&mut WqEntry> {
+        if self.len() == self.slots.len() {
+            return None;
+        }
+        Some(&mut self.slots[(self.tail & self.mask) as usize])
+    }
+
+    /// Makes the entry built in [`WorkQueue::vacant`] the newest posted.
+    #[inline]
+    pub fn commit(&mut self) {
+        debug_assert!(self.len() < self.slots.len());
+        self.tail = self.tail.wrapping_add(1);
+    }
+
     pub fn get(&self, idx: u32) -> &WqEntry {
         &self.slots[(idx & self.mask) as usize]
     }

@@ -422,13 +422,19 @@ pub(crate) fn vi_at(vis: &mut [Option<ViState>], id: u16) -> Option<&mut ViState
     vis.get_mut((id as usize).wrapping_sub(1)).and_then(Option::as_mut)
 }
 
+/// The error for a VI handle that names no VI.
+#[cold]
+pub(crate) fn no_vi(id: u16) -> ViaError {
+    ViaError::invalid(format!("no VI with handle {id}"))
+}
+
 impl Core {
     pub fn vi(&self, id: u16) -> Result<&ViState> {
-        self.vis.get((id as usize).wrapping_sub(1)).and_then(Option::as_ref).ok_or_else(|| ViaError::invalid(format!("no VI with handle {id}")))
+        self.vis.get((id as usize).wrapping_sub(1)).and_then(Option::as_ref).ok_or_else(|| no_vi(id))
     }
 
     pub fn vi_mut(&mut self, id: u16) -> Result<&mut ViState> {
-        self.vis.get_mut((id as usize).wrapping_sub(1)).and_then(Option::as_mut).ok_or_else(|| ViaError::invalid(format!("no VI with handle {id}")))
+        self.vis.get_mut((id as usize).wrapping_sub(1)).and_then(Option::as_mut).ok_or_else(|| no_vi(id))
     }
 
     pub fn cq_mut(&mut self, id: u16) -> Result<&mut CompletionQueue> {

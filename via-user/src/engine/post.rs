@@ -1,13 +1,13 @@
 //! Posting descriptors to work queues, completing them in order, flushing
 //! them, and handing completed ones back (`Done`).
 
-use super::{Core, MAX_SEGMENTS};
+use super::{vi_at, Core, MAX_SEGMENTS};
 use crate::descriptor::{control, status, DESCRIPTOR_ALIGNMENT};
 use crate::error::{Result, ViaError, VipReturn};
 use crate::usermem;
-use crate::vi::ViPhase;
+use crate::vi::{ViAttributes, ViPhase};
 use crate::workqueue::{CheckedSegment, WqEntry, INLINE_SEGMENTS};
-use via_kernel_agent::memory::MemError;
+use via_kernel_agent::memory::{MemError, RegistrationTable};
 
 /// Which queue of a VI.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,24 +26,24 @@ impl Queue {
 }
 
 impl Core {
-    /// Validates the descriptor at `addr` for VI `id` and builds its entry.
+    /// Validates the descriptor at `addr` for a VI with `attrs` into `e`,
+    /// the queue's next slot (so the entry is built where it stays).
     /// Errors the descriptor itself can carry are put in `pre_status`;
     /// errors that leave nowhere to write a status are returned.
-    fn validate(&self, id: u16, addr: usize, handle: u32, q: Queue) -> Result<WqEntry> {
-        let vi = self.vi(id)?;
+    fn validate(mem: &RegistrationTable, attrs: &ViAttributes, addr: usize, handle: u32, q: Queue, e: &mut WqEntry) -> Result<()> {
         if addr == 0 || !addr.is_multiple_of(DESCRIPTOR_ALIGNMENT) {
             return Err(ViaError::new(VipReturn::DescriptorError, format!("descriptor address {addr:#x} is not {DESCRIPTOR_ALIGNMENT}-byte aligned")));
         }
-        let mut e = WqEntry { desc: addr, desc_handle: handle, ..Default::default() };
-        let cs = match usermem::read_control(&self.mem, addr, handle, vi.attrs.ptag) {
+        *e = WqEntry { desc: addr, desc_handle: handle, ..Default::default() };
+        let cs = match usermem::read_control(mem, addr, handle, attrs.ptag) {
             Ok(cs) => cs,
             Err(MemError::PtagMismatch) => {
                 e.pre_status = status::PROTECTION_ERROR;
-                return Ok(e);
+                return Ok(());
             }
-            Err(MemError::OutOfBounds) if self.mem.lookup(handle).is_ok_and(|r| r.contains(addr, 32)) => {
+            Err(MemError::OutOfBounds) if mem.lookup(handle).is_ok_and(|r| r.contains(addr, 32)) => {
                 e.pre_status = status::FORMAT_ERROR; // its segments run past the region
-                return Ok(e);
+                return Ok(());
             }
             Err(MemError::OutOfBounds) => return Err(ViaError::invalid("descriptor does not lie in the memory its handle names")),
             Err(e) => return Err(ViaError::invalid(format!("descriptor memory handle: {e}"))),
@@ -53,17 +53,17 @@ impl Core {
         e.imm = cs.immediate_data;
         if cs.control & control::RESERVED != 0 || cs.seg_count as usize > MAX_SEGMENTS {
             e.pre_status = status::FORMAT_ERROR;
-            return Ok(e);
+            return Ok(());
         }
         let op = cs.control & control::OP_MASK;
         let rdma = op == control::OP_RDMAWRITE || op == control::OP_RDMAREAD;
         let bad_op = match q {
             Queue::Recv => op != control::OP_SENDRECV || cs.control & control::QFENCE != 0,
-            Queue::Send => op == control::OP_RESERVED || (op == control::OP_RDMAREAD && (cs.control & control::IMMEDIATE != 0 || !vi.reliable())),
+            Queue::Send => op == control::OP_RESERVED || (op == control::OP_RDMAREAD && (cs.control & control::IMMEDIATE != 0 || !attrs.reliability.is_reliable())),
         };
         if bad_op || (rdma && cs.seg_count == 0) {
             e.pre_status = status::FORMAT_ERROR; // reserved op, RDMA on a receive queue, read on an unreliable VI
-            return Ok(e);
+            return Ok(());
         }
         if rdma {
             // SAFETY: read_control checked the descriptor with its
@@ -84,29 +84,31 @@ impl Core {
             if s.length == 0 {
                 continue;
             }
-            if self.mem.check(s.handle, s.data.address_bits as usize, s.length as usize, vi.attrs.ptag).is_err() {
+            if mem.check(s.handle, s.data.address_bits as usize, s.length as usize, attrs.ptag).is_err() {
                 e.pre_status = status::PROTECTION_ERROR;
-                return Ok(e);
+                return Ok(());
             }
             total += s.length as u64;
         }
         if keep {
-            e.inline_epoch = self.mem.epoch();
+            e.inline_epoch = mem.epoch();
         }
-        if total > vi.attrs.max_transfer_size as u64 {
+        if total > attrs.max_transfer_size as u64 {
             e.pre_status = status::LENGTH_ERROR;
-            return Ok(e);
+            return Ok(());
         }
         e.len = total as u32;
         if q == Queue::Send && cs.length as u64 != total {
             e.pre_status = status::FORMAT_ERROR;
         }
-        Ok(e)
+        Ok(())
     }
 
     /// `VipPostSend` / `VipPostRecv` on VI `id`.
     pub fn post(&mut self, id: u16, addr: usize, handle: u32, q: Queue) -> Result<()> {
-        let phase = self.vi(id)?.phase;
+        let Core { vis, mem, doorbell, .. } = self;
+        let vi = vi_at(vis, id).ok_or_else(|| super::no_vi(id))?;
+        let phase = vi.phase;
         let allowed = match q {
             Queue::Send => phase == ViPhase::Connected || phase == ViPhase::Error,
             Queue::Recv => true,
@@ -114,28 +116,31 @@ impl Core {
         if !allowed {
             return Err(ViaError::state(format!("cannot post a send on a VI in state {phase:?} (connect it first)")));
         }
-        let mut e = self.validate(id, addr, handle, q)?;
+        let attrs = vi.attrs;
+        let wq = match q {
+            Queue::Send => &mut vi.sq,
+            Queue::Recv => &mut vi.rq,
+        };
+        let capacity = wq.capacity();
+        let Some(e) = wq.vacant() else {
+            return Err(ViaError::resource(format!("{q:?} queue full ({capacity} descriptors posted)")));
+        };
+        Self::validate(mem, &attrs, addr, handle, q, e)?;
         if phase == ViPhase::Error {
             e.pre_status = status::DESC_FLUSHED_ERROR;
         }
+        let pre_status = e.pre_status;
         // Clear the completion fields before the descriptor becomes visible
         // (its memory was just validated, or the post was refused above).
         // SAFETY: `validate` checked the control segment (read_control)
         // under the engine lock we hold.
         unsafe { usermem::clear_completion(addr) };
-        let vi = self.vi_mut(id)?;
-        let wq = match q {
-            Queue::Send => &mut vi.sq,
-            Queue::Recv => &mut vi.rq,
-        };
-        if !wq.push(e) {
-            return Err(ViaError::resource(format!("{q:?} queue full ({} descriptors posted)", wq.capacity())));
-        }
-        if e.pre_status != 0 {
+        wq.commit();
+        if pre_status != 0 {
             self.pre_errored += 1;
             self.complete_pre_errored(id, q);
         } else if q == Queue::Send {
-            self.doorbell.ring(id);
+            doorbell.ring(id);
         }
         Ok(())
     }
