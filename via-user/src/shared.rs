@@ -49,10 +49,16 @@ impl Shared {
 
     /// Wakes every thread asleep in a wait on this NIC, so it looks again
     /// at what it waits for.
+    #[inline]
     pub(crate) fn wake_sleepers(&self) {
-        if self.sleepers.load(Ordering::Relaxed) == 0 {
-            return;
+        if self.sleepers.load(Ordering::Relaxed) != 0 {
+            self.wake_each_sleeper();
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wake_each_sleeper(&self) {
         for &fd in self.sleeper_fds.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             crate::waker::wake(fd);
         }
