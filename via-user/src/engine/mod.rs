@@ -237,8 +237,12 @@ pub enum AsyncErrorKind {
     CqOverflow { cq: u16, entries: usize },
 }
 
-/// Everything of an opened NIC except the device.
-pub struct Core {
+/// Everything a VI's processing may touch besides the VI itself: memory,
+/// completion queues, the outbox (doorbell, ACKs due, error reports,
+/// connection-management frames), counters, timers, configuration. The
+/// engine's VI functions take `(&mut Context, &mut ViState)`: one VI
+/// looked up once, everything else beside it.
+pub struct Context {
     pub mac: MacAddr,
     /// Our endpoint id: what our frames' `dst_ep` must say.
     pub ep: u32,
@@ -259,7 +263,6 @@ pub struct Core {
     pub peers: PeerConnector,
     /// Name discovery on the segment (asking and answering).
     pub resolver: Resolver,
-    pub vis: Vec<Option<ViState>>,
     pub cqs: Vec<Option<CompletionQueue>>,
     pub doorbell: Doorbell,
     /// VIs that owe an ACK this round.
@@ -275,8 +278,29 @@ pub struct Core {
     pub reports: Vec<HeaderRepr>,
     /// Bounce slots for fragments that gather too many pieces, and
     /// control-frame payloads; allocated once, on first use.
-    bounce: Vec<u8>,
-    ready: Vec<u16>,
+    pub(super) bounce: Vec<u8>,
+    pub(super) ready: Vec<u16>,
+}
+
+
+/// Everything of an opened NIC except the device: the VIs, and the
+/// [`Context`] they are processed in.
+pub struct Core {
+    pub vis: Vec<Option<ViState>>,
+    pub cx: Context,
+}
+
+impl std::ops::Deref for Core {
+    type Target = Context;
+    fn deref(&self) -> &Context {
+        &self.cx
+    }
+}
+
+impl std::ops::DerefMut for Core {
+    fn deref_mut(&mut self) -> &mut Context {
+        &mut self.cx
+    }
 }
 
 /// An opened NIC: the device plus the engine state.
@@ -313,7 +337,7 @@ impl Engine {
         // repeat covers every frame in flight.
         let window = ((2 << 20) / mtu as u32).clamp(16, crate::reorder::REORDER_SPAN);
         let checksum = !dev.capabilities().checksummed;
-        let core = Core {
+        let cx = Context {
             mac,
             ep,
             mtu,
@@ -326,7 +350,6 @@ impl Engine {
             resolver: Resolver::new(default_local_names(&NameService::load_default().unwrap_or_default(), mac)),
             config,
             mem: RegistrationTable::new(),
-            vis: Vec::new(),
             cqs: Vec::new(),
             doorbell: Doorbell::default(),
             acks_due: Vec::new(),
@@ -338,6 +361,7 @@ impl Engine {
             bounce: Vec::new(),
             ready: Vec::new(),
         };
+        let core = Core { vis: Vec::new(), cx };
         Ok(Engine { dev, core, hdrs: Box::new([[0u8; FRAME_HEADER_LEN]; BATCH]), specs: Box::new([transmit::Spec::default(); BATCH]) })
     }
 
@@ -429,6 +453,13 @@ pub(crate) fn no_vi(id: u16) -> ViaError {
 }
 
 impl Core {
+    /// VI `id` and the context it is processed in.
+    #[inline]
+    pub(crate) fn split(&mut self, id: u16) -> Option<(&mut Context, &mut ViState)> {
+        let vi = vi_at(&mut self.vis, id)?;
+        Some((&mut self.cx, vi))
+    }
+
     pub fn vi(&self, id: u16) -> Result<&ViState> {
         self.vis.get((id as usize).wrapping_sub(1)).and_then(Option::as_ref).ok_or_else(|| no_vi(id))
     }
@@ -487,7 +518,7 @@ impl Core {
                 return Err(ViaError::resource(format!("too many VIs (MaxVI = {MAX_VI})")));
             }
         };
-        self.vis[slot] = Some(ViState::new(attrs, send_cq, recv_cq, self.config.queue_depth, self.config.rto_initial));
+        self.vis[slot] = Some(ViState::new(slot as u16 + 1, attrs, send_cq, recv_cq, self.config.queue_depth, self.config.rto_initial));
         Ok(slot as u16 + 1)
     }
 
@@ -502,7 +533,7 @@ impl Core {
         self.mem.release_ptag(vi.attrs.ptag);
         self.cm.forget_vi(id);
         self.peers.cancel(id);
-        if let Some(k) = self.auth.as_mut() {
+        if let Some(k) = self.cx.auth.as_mut() {
             k.clear_vi(id);
         }
         for cq in [vi.send_cq, vi.recv_cq].into_iter().flatten() {
@@ -510,7 +541,7 @@ impl Core {
                 c.forget_vi(id);
             }
         }
-        self.acks_due.retain(|v| *v != id);
+        self.cx.acks_due.retain(|v| *v != id);
         Ok(())
     }
 
@@ -539,6 +570,9 @@ impl Core {
         Ok(())
     }
 
+}
+
+impl Context {
     /// Arms the engine-wide timer no later than `t`.
     pub fn arm(&mut self, t: Instant) {
         self.timer_at = Some(self.timer_at.map_or(t, |x| x.min(t)));

@@ -1,11 +1,11 @@
 //! Posting descriptors to work queues, completing them in order, flushing
 //! them, and handing completed ones back (`Done`).
 
-use super::{vi_at, Core, MAX_SEGMENTS};
+use super::{vi_at, Context, Core, MAX_SEGMENTS};
 use crate::descriptor::{control, status, DESCRIPTOR_ALIGNMENT};
 use crate::error::{Result, ViaError, VipReturn};
 use crate::usermem;
-use crate::vi::{ViAttributes, ViPhase};
+use crate::vi::{ViAttributes, ViPhase, ViState};
 use crate::workqueue::{CheckedSegment, WqEntry, INLINE_SEGMENTS};
 use via_kernel_agent::memory::{MemError, RegistrationTable};
 
@@ -106,7 +106,8 @@ impl Core {
 
     /// `VipPostSend` / `VipPostRecv` on VI `id`.
     pub fn post(&mut self, id: u16, addr: usize, handle: u32, q: Queue) -> Result<()> {
-        let Core { vis, mem, doorbell, .. } = self;
+        let Core { vis, cx } = self;
+        let Context { mem, doorbell, .. } = cx;
         let vi = vi_at(vis, id).ok_or_else(|| super::no_vi(id))?;
         let phase = vi.phase;
         let allowed = match q {
@@ -145,10 +146,56 @@ impl Core {
         Ok(())
     }
 
-    /// Completes the next outstanding descriptor of `q` with `bits`, then
-    /// any descriptors after it that failed validation when posted.
+    /// VI `id`'s [`Context::complete_next`] (for callers outside the VI's
+    /// processing).
     pub fn complete_next(&mut self, id: u16, q: Queue, length: u32, bits: u32, imm: Option<u32>) {
-        let Ok(vi) = self.vi_mut(id) else { return };
+        if let Some((cx, vi)) = self.split(id) {
+            cx.complete_next(vi, q, length, bits, imm);
+        }
+    }
+
+    /// VI `id`'s [`Context::complete_pre_errored`].
+    #[inline]
+    pub(super) fn complete_pre_errored(&mut self, id: u16, q: Queue) {
+        if self.pre_errored != 0 {
+            if let Some((cx, vi)) = self.split(id) {
+                cx.complete_pre_errored(vi, q);
+            }
+        }
+    }
+
+    /// VI `id`'s [`Context::flush_vi`].
+    pub fn flush_vi(&mut self, id: u16) {
+        if let Some((cx, vi)) = self.split(id) {
+            cx.flush_vi(vi);
+        }
+    }
+
+    /// `VipSendDone` / `VipRecvDone`: the oldest completed descriptor,
+    /// and the serial of the VI that answered (a wait notices by it that
+    /// the VI was replaced under the same number).
+    pub fn done(&mut self, id: u16, q: Queue) -> Result<(u64, Option<usize>)> {
+        let vi = self.vi_mut(id)?;
+        let wq = match q {
+            Queue::Send => &mut vi.sq,
+            Queue::Recv => &mut vi.rq,
+        };
+        Ok((vi.serial, wq.pop_completed().map(|e| e.desc)))
+    }
+
+    /// `VipCQDone`: the oldest completion of CQ `cq` as (VI, is receive
+    /// queue), and the CQ's serial.
+    pub fn cq_done(&mut self, cq: u16) -> Result<(u64, Option<(u16, bool)>)> {
+        let cq = self.cq_mut(cq)?;
+        Ok((cq.serial, cq.pop()))
+    }
+}
+
+impl Context {
+    /// Completes the next outstanding descriptor of `vi`'s `q` with `bits`,
+    /// then any descriptors after it that failed validation when posted.
+    pub fn complete_next(&mut self, vi: &mut ViState, q: Queue, length: u32, bits: u32, imm: Option<u32>) {
+        let id = vi.id;
         let wq = match q {
             Queue::Send => &mut vi.sq,
             Queue::Recv => &mut vi.rq,
@@ -179,34 +226,37 @@ impl Core {
         let imm_bit = if imm.is_some() { status::IMMEDIATE } else { 0 };
         usermem::write_completion(&self.mem, desc, desc_handle, length, bits | status::DONE | op | imm_bit, imm);
         if let Some(cq) = cq {
-            if let Ok(c) = self.cq_mut(cq) {
-                let before = c.overflows;
-                c.push(id, q == Queue::Recv);
-                let (over, entries, len) = (c.overflows != before, c.capacity(), c.len());
-                if over {
-                    self.counters.cq_overflows += 1;
-                    if len == entries + 1 {
-                        // Once each time it goes past (none is dropped).
-                        self.async_errors.push(super::AsyncError { vi: id, kind: super::AsyncErrorKind::CqOverflow { cq, entries } });
-                    }
-                }
+            self.push_completion(cq, id, q);
+        }
+        self.complete_pre_errored(vi, q);
+    }
+
+    /// Records on CQ `cq` that VI `id` completed a descriptor on `q`.
+    fn push_completion(&mut self, cq: u16, id: u16, q: Queue) {
+        let Some(c) = self.cqs.get_mut((cq as usize).wrapping_sub(1)).and_then(Option::as_mut) else { return };
+        let before = c.overflows;
+        c.push(id, q == Queue::Recv);
+        let (over, entries, len) = (c.overflows != before, c.capacity(), c.len());
+        if over {
+            self.counters.cq_overflows += 1;
+            if len == entries + 1 {
+                // Once each time it goes past (none is dropped).
+                self.async_errors.push(super::AsyncError { vi: id, kind: super::AsyncErrorKind::CqOverflow { cq, entries } });
             }
         }
-        self.complete_pre_errored(id, q);
     }
 
     /// Completes, in order, descriptors at the head of the outstanding part
-    /// of `q` that carry errors from posting.
+    /// of `vi`'s `q` that carry errors from posting.
     #[inline]
-    pub(super) fn complete_pre_errored(&mut self, id: u16, q: Queue) {
+    pub(super) fn complete_pre_errored(&mut self, vi: &mut ViState, q: Queue) {
         if self.pre_errored != 0 {
-            self.complete_pre_errored_slow(id, q); // some descriptor failed validation
+            self.complete_pre_errored_slow(vi, q); // some descriptor failed validation
         }
     }
 
-    fn complete_pre_errored_slow(&mut self, id: u16, q: Queue) {
+    fn complete_pre_errored_slow(&mut self, vi: &mut ViState, q: Queue) {
         loop {
-            let Ok(vi) = self.vi_mut(id) else { return };
             let wq = match q {
                 Queue::Send => &vi.sq,
                 Queue::Recv => &vi.rq,
@@ -220,49 +270,28 @@ impl Core {
                 vi.tx.off = 0;
             }
             self.pre_errored = self.pre_errored.saturating_sub(1);
-            self.complete_next(id, q, 0, bits, None);
+            self.complete_next(vi, q, 0, bits, None);
         }
     }
 
-    /// Completes everything outstanding on both queues with DESC_FLUSHED.
-    pub fn flush_vi(&mut self, id: u16) {
+    /// Completes everything outstanding on both queues of `vi` with
+    /// DESC_FLUSHED.
+    pub fn flush_vi(&mut self, vi: &mut ViState) {
         for q in [Queue::Send, Queue::Recv] {
             loop {
-                let Ok(vi) = self.vi(id) else { return };
                 let wq = if q == Queue::Send { &vi.sq } else { &vi.rq };
                 if wq.done == wq.tail {
                     break;
                 }
-                self.complete_next(id, q, 0, status::DESC_FLUSHED_ERROR, None);
+                self.complete_next(vi, q, 0, status::DESC_FLUSHED_ERROR, None);
             }
         }
-        if let Ok(vi) = self.vi_mut(id) {
-            vi.tx.idx = vi.sq.done;
-            vi.tx.off = 0;
-            vi.rx.msg = None;
-            vi.rtx.stop();
-            vi.tx.reads_outstanding = 0;
-            vi.tx.read_resume = false;
-            vi.served.jobs.clear();
-        }
-    }
-
-    /// `VipSendDone` / `VipRecvDone`: the oldest completed descriptor,
-    /// and the serial of the VI that answered (a wait notices by it that
-    /// the VI was replaced under the same number).
-    pub fn done(&mut self, id: u16, q: Queue) -> Result<(u64, Option<usize>)> {
-        let vi = self.vi_mut(id)?;
-        let wq = match q {
-            Queue::Send => &mut vi.sq,
-            Queue::Recv => &mut vi.rq,
-        };
-        Ok((vi.serial, wq.pop_completed().map(|e| e.desc)))
-    }
-
-    /// `VipCQDone`: the oldest completion of CQ `cq` as (VI, is receive
-    /// queue), and the CQ's serial.
-    pub fn cq_done(&mut self, cq: u16) -> Result<(u64, Option<(u16, bool)>)> {
-        let cq = self.cq_mut(cq)?;
-        Ok((cq.serial, cq.pop()))
+        vi.tx.idx = vi.sq.done;
+        vi.tx.off = 0;
+        vi.rx.msg = None;
+        vi.rtx.stop();
+        vi.tx.reads_outstanding = 0;
+        vi.tx.read_resume = false;
+        vi.served.jobs.clear();
     }
 }

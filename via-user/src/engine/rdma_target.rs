@@ -17,9 +17,9 @@
 //! us send a read again and again.
 
 use super::receive::{Payload, PlaceError};
-use super::{vi_at, AsyncError, AsyncErrorKind, Core};
+use super::{AsyncError, AsyncErrorKind, Context};
 use crate::descriptor::status;
-use crate::vi::{ReadJob, ServedRead};
+use crate::vi::{ReadJob, ServedRead, ViState};
 use std::collections::VecDeque;
 use std::time::Instant;
 use via_wire::{flags, seq_le, Frame};
@@ -28,12 +28,11 @@ use via_wire::{flags, seq_le, Frame};
 /// the connection is broken (a reliable VI breaks at the first).
 pub const UNRELIABLE_VIOLATION_LIMIT: u32 = 16;
 
-impl Core {
+impl Context {
     /// Checks an RDMA access by the peer to `[addr, addr + len)` of our
     /// memory under `handle`: the VI's and the region's enable bit, the
     /// VI's protection tag, the region's bounds. Returns the address.
-    pub(super) fn rdma_target(&self, id: u16, addr: u64, handle: u32, len: u32, write: bool) -> Option<usize> {
-        let vi = self.vi(id).ok()?;
+    pub(super) fn rdma_target(&self, vi: &ViState, addr: u64, handle: u32, len: u32, write: bool) -> Option<usize> {
         let vi_enabled = if write { vi.attrs.enable_rdma_write } else { vi.attrs.enable_rdma_read };
         if !vi_enabled {
             return None;
@@ -49,38 +48,35 @@ impl Core {
     /// completes with RDMA_PROT_ERROR, and break the connection (false);
     /// unreliable ones drop the message and go on (true). Either way our
     /// memory is untouched and the error is reported here.
-    pub(super) fn rdma_violation(&mut self, id: u16, psn: u32, msg_seq: u32, why: AsyncErrorKind) -> bool {
+    pub(super) fn rdma_violation(&mut self, vi: &mut ViState, psn: u32, msg_seq: u32, why: AsyncErrorKind) -> bool {
         self.counters.rdma_prot_errors += 1;
-        let reliable = self.vi(id).is_ok_and(|v| v.reliable());
-        if reliable {
-            self.queue_report(id, psn, msg_seq, status::RDMA_PROT_ERROR, true);
-            self.enter_error(id, why);
+        if vi.reliable() {
+            self.queue_report(vi, psn, msg_seq, status::RDMA_PROT_ERROR, true);
+            self.enter_error(vi, why);
             return false;
         }
         // Unreliable: dropped and reported, and the connection goes on;
         // but a peer that keeps trying (guessing memory handles, whose
         // random bits are what stands in its way) loses it.
-        let vi = vi_at(&mut self.vis, id).unwrap();
         vi.rx.prot_violations += 1;
         if vi.rx.prot_violations >= UNRELIABLE_VIOLATION_LIMIT {
-            self.enter_error(id, why);
+            self.enter_error(vi, why);
             return false;
         }
-        self.async_errors.push(AsyncError { vi: id, kind: why });
+        self.async_errors.push(AsyncError { vi: vi.id, kind: why });
         true
     }
 
     /// An RDMA read request from the peer (reliable VIs only). `again`:
     /// a retransmission asking for the rest from `offset`. False when the
     /// VI broke.
-    pub(super) fn on_read_request<T: AsRef<[u8]>>(&mut self, id: u16, f: &Frame<T>, again: bool) -> bool {
+    pub(super) fn on_read_request<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, f: &Frame<T>, again: bool) -> bool {
         let (psn, seq, len, off, handle) = (f.psn(), f.msg_seq(), f.msg_len(), f.offset(), f.rdma_handle());
-        let Some(addr) = self.rdma_target(id, f.rdma_addr(), handle, len, false) else {
+        let Some(addr) = self.rdma_target(vi, f.rdma_addr(), handle, len, false) else {
             // Duplicates too: a wrong handle is a violation however it comes.
-            return self.rdma_violation(id, psn, seq, AsyncErrorKind::RdmaReadProt);
+            return self.rdma_violation(vi, psn, seq, AsyncErrorKind::RdmaReadProt);
         };
         let (max_jobs, retries) = (self.config.queue_depth, self.config.retry_limit);
-        let vi = vi_at(&mut self.vis, id).unwrap();
         if off > len || vi.served.jobs.iter().any(|j| j.psn == psn) {
             return true;
         }
@@ -98,14 +94,13 @@ impl Core {
             return true;
         }
         vi.served.jobs.push_back(ReadJob { psn, msg_seq: seq, addr, handle, len, off });
-        self.doorbell.ring(id);
+        self.doorbell.ring(vi.id);
         true
     }
 
     /// Response data for one of our RDMA reads.
-    pub(super) fn on_read_response<T: AsRef<[u8]>>(&mut self, id: u16, f: &Frame<T>, payload: Payload<'_>, now: Instant) {
+    pub(super) fn on_read_response<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, f: &Frame<T>, payload: Payload<'_>, now: Instant) {
         let (psn, seq, off) = (f.psn(), f.msg_seq(), f.offset());
-        let vi = vi_at(&mut self.vis, id).unwrap();
         let mut idx = vi.sq.done;
         let found = loop {
             if idx == vi.sq.tail {
@@ -129,9 +124,9 @@ impl Core {
         }
         // A response means the request arrived: an implicit acknowledgement.
         if seq_le(vi.tx.una, psn) {
-            self.on_ack(id, psn.wrapping_add(1), false, None, now);
+            self.on_ack(vi, psn.wrapping_add(1), false, None, now);
         }
-        let ptag = self.vi(id).unwrap().attrs.ptag;
+        let ptag = vi.attrs.ptag;
         let placed = match self.scatter_at(&e, ptag, off, payload) {
             Err(PlaceError::SourceGone) => {
                 // Not placed: the read asks again for it, or times out.
@@ -141,16 +136,16 @@ impl Core {
             r => r.is_ok(),
         };
         self.count_lent(payload);
-        let en = vi_at(&mut self.vis, id).unwrap().sq.get_mut(idx);
+        let en = vi.sq.get_mut(idx);
         en.got += payload.len() as u32;
         if !placed {
             en.remote_status |= status::PROTECTION_ERROR; // our memory went away
         }
         en.read_done |= last || !placed;
         let done = en.read_done;
-        self.restart_rto(id, now, true);
+        self.restart_rto(vi, now, true);
         if done {
-            self.complete_acked(id);
+            self.complete_acked(vi);
         }
     }
 }

@@ -9,10 +9,10 @@
 
 use super::post::Queue;
 use crate::reorder::Stored;
-use super::{vi_at, AsyncError, AsyncErrorKind, Core};
+use super::{AsyncError, AsyncErrorKind, Context, Core};
 use crate::descriptor::status;
 use crate::usermem;
-use crate::vi::{AckDue, Reliability, RxMessage, ViPhase};
+use crate::vi::{AckDue, Reliability, RxMessage, ViPhase, ViState};
 use crate::workqueue::{CheckedSegment, WqEntry};
 use via_kernel_agent::memory::Ptag;
 use std::time::Instant;
@@ -65,13 +65,13 @@ impl Core {
     /// Handles one received Ethernet frame; `lent`: its payload, lent by
     /// a sender on this host (the frame then holds the headers alone).
     pub fn on_frame(&mut self, bytes: &[u8], lent: Option<&LentPayload>, now: Instant) {
-        self.counters.rx_frames += 1;
+        self.cx.counters.rx_frames += 1;
         let parsed = match lent {
             None => Frame::new_checked(bytes),
             Some(l) => Frame::new_checked_lent(bytes, l.len()),
         };
         let Ok(f) = parsed else {
-            self.counters.rx_malformed += 1;
+            self.cx.counters.rx_malformed += 1;
             return;
         };
         // Its checksum or MAC (authenticate.rs): a counted drop when wrong.
@@ -82,7 +82,7 @@ impl Core {
         // headers alone exceed the Ethernet minimum), so the bytes past the
         // payload (and its tag) are not ours to guess about.
         if lent.is_none() && bytes.len() != FRAME_HEADER_LEN + f.payload().len() + f.trailer_len() {
-            self.counters.rx_malformed += 1;
+            self.cx.counters.rx_malformed += 1;
             return;
         }
         let payload = match lent {
@@ -91,18 +91,18 @@ impl Core {
         };
         let dst = f.dst_mac();
         if (dst != self.mac && !dst.is_broadcast()) || (f.dst_ep() != self.ep && f.dst_ep() != ANY_ENDPOINT) {
-            self.counters.rx_not_for_us += 1;
+            self.cx.counters.rx_not_for_us += 1;
             return;
         }
         let kind = f.kind().expect("checked by new_checked");
         if (f.dst_ep() == ANY_ENDPOINT || dst.is_broadcast()) && !for_anyone(kind) {
             // Addressed to anyone, but not a request anyone may answer: a
             // Disconnect (or data) to every process is for none of them.
-            self.counters.rx_not_for_us += 1;
+            self.cx.counters.rx_not_for_us += 1;
             return;
         }
         if lent.is_some() && !matches!(kind, Kind::Data | Kind::RdmaWrite | Kind::RdmaReadResp) {
-            self.counters.rx_malformed += 1; // only data is ever lent
+            self.cx.counters.rx_malformed += 1; // only data is ever lent
             return;
         }
         if kind == Kind::Disconnect {
@@ -120,7 +120,7 @@ impl Core {
                         Kind::PeerRequest => self.peers.on_request(mac, ep, vi, c),
                         Kind::NameQuery => {
                             if self.resolver.on_query(mac, ep, &c, dst.is_broadcast()).is_err() {
-                                self.counters.rx_query_refused += 1;
+                                self.cx.counters.rx_query_refused += 1;
                             }
                         }
                         Kind::NameReply => self.resolver.on_reply(mac, &c),
@@ -134,44 +134,45 @@ impl Core {
                         }
                     }
                     if foreign {
-                        self.counters.rx_cm_foreign += 1;
+                        self.cx.counters.rx_cm_foreign += 1;
                     }
                 }
-                Err(_) => self.counters.rx_malformed += 1,
+                Err(_) => self.cx.counters.rx_malformed += 1,
             }
             return;
         }
         if f.dst_ep() != self.ep {
-            self.counters.rx_not_for_us += 1;
+            self.cx.counters.rx_not_for_us += 1;
             return;
         }
         let id = f.dst_vi();
         let Ok(vi) = self.vi(id) else {
-            self.counters.rx_no_vi += 1;
+            self.cx.counters.rx_no_vi += 1;
             return;
         };
         let matches_peer = vi.phase == ViPhase::Connected
             && vi.peer.as_ref().is_some_and(|p| p.mac == f.src_mac() && p.ep == f.src_ep() && p.vi == f.src_vi() && p.generation == f.generation());
         if !matches_peer {
-            self.counters.rx_stale += 1;
+            self.cx.counters.rx_stale += 1;
             return;
         }
         let fl = f.flags();
+        let (cx, vi) = self.split(id).expect("looked up above");
         if kind == Kind::Ack && fl & flags::ERROR != 0 {
-            self.on_error_report(id, &f, now);
+            cx.on_error_report(vi, &f, now);
             return;
         }
         if fl & flags::ACK != 0 {
             // A standalone ACK carries the SACK bitmap in its RDMA address
             // field; with ACK_REQ it is a NAK (a gap at `ack`).
             let (nak, sack) = if kind == Kind::Ack { (fl & flags::ACK_REQ != 0, Some(f.rdma_addr())) } else { (false, None) };
-            self.on_ack(id, f.ack(), nak, sack, now);
+            cx.on_ack(vi, f.ack(), nak, sack, now);
         }
         match kind {
-            Kind::Data | Kind::RdmaWrite | Kind::RdmaReadReq => self.on_sequenced(id, kind, &f, payload, now),
-            Kind::RdmaReadResp => self.on_read_response(id, &f, payload, now),
+            Kind::Data | Kind::RdmaWrite | Kind::RdmaReadReq => cx.on_sequenced(vi, kind, &f, payload, now),
+            Kind::RdmaReadResp => cx.on_read_response(vi, &f, payload, now),
             Kind::Ack => {}
-            _ => self.counters.rx_malformed += 1,
+            _ => cx.counters.rx_malformed += 1,
         }
     }
 
@@ -181,37 +182,46 @@ impl Core {
     fn on_disconnect<T: AsRef<[u8]>>(&mut self, f: &Frame<T>, now: Instant) {
         let id = f.dst_vi();
         let Ok(vi) = self.vi(id) else {
-            self.counters.rx_no_vi += 1;
+            self.cx.counters.rx_no_vi += 1;
             return;
         };
         let ours = vi.phase == ViPhase::Connected
             && vi.peer.as_ref().is_some_and(|p| p.mac == f.src_mac() && p.ep == f.src_ep() && p.vi == f.src_vi() && p.generation == f.generation());
         if !ours {
-            self.counters.rx_stale += 1;
+            self.cx.counters.rx_stale += 1;
             return;
         }
+        let (cx, vi) = self.split(id).expect("looked up above");
         if f.flags() & flags::ACK != 0 && vi.reliable() {
-            self.on_ack(id, f.ack(), false, None, now);
+            cx.on_ack(vi, f.ack(), false, None, now);
         }
-        self.connection_lost(id);
+        cx.connection_lost(vi);
     }
 
-    /// Puts VI `id` into the Error state: its connection is gone.
-    pub fn connection_lost(&mut self, id: u16) {
-        self.enter_error(id, AsyncErrorKind::ConnLost);
+    /// VI `id`'s [`Context::break_connection`].
+    pub fn break_connection(&mut self, id: u16) {
+        if let Some((cx, vi)) = self.split(id) {
+            cx.break_connection(vi);
+        }
+    }
+}
+
+impl Context {
+    /// Puts `vi` into the Error state: its connection is gone.
+    pub fn connection_lost(&mut self, vi: &mut ViState) {
+        self.enter_error(vi, AsyncErrorKind::ConnLost);
     }
 
-    /// Puts VI `id` into the Error state, reporting `why`; everything
+    /// Puts `vi` into the Error state, reporting `why`; everything
     /// outstanding completes as flushed.
-    pub fn enter_error(&mut self, id: u16, why: AsyncErrorKind) {
-        let Ok(vi) = self.vi_mut(id) else { return };
+    pub fn enter_error(&mut self, vi: &mut ViState, why: AsyncErrorKind) {
         if vi.phase == ViPhase::Error {
             return;
         }
         vi.phase = ViPhase::Error;
         self.counters.connections_lost += 1;
-        self.async_errors.push(AsyncError { vi: id, kind: why });
-        self.flush_vi(id);
+        self.async_errors.push(AsyncError { vi: vi.id, kind: why });
+        self.flush_vi(vi);
     }
 
     /// The sender learns that the peer expects `ack` next and (`sack`, from
@@ -219,8 +229,7 @@ impl Core {
     /// that the peer saw a gap: the holes below the highest frame it holds
     /// go again (selective repeat), or, when it holds none, everything from
     /// `ack` (go-back-N).
-    pub(super) fn on_ack(&mut self, id: u16, ack: u32, nak: bool, sack: Option<u64>, now: Instant) {
-        let Some(vi) = vi_at(&mut self.vis, id) else { return };
+    pub(super) fn on_ack(&mut self, vi: &mut ViState, ack: u32, nak: bool, sack: Option<u64>, now: Instant) {
         // Older than what we know, or acknowledging frames never sent: ignore.
         if !seq_le(vi.tx.una, ack) || !seq_le(ack, vi.tx.sent_hi) {
             return;
@@ -231,18 +240,16 @@ impl Core {
             vi.rtx.on_acked(ack, now);
             let outstanding = vi.tx.outstanding();
             let behind = seq_lt(vi.tx.psn, ack);
-            self.restart_rto(id, now, outstanding);
+            self.restart_rto(vi, now, outstanding);
             if behind {
                 // Frames sent before a rewind got through: skip past them.
-                self.seek(id, ack);
+                vi.seek(ack);
             }
-            self.complete_acked(id);
-            let vi = self.vi(id).unwrap();
+            self.complete_acked(vi);
             if vi.tx.idx != vi.sq.tail {
-                self.doorbell.ring(id); // the window opened
+                self.doorbell.ring(vi.id); // the window opened
             }
         }
-        let vi = vi_at(&mut self.vis, id).unwrap();
         let sent = vi.tx.unacknowledged();
         if let Some(s) = sack {
             // The peer's bit i is PSN ack + 1 + i; only frames we sent count.
@@ -254,22 +261,21 @@ impl Core {
         vi.rtx.forget_probe(); // what follows is sent twice (Karn)
         if vi.sack.holds_any() {
             if vi.sack.on_nak(sent) {
-                self.doorbell.ring(id);
+                self.doorbell.ring(vi.id);
             }
         } else if sent != 0 && vi.rtx.rewind_once(vi.tx.una) {
             let una = vi.tx.una;
-            self.seek(id, una);
-            self.doorbell.ring(id);
+            vi.seek(una);
+            self.doorbell.ring(vi.id);
         }
     }
 
-    /// The peer made progress on VI `id` (an ACK moved, or a read
+    /// The peer made progress on `vi` (an ACK moved, or a read
     /// response came): the retries and the RTO start over, and the
     /// retransmission timer runs again from `now` while anything is
     /// `outstanding`.
-    pub(super) fn restart_rto(&mut self, id: u16, now: Instant, outstanding: bool) {
+    pub(super) fn restart_rto(&mut self, vi: &mut ViState, now: Instant, outstanding: bool) {
         let (initial, max) = (self.config.rto_initial, self.config.rto_max);
-        let Some(vi) = vi_at(&mut self.vis, id) else { return };
         if let Some(t) = vi.rtx.on_progress(now, outstanding, initial, max) {
             self.arm(t);
         }
@@ -277,9 +283,8 @@ impl Core {
 
     /// Completes send descriptors whose every frame is acknowledged.
     #[inline]
-    pub(super) fn complete_acked(&mut self, id: u16) {
+    pub(super) fn complete_acked(&mut self, vi: &mut ViState) {
         loop {
-            let Ok(vi) = self.vi(id) else { return };
             if vi.sq.done == vi.sq.tail {
                 return;
             }
@@ -291,26 +296,25 @@ impl Core {
                 return; // the request arrived; the data has not yet
             }
             let (len, bits) = if e.remote_status != 0 { (0, e.remote_status) } else { (e.len, 0) };
-            self.complete_next(id, Queue::Send, len, bits, None);
+            self.complete_next(vi, Queue::Send, len, bits, None);
         }
     }
 
     /// A frame of the peer's sequenced stream (send or RDMA write
-    /// fragment, RDMA read request) for VI `id`; then, on a reliable VI,
+    /// fragment, RDMA read request) for `vi`; then, on a reliable VI,
     /// the frames held past the gap it filled.
-    fn on_sequenced<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>, payload: Payload<'_>, now: Instant) {
-        self.sequenced(id, kind, f, payload, now);
-        if self.vi(id).is_ok_and(|v| !v.rx.reorder.is_empty()) {
-            self.replay_held(id, now);
+    pub(super) fn on_sequenced<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>, payload: Payload<'_>, now: Instant) {
+        self.sequenced(vi, kind, f, payload, now);
+        if !vi.rx.reorder.is_empty() {
+            self.replay_held(vi, now);
         }
     }
 
     /// Replays, in order, the frames held past a gap that has filled. If a
     /// gap remains with frames held past it, the sender is told at once (a
     /// NAK with the SACK bitmap), so that it sends the next holes.
-    fn replay_held(&mut self, id: u16, now: Instant) {
+    fn replay_held(&mut self, vi: &mut ViState, now: Instant) {
         loop {
-            let Some(vi) = vi_at(&mut self.vis, id) else { return };
             if vi.phase != ViPhase::Connected {
                 vi.rx.reorder.clear();
                 return;
@@ -318,30 +322,27 @@ impl Core {
             let expected = vi.rx.expected;
             let Some(bytes) = vi.rx.reorder.take(expected) else {
                 if !vi.rx.reorder.is_empty() && vi.acks.on_gap_at(expected) {
-                    self.acks_due.push(id);
+                    self.acks_due.push(vi.id);
                 }
                 return;
             };
             // Parsed and checked when it arrived.
             if let Ok(f) = Frame::new_checked(&bytes[..]) {
                 if let Some(kind) = f.kind() {
-                    self.sequenced(id, kind, &f, Payload::Inline(f.payload()), now);
+                    self.sequenced(vi, kind, &f, Payload::Inline(f.payload()), now);
                 }
             }
-            if let Some(vi) = vi_at(&mut self.vis, id) {
-                vi.rx.reorder.recycle(bytes);
-            }
+            vi.rx.reorder.recycle(bytes);
         }
     }
 
-    /// [`Core::on_sequenced`] of one frame: placed when it is the one
+    /// [`Context::on_sequenced`] of one frame: placed when it is the one
     /// expected, held when it is past a gap (selective repeat), answered
     /// when it is a duplicate.
-    fn sequenced<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>, payload: Payload<'_>, now: Instant) {
+    fn sequenced<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>, payload: Payload<'_>, now: Instant) {
         let reliable;
         let psn = f.psn();
         {
-            let vi = vi_at(&mut self.vis, id).unwrap();
             reliable = vi.reliable();
             if reliable {
                 if psn != vi.rx.expected {
@@ -349,11 +350,11 @@ impl Core {
                         self.counters.rx_duplicate += 1;
                         vi.acks.on_duplicate();
                         let again = vi.rx.last_error.filter(|&(first, end, _, _)| seq_le(first, psn) && seq_lt(psn, end));
-                        self.acks_due.push(id);
+                        self.acks_due.push(vi.id);
                         if let Some((_, end, seq, bits)) = again {
-                            self.queue_report(id, end, seq, bits, false); // the report was lost
+                            self.queue_report(vi, end, seq, bits, false); // the report was lost
                         } else if kind == Kind::RdmaReadReq {
-                            self.on_read_request(id, f, true); // a response was lost
+                            self.on_read_request(vi, f, true); // a response was lost
                         }
                         return;
                     }
@@ -375,7 +376,7 @@ impl Core {
                             vi.acks.on_gap_at(vi.rx.expected);
                         }
                     }
-                    self.acks_due.push(id);
+                    self.acks_due.push(vi.id);
                     return;
                 }
                 vi.rx.expected = psn.wrapping_add(1);
@@ -396,14 +397,14 @@ impl Core {
                     if seq_lt(vi.rx.expected, psn) {
                         self.counters.rx_lost += psn.wrapping_sub(vi.rx.expected) as u64;
                     }
-                    self.abandon_partial(id);
+                    self.abandon_partial(vi);
                 }
-                vi_at(&mut self.vis, id).unwrap().rx.expected = psn.wrapping_add(1);
+                vi.rx.expected = psn.wrapping_add(1);
             }
         }
         let alive = match kind {
-            Kind::RdmaReadReq => reliable && self.on_read_request(id, f, false),
-            _ => self.place(id, kind, f, payload),
+            Kind::RdmaReadReq => reliable && self.on_read_request(vi, f, false),
+            _ => self.place(vi, kind, f, payload),
         };
         if !alive {
             return; // the VI broke
@@ -411,9 +412,8 @@ impl Core {
         if reliable {
             let every = self.config.ack_every;
             let delay = self.config.ack_delay;
-            let vi = self.vi_mut(id).unwrap();
             match vi.acks.on_accepted(now, every, delay, f.flags() & flags::ACK_REQ != 0) {
-                AckDue::Now => self.acks_due.push(id),
+                AckDue::Now => self.acks_due.push(vi.id),
                 AckDue::At(t) => self.arm(t),
                 AckDue::Armed => {}
             }
@@ -423,19 +423,17 @@ impl Core {
     /// Unreliable VI: the message being reassembled lost a fragment. If it
     /// had consumed a receive descriptor, that completes with PARTIAL_ERROR
     /// and the bytes placed so far.
-    fn abandon_partial(&mut self, id: u16) {
-        let Some(vi) = vi_at(&mut self.vis, id) else { return };
+    fn abandon_partial(&mut self, vi: &mut ViState) {
         let Some(m) = vi.rx.msg.take() else { return };
         if m.entry.is_some() {
             let op = if m.rdma.is_some() { status::OP_REMOTE_RDMA_WRITE } else { 0 };
-            self.complete_next(id, Queue::Recv, m.got, m.error | status::PARTIAL_ERROR | op, m.imm);
+            self.complete_next(vi, Queue::Recv, m.got, m.error | status::PARTIAL_ERROR | op, m.imm);
         }
     }
 
     /// The peer reports that our message `msg_seq` failed there.
-    fn on_error_report<T: AsRef<[u8]>>(&mut self, id: u16, f: &Frame<T>, now: Instant) {
+    pub(super) fn on_error_report<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, f: &Frame<T>, now: Instant) {
         let (seq, bits, fatal) = (f.msg_seq(), f.imm() & status::ERROR_MASK, f.flags() & flags::FATAL != 0);
-        let vi = vi_at(&mut self.vis, id).unwrap();
         let mut idx = vi.sq.done;
         while idx != vi.sq.tail {
             let e = vi.sq.get_mut(idx);
@@ -446,19 +444,18 @@ impl Core {
             idx = idx.wrapping_add(1);
         }
         if vi.reliable() {
-            self.on_ack(id, f.ack(), false, None, now);
+            self.on_ack(vi, f.ack(), false, None, now);
         }
         if fatal {
             // The failed message is at the head now: it completes with its
             // error, everything after it is flushed.
-            let vi = self.vi(id).unwrap();
             if vi.sq.done != vi.sq.tail {
                 let e = *vi.sq.get(vi.sq.done);
                 if e.nframes != 0 && e.msg_seq == seq {
-                    self.complete_next(id, Queue::Send, 0, e.remote_status, None);
+                    self.complete_next(vi, Queue::Send, 0, e.remote_status, None);
                 }
             }
-            self.connection_lost(id);
+            self.connection_lost(vi);
         }
     }
 
@@ -467,9 +464,8 @@ impl Core {
     /// checks an RDMA write's target. Returns the message (with neither a
     /// descriptor nor a target when it is to be dropped), or None when the
     /// VI broke. The caller keeps it in `vi.rx.msg` while more fragments follow.
-    fn begin_message<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>) -> Option<RxMessage> {
+    fn begin_message<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>) -> Option<RxMessage> {
         let fl = f.flags();
-        let vi = vi_at(&mut self.vis, id).unwrap();
         let reliable = vi.reliable();
         if vi.rx.msg.is_some() && reliable {
             self.counters.rx_bad_offset += 1;
@@ -479,20 +475,19 @@ impl Core {
             m.imm = Some(f.imm());
         }
         if kind == Kind::RdmaWrite {
-            match self.rdma_target(id, f.rdma_addr(), f.rdma_handle(), f.msg_len(), true) {
+            match self.rdma_target(vi, f.rdma_addr(), f.rdma_handle(), f.msg_len(), true) {
                 Some(addr) => m.rdma = Some((addr, f.rdma_handle())),
-                None => return self.rdma_violation(id, m.first_psn, m.msg_seq, AsyncErrorKind::RdmaWriteProt).then_some(m),
+                None => return self.rdma_violation(vi, m.first_psn, m.msg_seq, AsyncErrorKind::RdmaWriteProt).then_some(m),
             }
         }
         if kind == Kind::Data || m.imm.is_some() {
-            let vi = vi_at(&mut self.vis, id).unwrap();
             if vi.rq.done == vi.rq.tail {
                 self.counters.rx_no_receive_posted += 1;
                 if reliable {
                     // Not delivered: the Disconnect's ACK must not cover it.
                     vi.rx.expected = m.first_psn;
-                    self.async_errors.push(AsyncError { vi: id, kind: AsyncErrorKind::RecvQueueEmpty });
-                    self.break_connection(id);
+                    self.async_errors.push(AsyncError { vi: vi.id, kind: AsyncErrorKind::RecvQueueEmpty });
+                    self.break_connection(vi);
                     return None;
                 }
                 m.rdma = None;
@@ -510,17 +505,16 @@ impl Core {
 
     /// Places an in-sequence fragment of a send or RDMA write; false when
     /// the VI broke.
-    fn place<T: AsRef<[u8]>>(&mut self, id: u16, kind: Kind, f: &Frame<T>, payload: Payload<'_>) -> bool {
+    fn place<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>, payload: Payload<'_>) -> bool {
         let fl = f.flags();
         let m = if fl & flags::FIRST != 0 {
-            match self.begin_message(id, kind, f) {
+            match self.begin_message(vi, kind, f) {
                 Some(m) => Some(m),
                 None => return false,
             }
         } else {
-            vi_at(&mut self.vis, id).unwrap().rx.msg
+            vi.rx.msg
         };
-        let vi = vi_at(&mut self.vis, id).unwrap();
         let reliable = vi.reliable();
         let Some(mut m) = m else {
             // A middle fragment with no message: its start was lost.
@@ -536,11 +530,11 @@ impl Core {
             self.counters.rx_bad_offset += 1;
             if reliable {
                 vi.rx.msg = None;
-                self.break_connection(id);
+                self.break_connection(vi);
                 return false;
             }
             vi.rx.msg = Some(m);
-            self.abandon_partial(id);
+            self.abandon_partial(vi);
             return true;
         }
         let ptag = vi.attrs.ptag;
@@ -553,9 +547,8 @@ impl Core {
                     Err(_) => Err(PlaceError::Protection), // deregistered meanwhile
                 }
             } else if let Some(entry) = m.entry {
-                let e = *vi.rq.get(entry);
                 let mut cur = (m.seg, m.seg_off);
-                let r = self.scatter(&e, ptag, &mut cur, payload);
+                let r = self.scatter(vi.rq.get(entry), ptag, &mut cur, payload);
                 (m.seg, m.seg_off) = cur;
                 r
             } else {
@@ -569,15 +562,14 @@ impl Core {
                     // the fragment is lost after it was accepted, so the
                     // connection cannot go on.
                     self.counters.rx_lent_failed += 1;
-                    self.vi_mut(id).unwrap().rx.msg = None;
-                    self.break_connection(id);
+                    vi.rx.msg = None;
+                    self.break_connection(vi);
                     return false;
                 }
             }
         }
         self.count_lent(payload);
         m.got += payload.len() as u32;
-        let vi = self.vi_mut(id).unwrap();
         if !last {
             vi.rx.msg = Some(m);
             return true;
@@ -586,23 +578,22 @@ impl Core {
         if m.entry.is_some() {
             let len = if m.error == status::LENGTH_ERROR { 0 } else { m.got };
             let op = if m.rdma.is_some() { status::OP_REMOTE_RDMA_WRITE } else { 0 };
-            self.complete_next(id, Queue::Recv, len, m.error | op, m.imm);
+            self.complete_next(vi, Queue::Recv, len, m.error | op, m.imm);
         }
         if m.error != 0 {
-            self.report_receive_error(id, &m);
+            self.report_receive_error(vi, &m);
         }
         true
     }
 
     /// On Reliable Reception, tells the sender that the receive of message
     /// `m` failed: its descriptor completes with REMOTE_DESC_ERROR.
-    fn report_receive_error(&mut self, id: u16, m: &RxMessage) {
-        let Ok(vi) = self.vi_mut(id) else { return };
+    fn report_receive_error(&mut self, vi: &mut ViState, m: &RxMessage) {
         if vi.attrs.reliability == Reliability::ReliableReception {
             // The sender's descriptor learns that ours failed.
             let end = vi.rx.expected;
             vi.rx.last_error = Some((m.first_psn, end, m.msg_seq, status::REMOTE_DESC_ERROR));
-            self.queue_report(id, end, m.msg_seq, status::REMOTE_DESC_ERROR, false);
+            self.queue_report(vi, end, m.msg_seq, status::REMOTE_DESC_ERROR, false);
         }
     }
 
@@ -625,7 +616,7 @@ impl Core {
         self.scatter_registered(e, ptag, cur, payload)
     }
 
-    /// [`Core::scatter`] once the descriptor's registration was checked.
+    /// [`Context::scatter`] once the descriptor's registration was checked.
     fn scatter_registered(&self, e: &WqEntry, ptag: Ptag, cur: &mut (u16, u32), payload: Payload<'_>) -> Result<(), PlaceError> {
         let (desc, segs) = (e.desc, e.segs as usize);
         // The segments as checked at post, while nothing was deregistered
@@ -666,7 +657,7 @@ impl Core {
         Ok(())
     }
 
-    /// [`Core::scatter`] of `payload` as bytes `off..` of the message
+    /// [`Context::scatter`] of `payload` as bytes `off..` of the message
     /// (an RDMA read response).
     pub(super) fn scatter_at(&self, e: &WqEntry, ptag: Ptag, off: u32, payload: Payload<'_>) -> Result<(), PlaceError> {
         if !usermem::descriptor_registered(&self.mem, e.desc, e.desc_handle, e.segs as usize, ptag) {
@@ -678,14 +669,13 @@ impl Core {
         self.scatter_registered(e, ptag, &mut cur, payload)
     }
 
+
     /// Breaks a reliable connection from our side: the peer is told.
-    pub fn break_connection(&mut self, id: u16) {
-        if let Ok(vi) = self.vi(id) {
-            if let Some(p) = vi.peer.clone() {
-                self.queue_disconnect(id, &p);
-            }
+    pub fn break_connection(&mut self, vi: &mut ViState) {
+        if let Some(p) = vi.peer.clone() {
+            self.queue_disconnect(vi, &p);
         }
-        self.connection_lost(id);
+        self.connection_lost(vi);
     }
 }
 

@@ -32,13 +32,13 @@ impl Core {
                 continue;
             }
             if vi.acks.on_timer(now) {
-                self.acks_due.push(id);
+                self.cx.acks_due.push(id);
             }
             if vi.rtx.expired(now) {
                 match vi.rtx.on_expiry(now, vi.tx.outstanding(), rto_max, limit) {
                     Expiry::Idle => {}
                     Expiry::GiveUp => {
-                        self.counters.rto_expiries += 1;
+                        self.cx.counters.rto_expiries += 1;
                         // The message at the head could not be delivered:
                         // TRANSPORT_ERROR; everything after it is flushed.
                         let head = (vi.sq.done != vi.sq.tail).then(|| *vi.sq.get(vi.sq.done));
@@ -49,7 +49,7 @@ impl Core {
                         continue;
                     }
                     Expiry::Retry => {
-                        self.counters.rto_expiries += 1;
+                        self.cx.counters.rto_expiries += 1;
                         vi.tx.read_resume = vi.tx.reads_outstanding > 0;
                         let (una, sent) = (vi.tx.una, vi.tx.unacknowledged());
                         // Selective repeat: the holes go again, then
@@ -60,7 +60,7 @@ impl Core {
                             None if sent != 0 => self.seek(id, una),
                             None => {}
                         }
-                        self.doorbell.ring(id);
+                        self.cx.doorbell.ring(id);
                     }
                 }
             }

@@ -15,8 +15,8 @@
 //! marked lendable, so that a device between processes may lend it.
 
 use super::post::Queue;
-use super::{vi_at, Core, Engine, BATCH};
-use crate::vi::ViPhase;
+use super::{vi_at, Context, Core, Engine, BATCH};
+use crate::vi::{ViPhase, ViState};
 use crate::workqueue::{CheckedSegment, WqEntry};
 use via_kernel_agent::memory::{Ptag, RegistrationTable};
 use crate::descriptor::control;
@@ -27,7 +27,7 @@ use via_device::MAX_GATHER;
 use via_kernel_agent::auth::Keyring;
 use via_wire::tag::Key;
 use via_kernel_agent::conn::RejectReason;
-use via_wire::{flags, seal, seal_authenticated, seq_le, seq_lt, Frame, HeaderRepr, Kind, FRAME_HEADER_LEN, TAG_LEN, VIA_HEADER_LEN};
+use via_wire::{flags, seal, seal_authenticated, seq_lt, Frame, HeaderRepr, Kind, FRAME_HEADER_LEN, TAG_LEN, VIA_HEADER_LEN};
 use std::mem::MaybeUninit;
 use via_device::{FrameDevice, TxFrame};
 
@@ -365,7 +365,7 @@ fn send_batch(dev: &mut dyn FrameDevice, hdrs: &mut Headers, sealer: Sealer<'_>,
 impl Core {
     /// How this engine's frames are sealed.
     pub(super) fn sealer(&self) -> Sealer<'_> {
-        match (&self.auth, self.checksum) {
+        match (&self.cx.auth, self.checksum) {
             (Some(keys), _) => Sealer::Mac(keys),
             (None, true) => Sealer::Checksum,
             (None, false) => Sealer::Nothing,
@@ -378,7 +378,7 @@ impl Core {
     /// header's 16-bit payload length can say.
     fn fix_frag(&mut self, dev: &mut dyn FrameDevice, id: u16) {
         let (mac, ep, core_frag) = (self.mac, self.ep, self.frag);
-        let tag = if self.auth.is_some() { TAG_LEN } else { 0 };
+        let tag = if self.cx.auth.is_some() { TAG_LEN } else { 0 };
         let Some(vi) = vi_at(&mut self.vis, id) else { return };
         let Some(peer) = vi.peer.as_ref().filter(|_| vi.tx.frag == 0) else { return };
         let mut head = [0u8; FRAME_HEADER_LEN];
@@ -413,7 +413,7 @@ impl Core {
                     vi.sack.put_back(bit);
                 }
                 if k < n {
-                    self.doorbell.ring(id);
+                    self.cx.doorbell.ring(id);
                 }
                 return;
             }
@@ -437,7 +437,8 @@ impl Core {
     /// after it go on.
     fn build_data_frames(&mut self, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH], limit: usize, refused: &mut bool) -> usize {
         let max_pieces = self.sealer().max_pieces();
-        let Core { vis, mem, bounce, window, mac, ep, pre_errored, .. } = self;
+        let Core { vis, cx } = self;
+        let Context { mem, bounce, window, mac, ep, pre_errored, .. } = cx;
         let (window, mac, ep) = (*window, *mac, *ep);
         let Some(vi) = vi_at(vis, id) else { return 0 };
         let Some(peer) = vi.peer.as_ref().filter(|_| vi.phase == ViPhase::Connected) else { return 0 };
@@ -548,7 +549,7 @@ impl Core {
     /// Accounts for a batch of `n` fragments of VI `id` of which the device
     /// accepted the first `k`.
     fn after_transmit(&mut self, id: u16, specs: &[Spec; BATCH], n: usize, k: usize, now: Instant) {
-        self.counters.tx_frames += k as u64;
+        self.cx.counters.tx_frames += k as u64;
         let rto_initial = self.config.rto_initial;
         let Ok(vi) = self.vi_mut(id) else { return };
         let retrans = specs[..k].iter().filter(|s| seq_lt(s.psn, vi.tx.sent_hi)).count();
@@ -561,10 +562,10 @@ impl Core {
             }
         }
         if k < n {
-            self.counters.tx_ring_full += 1;
+            self.cx.counters.tx_ring_full += 1;
             self.seek(id, specs[k].psn);
         }
-        self.counters.retransmits += retrans as u64;
+        self.cx.counters.retransmits += retrans as u64;
         let vi = self.vi_mut(id).unwrap();
         if k == 0 {
             return;
@@ -588,31 +589,11 @@ impl Core {
         }
     }
 
-    /// Moves VI `id`'s transmit position to PSN `psn`: back for go-back-N
-    /// and for frames the device refused, forward when the peer acknowledges
-    /// frames sent before a rewind.
+    /// VI `id`'s [`ViState::seek`].
     pub(super) fn seek(&mut self, id: u16, psn: u32) {
-        let Ok(vi) = self.vi_mut(id) else { return };
-        let frag = vi.tx.frag;
-        let mut idx = vi.sq.done;
-        while idx != vi.sq.tail {
-            let e = *vi.sq.get(idx);
-            if e.pre_status == 0 {
-                if e.nframes == 0 {
-                    break; // never started: the position is its start
-                }
-                if seq_le(e.first_psn, psn) && seq_lt(psn, e.first_psn.wrapping_add(e.nframes)) {
-                    vi.tx.idx = idx;
-                    vi.tx.off = psn.wrapping_sub(e.first_psn) * frag;
-                    vi.tx.psn = psn;
-                    return;
-                }
-            }
-            idx = idx.wrapping_add(1);
+        if let Ok(vi) = self.vi_mut(id) {
+            vi.seek(psn);
         }
-        vi.tx.idx = idx;
-        vi.tx.off = 0;
-        vi.tx.psn = psn;
     }
 
     /// Writes a standalone ACK (or NAK) for VI `id` into `hdr`;
@@ -633,7 +614,7 @@ impl Core {
         // Selective acknowledgement: the frames held past the gap.
         h.rdma_addr = vi.rx.reorder.bitmap(vi.rx.expected);
         if vi.acks.sent(vi.rx.expected) {
-            self.counters.naks_sent += 1;
+            self.cx.counters.naks_sent += 1;
         }
         h.emit(hdr);
         true
@@ -669,23 +650,6 @@ impl Core {
             specs[i].pieces[0] = (self.bounce.as_ptr() as usize + at, n);
         }
         take
-    }
-
-    /// Queues a Disconnect frame to `peer` on behalf of VI `id`; on a
-    /// reliable VI it acknowledges everything received.
-    pub(super) fn queue_disconnect(&mut self, id: u16, peer: &Peer) {
-        let ack = self.vi(id).ok().filter(|v| v.reliable()).map(|v| v.rx.expected);
-        self.cm.outgoing().push(CmFrame {
-            ack,
-            dst_mac: peer.mac,
-            dst_ep: peer.ep,
-            kind: Kind::Disconnect,
-            dst_vi: peer.vi,
-            src_vi: id,
-            generation: peer.generation,
-            imm: 0,
-            conn: Default::default(),
-        });
     }
 }
 
@@ -735,7 +699,8 @@ impl Core {
     /// stream: responses to the peer's RDMA reads, and requests for the
     /// rest of our stalled reads. Returns how many.
     fn build_side(&mut self, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH]) -> usize {
-        let Core { vis, mem, mac, ep, .. } = self;
+        let Core { vis, cx } = self;
+        let Context { mem, mac, ep, .. } = cx;
         let (mac, ep) = (*mac, *ep);
         let Some(vi) = vi_at(vis, id) else { return 0 };
         if vi.served.jobs.is_empty() && !vi.tx.read_resume {
@@ -809,7 +774,7 @@ impl Core {
 
     /// Accounts for `n` side frames of VI `id` of which the device took `k`.
     fn after_side(&mut self, id: u16, specs: &[Spec; BATCH], n: usize, k: usize) {
-        self.counters.tx_frames += k as u64;
+        self.cx.counters.tx_frames += k as u64;
         let Ok(vi) = self.vi_mut(id) else { return };
         for s in &specs[..k] {
             let Some(len) = s.resp else { continue };
@@ -825,18 +790,36 @@ impl Core {
         }
     }
 
-    /// Queues an error report to VI `id`'s peer: message `msg_seq` failed
+}
+
+impl Context {
+    /// Queues a Disconnect frame to `peer` on behalf of `vi`; on a
+    /// reliable VI it acknowledges everything received.
+    pub(super) fn queue_disconnect(&mut self, vi: &ViState, peer: &Peer) {
+        let ack = vi.reliable().then_some(vi.rx.expected);
+        self.cm.outgoing().push(CmFrame {
+            ack,
+            dst_mac: peer.mac,
+            dst_ep: peer.ep,
+            kind: Kind::Disconnect,
+            dst_vi: peer.vi,
+            src_vi: vi.id,
+            generation: peer.generation,
+            imm: 0,
+            conn: Default::default(),
+        });
+    }
+
+    /// Queues an error report to `vi`'s peer: message `msg_seq` failed
     /// here with `bits`; everything before PSN `ack` is acknowledged.
     /// `fatal`: we are breaking the connection over it.
-    pub(super) fn queue_report(&mut self, id: u16, ack: u32, msg_seq: u32, bits: u32, fatal: bool) {
-        let (mac, ep) = (self.mac, self.ep);
-        let Ok(vi) = self.vi(id) else { return };
+    pub(super) fn queue_report(&mut self, vi: &ViState, ack: u32, msg_seq: u32, bits: u32, fatal: bool) {
         let Some(peer) = vi.peer.as_ref() else { return };
         let mut fl = flags::ACK | flags::RELIABLE | flags::ERROR;
         if fatal {
             fl |= flags::FATAL;
         }
-        let h = HeaderRepr { imm: bits, msg_seq, ..ack_header(mac, ep, id, peer, vi.tx.psn, ack, fl) };
+        let h = HeaderRepr { imm: bits, msg_seq, ..ack_header(self.mac, self.ep, vi.id, peer, vi.tx.psn, ack, fl) };
         self.reports.push(h);
     }
 }

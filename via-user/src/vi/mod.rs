@@ -16,6 +16,7 @@ use crate::reorder::ReorderBuffer;
 use crate::workqueue::WorkQueue;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
+use via_wire::{seq_le, seq_lt};
 use via_kernel_agent::conn::Peer;
 use via_kernel_agent::memory::Ptag;
 
@@ -139,6 +140,8 @@ pub struct ServedRead {
 
 /// One VI.
 pub struct ViState {
+    /// Its handle: what our frames' `src_vi` and the peer's `dst_vi` say.
+    pub id: u16,
     /// Unique in the process ([`crate::workqueue::next_serial`]).
     pub serial: u64,
     pub attrs: ViAttributes,
@@ -232,8 +235,9 @@ pub struct ReadServer {
 }
 
 impl ViState {
-    pub fn new(attrs: ViAttributes, send_cq: Option<u16>, recv_cq: Option<u16>, depth: usize, rto: Duration) -> Self {
+    pub fn new(id: u16, attrs: ViAttributes, send_cq: Option<u16>, recv_cq: Option<u16>, depth: usize, rto: Duration) -> Self {
         ViState {
+            id,
             serial: crate::workqueue::next_serial(),
             attrs,
             phase: ViPhase::Idle,
@@ -266,6 +270,34 @@ impl ViState {
         self.acks = AckScheduler::default();
         self.served.jobs.clear();
         self.served.recent.clear();
+    }
+
+    /// Moves the transmit position to PSN `psn`: back for go-back-N and
+    /// for frames the device refused, forward when the peer acknowledges
+    /// frames sent before a rewind. Fragmentation is deterministic
+    /// (fragment `k` of a message is PSN `first_psn + k`), so the PSN
+    /// names a send-queue entry and an offset in it.
+    pub fn seek(&mut self, psn: u32) {
+        let frag = self.tx.frag;
+        let mut idx = self.sq.done;
+        while idx != self.sq.tail {
+            let e = self.sq.get(idx);
+            if e.pre_status == 0 {
+                if e.nframes == 0 {
+                    break; // never started: the position is its start
+                }
+                if seq_le(e.first_psn, psn) && seq_lt(psn, e.first_psn.wrapping_add(e.nframes)) {
+                    self.tx.off = psn.wrapping_sub(e.first_psn) * frag;
+                    self.tx.idx = idx;
+                    self.tx.psn = psn;
+                    return;
+                }
+            }
+            idx = idx.wrapping_add(1);
+        }
+        self.tx.idx = idx;
+        self.tx.off = 0;
+        self.tx.psn = psn;
     }
 
     /// The earliest timer of this VI.
