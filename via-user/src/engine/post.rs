@@ -146,14 +146,6 @@ impl Core {
         Ok(())
     }
 
-    /// VI `id`'s [`Context::complete_next`] (for callers outside the VI's
-    /// processing).
-    pub fn complete_next(&mut self, id: u16, q: Queue, length: u32, bits: u32, imm: Option<u32>) {
-        if let Some((cx, vi)) = self.split(id) {
-            cx.complete_next(vi, q, length, bits, imm);
-        }
-    }
-
     /// VI `id`'s [`Context::complete_pre_errored`].
     #[inline]
     pub(super) fn complete_pre_errored(&mut self, id: u16, q: Queue) {

@@ -198,12 +198,7 @@ impl Core {
         cx.connection_lost(vi);
     }
 
-    /// VI `id`'s [`Context::break_connection`].
-    pub fn break_connection(&mut self, id: u16) {
-        if let Some((cx, vi)) = self.split(id) {
-            cx.break_connection(vi);
-        }
-    }
+
 }
 
 impl Context {

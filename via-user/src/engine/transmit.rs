@@ -15,7 +15,7 @@
 //! marked lendable, so that a device between processes may lend it.
 
 use super::post::Queue;
-use super::{vi_at, Context, Core, Engine, BATCH};
+use super::{Context, Engine, BATCH};
 use crate::vi::{ViPhase, ViState};
 use crate::workqueue::{CheckedSegment, WqEntry};
 use via_kernel_agent::memory::{Ptag, RegistrationTable};
@@ -103,29 +103,30 @@ impl Engine {
         let mut ready = std::mem::take(&mut core.ready);
         core.doorbell.take(&mut ready);
         for &id in &ready {
-            core.fix_frag(dev.as_mut(), id);
-            while core.has_side_work(id) {
-                let n = core.build_side(id, hdrs, specs);
+            let Some((cx, vi)) = core.split(id) else { continue };
+            cx.fix_frag(dev.as_mut(), vi);
+            while has_side_work(vi) {
+                let n = cx.build_side(vi, hdrs, specs);
                 if n == 0 {
                     break;
                 }
-                let k = send_batch(dev.as_mut(), hdrs, core.sealer(), &specs[..n]);
-                core.after_side(id, specs, n, k);
+                let k = send_batch(dev.as_mut(), hdrs, cx.sealer(), &specs[..n]);
+                cx.after_side(vi, specs, n, k);
                 if k < n {
-                    core.doorbell.ring(id);
+                    cx.doorbell.ring(id);
                     break;
                 }
             }
-            core.resend_holes(dev.as_mut(), id, hdrs, specs, now);
+            cx.resend_holes(dev.as_mut(), vi, hdrs, specs, now);
             loop {
-                let n = core.build_data(id, hdrs, specs, BATCH);
+                let n = cx.build_data(vi, hdrs, specs, BATCH);
                 if n == 0 {
                     break;
                 }
-                let k = send_batch(dev.as_mut(), hdrs, core.sealer(), &specs[..n]);
-                core.after_transmit(id, specs, n, k, now);
+                let k = send_batch(dev.as_mut(), hdrs, cx.sealer(), &specs[..n]);
+                cx.after_transmit(vi, specs, n, k, now);
                 if k < n {
-                    core.doorbell.ring(id);
+                    cx.doorbell.ring(id);
                     break;
                 }
                 if n < BATCH {
@@ -142,7 +143,8 @@ impl Engine {
             for chunk in due.chunks(BATCH) {
                 let mut n = 0;
                 for &id in chunk {
-                    if core.build_ack(id, &mut hdrs[n]) {
+                    let Some((cx, vi)) = core.split(id) else { continue };
+                    if cx.build_ack(vi, &mut hdrs[n]) {
                         specs[n] = Spec::default();
                         n += 1;
                     }
@@ -362,10 +364,10 @@ fn send_batch(dev: &mut dyn FrameDevice, hdrs: &mut Headers, sealer: Sealer<'_>,
     dev.transmit(frames).unwrap_or(0)
 }
 
-impl Core {
+impl Context {
     /// How this engine's frames are sealed.
     pub(super) fn sealer(&self) -> Sealer<'_> {
-        match (&self.cx.auth, self.checksum) {
+        match (&self.auth, self.checksum) {
             (Some(keys), _) => Sealer::Mac(keys),
             (None, true) => Sealer::Checksum,
             (None, false) => Sealer::Nothing,
@@ -376,10 +378,9 @@ impl Core {
     /// the payload the device carries to the peer (asked with the start
     /// of a frame to it: destination and endpoint), at most what the
     /// header's 16-bit payload length can say.
-    fn fix_frag(&mut self, dev: &mut dyn FrameDevice, id: u16) {
-        let (mac, ep, core_frag) = (self.mac, self.ep, self.frag);
-        let tag = if self.cx.auth.is_some() { TAG_LEN } else { 0 };
-        let Some(vi) = vi_at(&mut self.vis, id) else { return };
+    fn fix_frag(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState) {
+        let (mac, ep, core_frag, id) = (self.mac, self.ep, self.frag, vi.id);
+        let tag = if self.auth.is_some() { TAG_LEN } else { 0 };
         let Some(peer) = vi.peer.as_ref().filter(|_| vi.tx.frag == 0) else { return };
         let mut head = [0u8; FRAME_HEADER_LEN];
         HeaderRepr { dst_mac: peer.mac, src_mac: mac, kind: Kind::Data as u8, dst_ep: peer.ep, src_ep: ep, dst_vi: peer.vi, src_vi: id, generation: peer.generation, ..HeaderRepr::default() }.emit(&mut head);
@@ -389,9 +390,8 @@ impl Core {
 
     /// Transmits again, one frame each, the holes selective repeat found
     /// (`resend`), then returns the transmit position to where it was.
-    fn resend_holes(&mut self, dev: &mut dyn FrameDevice, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Instant) {
+    fn resend_holes(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Instant) {
         loop {
-            let Some(vi) = vi_at(&mut self.vis, id) else { return };
             if vi.phase != ViPhase::Connected {
                 return;
             }
@@ -401,19 +401,17 @@ impl Core {
                 continue;
             }
             let resume = vi.tx.psn;
-            self.seek(id, psn);
-            let n = self.build_data(id, hdrs, specs, 1);
+            vi.seek(psn);
+            let n = self.build_data(vi, hdrs, specs, 1);
             let k = send_batch(dev, hdrs, self.sealer(), &specs[..n]);
-            self.after_transmit(id, specs, n, k, now);
-            self.seek(id, resume);
+            self.after_transmit(vi, specs, n, k, now);
+            vi.seek(resume);
             if n == 0 || k < n {
                 // Not now (a fence, a full ring): the next doorbell or
                 // timeout sends it.
-                if let Some(vi) = vi_at(&mut self.vis, id) {
-                    vi.sack.put_back(bit);
-                }
+                vi.sack.put_back(bit);
                 if k < n {
-                    self.cx.doorbell.ring(id);
+                    self.doorbell.ring(vi.id);
                 }
                 return;
             }
@@ -422,11 +420,11 @@ impl Core {
 
     /// Builds up to `limit` (at most [`BATCH`]) data fragments of VI `id`
     /// from its transmit position; returns how many.
-    fn build_data(&mut self, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH], limit: usize) -> usize {
+    fn build_data(&mut self, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], limit: usize) -> usize {
         let mut refused = false;
-        let n = self.build_data_frames(id, hdrs, specs, limit, &mut refused);
+        let n = self.build_data_frames(vi, hdrs, specs, limit, &mut refused);
         if refused {
-            self.complete_pre_errored(id, Queue::Send); // in order, when at the head
+            self.complete_pre_errored(vi, Queue::Send); // in order, when at the head
         }
         n
     }
@@ -435,12 +433,10 @@ impl Core {
     /// deregistered since it was posted is marked, before any of it is
     /// sent, to complete with a protection error (`refused` set); the ones
     /// after it go on.
-    fn build_data_frames(&mut self, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH], limit: usize, refused: &mut bool) -> usize {
+    fn build_data_frames(&mut self, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], limit: usize, refused: &mut bool) -> usize {
         let max_pieces = self.sealer().max_pieces();
-        let Core { vis, cx } = self;
-        let Context { mem, bounce, window, mac, ep, pre_errored, .. } = cx;
-        let (window, mac, ep) = (*window, *mac, *ep);
-        let Some(vi) = vi_at(vis, id) else { return 0 };
+        let Context { mem, bounce, window, mac, ep, pre_errored, .. } = self;
+        let (window, mac, ep, id) = (*window, *mac, *ep, vi.id);
         let Some(peer) = vi.peer.as_ref().filter(|_| vi.phase == ViPhase::Connected) else { return 0 };
         let frag = vi.tx.frag;
         let (pmac, pep, pvi, generation) = (peer.mac, peer.ep, peer.vi, peer.generation);
@@ -530,7 +526,7 @@ impl Core {
             } else if !gather(mem, bounce, frag as usize, &e, ptag, off, len, n, &mut specs[n], max_pieces) {
                 // The memory went away under a descriptor part of which the
                 // peer already has: its message cannot be finished.
-                self.break_connection(id);
+                self.break_connection(vi);
                 return 0;
             }
             specs[n].lendable &= reliable;
@@ -548,10 +544,9 @@ impl Core {
 
     /// Accounts for a batch of `n` fragments of VI `id` of which the device
     /// accepted the first `k`.
-    fn after_transmit(&mut self, id: u16, specs: &[Spec; BATCH], n: usize, k: usize, now: Instant) {
-        self.cx.counters.tx_frames += k as u64;
+    fn after_transmit(&mut self, vi: &mut ViState, specs: &[Spec; BATCH], n: usize, k: usize, now: Instant) {
+        self.counters.tx_frames += k as u64;
         let rto_initial = self.config.rto_initial;
-        let Ok(vi) = self.vi_mut(id) else { return };
         let retrans = specs[..k].iter().filter(|s| seq_lt(s.psn, vi.tx.sent_hi)).count();
         // The first new frame, to be timed (never one sent before: Karn).
         let first_new = specs[..k].iter().find(|s| !seq_lt(s.psn, vi.tx.sent_hi)).map(|s| s.psn);
@@ -562,11 +557,10 @@ impl Core {
             }
         }
         if k < n {
-            self.cx.counters.tx_ring_full += 1;
-            self.seek(id, specs[k].psn);
+            self.counters.tx_ring_full += 1;
+            vi.seek(specs[k].psn);
         }
-        self.cx.counters.retransmits += retrans as u64;
-        let vi = self.vi_mut(id).unwrap();
+        self.counters.retransmits += retrans as u64;
         if k == 0 {
             return;
         }
@@ -578,29 +572,17 @@ impl Core {
             }
         } else {
             // Unreliable sends complete once they are on the wire.
-            loop {
-                let vi = self.vi(id).unwrap();
-                if vi.sq.done == vi.tx.idx || vi.sq.done == vi.sq.tail {
-                    break;
-                }
+            while vi.sq.done != vi.tx.idx && vi.sq.done != vi.sq.tail {
                 let len = vi.sq.get(vi.sq.done).len;
-                self.complete_next(id, Queue::Send, len, 0, None);
+                self.complete_next(vi, Queue::Send, len, 0, None);
             }
-        }
-    }
-
-    /// VI `id`'s [`ViState::seek`].
-    pub(super) fn seek(&mut self, id: u16, psn: u32) {
-        if let Ok(vi) = self.vi_mut(id) {
-            vi.seek(psn);
         }
     }
 
     /// Writes a standalone ACK (or NAK) for VI `id` into `hdr`;
     /// false when nothing is owed.
-    fn build_ack(&mut self, id: u16, hdr: &mut [u8; FRAME_HEADER_LEN]) -> bool {
-        let (mac, ep) = (self.mac, self.ep);
-        let Ok(vi) = self.vi_mut(id) else { return false };
+    fn build_ack(&mut self, vi: &mut ViState, hdr: &mut [u8; FRAME_HEADER_LEN]) -> bool {
+        let (mac, ep, id) = (self.mac, self.ep, vi.id);
         if vi.phase != crate::vi::ViPhase::Connected || !vi.acks.owed() {
             return false;
         }
@@ -614,7 +596,7 @@ impl Core {
         // Selective acknowledgement: the frames held past the gap.
         h.rdma_addr = vi.rx.reorder.bitmap(vi.rx.expected);
         if vi.acks.sent(vi.rx.expected) {
-            self.cx.counters.naks_sent += 1;
+            self.counters.naks_sent += 1;
         }
         h.emit(hdr);
         true
@@ -688,21 +670,19 @@ fn reads_pending(vi: &crate::vi::ViState) -> bool {
     false
 }
 
-impl Core {
-    /// Does VI `id` have frames to send outside its sequenced stream?
-    #[inline]
-    fn has_side_work(&self, id: u16) -> bool {
-        self.vis.get((id as usize).wrapping_sub(1)).and_then(Option::as_ref).is_some_and(|v| !v.served.jobs.is_empty() || v.tx.read_resume)
-    }
+/// Does `vi` have frames to send outside its sequenced stream?
+#[inline]
+fn has_side_work(vi: &ViState) -> bool {
+    !vi.served.jobs.is_empty() || vi.tx.read_resume
+}
 
+impl Context {
     /// Builds up to [`BATCH`] frames of VI `id` outside its sequenced
     /// stream: responses to the peer's RDMA reads, and requests for the
     /// rest of our stalled reads. Returns how many.
-    fn build_side(&mut self, id: u16, hdrs: &mut Headers, specs: &mut [Spec; BATCH]) -> usize {
-        let Core { vis, cx } = self;
-        let Context { mem, mac, ep, .. } = cx;
-        let (mac, ep) = (*mac, *ep);
-        let Some(vi) = vi_at(vis, id) else { return 0 };
+    fn build_side(&mut self, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH]) -> usize {
+        let Context { mem, mac, ep, .. } = self;
+        let (mac, ep, id) = (*mac, *ep, vi.id);
         if vi.served.jobs.is_empty() && !vi.tx.read_resume {
             return 0; // the usual case: no RDMA read traffic
         }
@@ -773,9 +753,8 @@ impl Core {
     }
 
     /// Accounts for `n` side frames of VI `id` of which the device took `k`.
-    fn after_side(&mut self, id: u16, specs: &[Spec; BATCH], n: usize, k: usize) {
-        self.cx.counters.tx_frames += k as u64;
-        let Ok(vi) = self.vi_mut(id) else { return };
+    fn after_side(&mut self, vi: &mut ViState, specs: &[Spec; BATCH], n: usize, k: usize) {
+        self.counters.tx_frames += k as u64;
         for s in &specs[..k] {
             let Some(len) = s.resp else { continue };
             if let Some(job) = vi.served.jobs.front_mut() {
