@@ -15,15 +15,15 @@ impl Core {
     /// by a sender on this host (it never crossed a wire).
     pub(super) fn frame_trusted<T: AsRef<[u8]>>(&mut self, f: &Frame<T>, lent: bool) -> bool {
         let tagged = f.flags() & flags::AUTH != 0;
-        let Some(keys) = self.cx.auth.as_ref() else {
+        let Some(keys) = self.auth.as_ref() else {
             if tagged {
                 // Both ends have a secret or neither: we cannot check it.
-                self.cx.counters.rx_bad_auth += 1;
+                self.counters.rx_bad_auth += 1;
                 self.refuse_unauthenticated(f);
                 return false;
             }
             if !lent && (self.checksum || f.flags() & flags::CHECKSUM != 0) && !f.checksum_ok() {
-                self.cx.counters.rx_bad_checksum += 1;
+                self.counters.rx_bad_checksum += 1;
                 return false;
             }
             return true;
@@ -39,13 +39,13 @@ impl Core {
         // A keyed sender never lends (its tag would stay behind), so a lent
         // frame comes from a host member without the secret.
         if !lent && key.is_some_and(|k| f.authentic(k)) {
-            self.cx.counters.rx_authenticated += 1;
+            self.counters.rx_authenticated += 1;
             return true;
         }
-        self.cx.counters.rx_bad_auth += 1;
+        self.counters.rx_bad_auth += 1;
         if kind.is_connection_management() {
             let mac = f.src_mac();
-            if let Some(k) = self.cx.auth.as_mut() {
+            if let Some(k) = self.auth.as_mut() {
                 k.saw_unauthenticated(mac);
             }
             self.refuse_unauthenticated(f);

@@ -43,7 +43,7 @@ impl Core {
     /// With a cluster secret: a fresh nonce for VI `id`'s request to
     /// `asked` (or its accept), kept until the request settles.
     fn nonce_for(&mut self, id: u16, asked: Option<MacAddr>) -> Option<Nonce> {
-        self.cx.auth.as_mut().map(|k| k.new_nonce(id, asked))
+        self.auth.as_mut().map(|k| k.new_nonce(id, asked))
     }
 
     /// With a cluster secret: derives and installs the keys of VI `id`'s
@@ -51,7 +51,7 @@ impl Core {
     /// nonce is missing (the other side has no secret).
     fn install_keys(&mut self, id: u16, ours: Option<Nonce>, peer: &Peer) -> Result<()> {
         let ep = self.ep;
-        let Some(k) = self.cx.auth.as_mut() else { return Ok(()) };
+        let Some(k) = self.auth.as_mut() else { return Ok(()) };
         let (Some(mine), Some(theirs)) = (ours, peer.attrs.nonce) else {
             return Err(ViaError::new(VipReturn::Reject, "the other side sent no key nonce: it has no cluster secret (VIA_SECRET) while this host has one"));
         };
@@ -101,14 +101,14 @@ impl Core {
             };
             return Err(ViaError::new(code, format!("connection attributes: {what} (the request was rejected)")));
         }
-        if self.cx.auth.is_some() && remote.nonce.is_none() {
+        if self.auth.is_some() && remote.nonce.is_none() {
             self.cm.reject(conn, RejectReason::Authentication);
             return Err(ViaError::new(VipReturn::Reject, "the client sent no key nonce: it has no cluster secret (VIA_SECRET) while this host has one (the request was rejected)"));
         }
         let mut repr = self.conn_repr(&attrs, &[]);
         repr.nonce = self.nonce_for(id, None);
         let peer = self.cm.accept(conn, id, &repr).expect("request checked above");
-        let ours = self.cx.auth.as_mut().and_then(|k| k.take_nonce(id)).map(|(n, _)| n);
+        let ours = self.auth.as_mut().and_then(|k| k.take_nonce(id)).map(|(n, _)| n);
         self.install_keys(id, ours, &peer)?;
         let rto = self.config.rto_initial;
         let vi = self.vi_mut(id)?;
@@ -162,13 +162,13 @@ impl Core {
         self.vi(id).ok()?;
         let (ours, asked) = match st {
             RequestState::InProgress => return None,
-            _ => self.cx.auth.as_mut().and_then(|k| k.take_nonce(id)).map_or((None, None), |(n, m)| (Some(n), m)),
+            _ => self.auth.as_mut().and_then(|k| k.take_nonce(id)).map_or((None, None), |(n, m)| (Some(n), m)),
         };
         let keys = match &st {
             RequestState::Accepted(peer) => self.install_keys(id, ours, peer),
             _ => Ok(()),
         };
-        let unauthenticated = asked.is_some_and(|m| self.cx.auth.as_ref().is_some_and(|k| k.sent_unauthenticated(m)));
+        let unauthenticated = asked.is_some_and(|m| self.auth.as_ref().is_some_and(|k| k.sent_unauthenticated(m)));
         let vi = self.vi_mut(id).ok()?;
         let out = match st {
             RequestState::InProgress => return None,
@@ -252,7 +252,7 @@ impl Core {
         }
         self.flush_vi(id);
         self.cm.forget_vi(id);
-        if let Some(k) = self.cx.auth.as_mut() {
+        if let Some(k) = self.auth.as_mut() {
             k.clear_vi(id);
             k.take_nonce(id);
         }
@@ -261,7 +261,7 @@ impl Core {
         vi.phase = ViPhase::Idle;
         vi.peer = None;
         vi.reset_protocol(rto);
-        self.cx.acks_due.retain(|v| *v != id);
+        self.acks_due.retain(|v| *v != id);
         Ok(())
     }
 }

@@ -533,7 +533,7 @@ impl Core {
         self.mem.release_ptag(vi.attrs.ptag);
         self.cm.forget_vi(id);
         self.peers.cancel(id);
-        if let Some(k) = self.cx.auth.as_mut() {
+        if let Some(k) = self.auth.as_mut() {
             k.clear_vi(id);
         }
         for cq in [vi.send_cq, vi.recv_cq].into_iter().flatten() {
@@ -541,7 +541,7 @@ impl Core {
                 c.forget_vi(id);
             }
         }
-        self.cx.acks_due.retain(|v| *v != id);
+        self.acks_due.retain(|v| *v != id);
         Ok(())
     }
 

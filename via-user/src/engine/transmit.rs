@@ -475,7 +475,7 @@ impl Context {
                     vi.tx.reads_outstanding += 1;
                 }
             }
-            let e = *en;
+            let e: &WqEntry = en;
             debug_assert_eq!(e.first_psn.wrapping_add(vi.tx.off / frag), vi.tx.psn);
             let off = vi.tx.off;
             let len = if is_read { 0 } else { frag.min(e.len - off) };
@@ -523,7 +523,7 @@ impl Context {
             if is_read {
                 specs[n].n = 0;
                 specs[n].lendable = false;
-            } else if !gather(mem, bounce, frag as usize, &e, ptag, off, len, n, &mut specs[n], max_pieces) {
+            } else if !gather(mem, bounce, frag as usize, e, ptag, off, len, n, &mut specs[n], max_pieces) {
                 // The memory went away under a descriptor part of which the
                 // peer already has: its message cannot be finished.
                 self.break_connection(vi);
