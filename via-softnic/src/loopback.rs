@@ -21,6 +21,9 @@ struct Port {
     mac: MacAddr,
     efd: EventFd,
     rx: Mutex<RxQueue>,
+    /// Receives every frame on the wire, whatever its destination (a tap
+    /// for tests: [`LoopbackDevice::set_promiscuous`]).
+    promiscuous: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -71,6 +74,12 @@ impl std::fmt::Debug for LoopbackDevice {
 }
 
 impl LoopbackDevice {
+    /// Makes this device receive every frame sent on its wire, whatever
+    /// its destination (as a tap does; its filter still applies).
+    pub fn set_promiscuous(&mut self, on: bool) {
+        self.port.promiscuous.store(on, Ordering::Relaxed);
+    }
+
     /// Attaches a new device with MTU 1500 to the wire called `wire`.
     pub fn open(wire: &str) -> io::Result<LoopbackDevice> {
         Self::with_mtu(wire, 1500)
@@ -82,7 +91,7 @@ impl LoopbackDevice {
         let efd = EventFd::new()?;
         let n = NEXT_MAC.fetch_add(1, Ordering::Relaxed).to_be_bytes();
         let mac = MacAddr([0x02, 0x00, 0x00, n[1], n[2], n[3]]);
-        let port = Arc::new(Port { mac, efd, rx: Mutex::default() });
+        let port = Arc::new(Port { mac, efd, rx: Mutex::default(), promiscuous: Default::default() });
         // Attach under the table lock, so that a wire is never dropped from
         // the table while a device is joining it.
         let wire_arc = {
@@ -103,7 +112,7 @@ impl LoopbackDevice {
 impl Port {
     /// Queues a copy of `f` if it is for us and passes our filter.
     fn deliver(&self, dst: MacAddr, f: &TxFrame<'_>) {
-        if !(dst.is_broadcast() || dst == self.mac) {
+        if !(dst.is_broadcast() || dst == self.mac || self.promiscuous.load(Ordering::Relaxed)) {
             return;
         }
         let mut q = lock(&self.rx);
@@ -285,8 +294,16 @@ mod tests {
         assert_eq!(a.mtu(), 1500);
         let to_b = frame(b.mac(), 1);
         send(&mut a, &to_b);
-        assert_eq!(recv_all(&mut b), vec![to_b]);
+        assert_eq!(recv_all(&mut b), vec![to_b.clone()]);
         assert!(recv_all(&mut c).is_empty());
+        // A tap sees what is for others, but not what it sends itself.
+        c.set_promiscuous(true);
+        send(&mut a, &to_b);
+        assert_eq!((recv_all(&mut b), recv_all(&mut c)), (vec![to_b.clone()], vec![to_b.clone()]));
+        send(&mut c, &to_b);
+        assert!(recv_all(&mut c).is_empty());
+        assert_eq!(recv_all(&mut b).len(), 1);
+        c.set_promiscuous(false);
         // Addressed to ourselves: the wire does not loop it back.
         let to_self = frame(a.mac(), 1);
         send(&mut a, &to_self);

@@ -1,0 +1,317 @@
+//! The engine's transmit path and its receive path, each on its own (issue
+//! 24): on the rig of `via_tests::rig`, one host runs while its peer stays
+//! still, and the injector on the wire stands in for the peer: it sees
+//! every frame the running host sends (checked field by field) and sends
+//! it the ACKs, NAKs and data frames a test writes.
+//!
+//! Transmit: a message goes out as consecutive fragments carrying our
+//! ACK; the window holds frames back until the peer acknowledges; an ACK
+//! completes the send and stops the timer; a timeout sends again from the
+//! oldest unacknowledged frame; a NAK with a SACK bitmap resends the holes
+//! alone. Receive: a frame in order is placed and acknowledged once the
+//! delay ran out; a frame past a gap is held and answered with a NAK whose
+//! SACK bitmap names it, then placed when the gap fills; a duplicate is
+//! acknowledged at once and placed once.
+
+use std::time::Duration;
+use via_device::FrameDevice;
+use via_tests::rig::{frame_bytes, Host, Rig};
+use via_user::descriptor::status;
+use via_user::engine::post::Queue;
+use via_user::Reliability;
+use via_wire::{flags, Frame, HeaderRepr, Kind, MacAddr};
+
+/// One frame the injector saw.
+#[derive(Clone, Debug)]
+struct Seen {
+    kind: Kind,
+    flags: u16,
+    src_vi: u16,
+    psn: u32,
+    ack: u32,
+    msg_len: u32,
+    offset: u32,
+    sack: u64,
+    payload: Vec<u8>,
+}
+
+/// The rig with its injector tapping the wire (it sees every frame).
+fn tapped(level: Reliability) -> Rig {
+    let mut rig = Rig::new(level);
+    rig.raw.set_promiscuous(true);
+    rig
+}
+
+/// Every frame the injector saw since the last call, from the host whose
+/// MAC is `mac`, in order.
+fn seen(rig: &mut Rig, mac: MacAddr) -> Vec<Seen> {
+    let mut out = Vec::new();
+    while rig
+        .raw
+        .receive(64, &mut |b| {
+            let f = Frame::new_checked(b).expect("the engine sends well-formed frames");
+            if f.src_mac() == mac {
+                out.push(Seen {
+                    kind: f.kind().expect("a known kind"),
+                    flags: f.flags(),
+                    src_vi: f.src_vi(),
+                    psn: f.psn(),
+                    ack: f.ack(),
+                    msg_len: f.msg_len(),
+                    offset: f.offset(),
+                    sack: f.rdma_addr(),
+                    payload: f.payload().to_vec(),
+                });
+            }
+        })
+        .unwrap_or(0)
+        > 0
+    {}
+    out
+}
+
+/// What the victim (a) sent since the last look.
+fn seen_a(rig: &mut Rig) -> Vec<Seen> {
+    let mac = rig.a.engine.core.mac;
+    seen(rig, mac)
+}
+
+/// What the peer (b) sent since the last look.
+fn seen_b(rig: &mut Rig) -> Vec<Seen> {
+    let mac = rig.b.engine.core.mac;
+    seen(rig, mac)
+}
+
+fn message(seed: u8, n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(29) ^ seed).collect()
+}
+
+/// A standalone ACK (a NAK with `nak`) to host `to`'s VI as its peer
+/// sends it: everything before `ack` arrived, and (SACK) bit `i` of `sack`
+/// says PSN `ack + 1 + i` is held past the gap.
+fn ack_to(to: &Host, ack: u32, nak: bool, sack: u64) -> Vec<u8> {
+    let core = &to.engine.core;
+    let vi = core.vi(to.vi).expect("the rig's VI");
+    let peer = vi.peer.as_ref().expect("connected");
+    let mut fl = flags::ACK | flags::RELIABLE;
+    if nak {
+        fl |= flags::ACK_REQ;
+    }
+    let h = HeaderRepr {
+        dst_mac: core.mac,
+        src_mac: peer.mac,
+        kind: Kind::Ack as u8,
+        flags: fl,
+        dst_ep: core.ep,
+        src_ep: peer.ep,
+        dst_vi: to.vi,
+        src_vi: peer.vi,
+        generation: peer.generation,
+        ack,
+        rdma_addr: sack,
+        ..HeaderRepr::default()
+    };
+    frame_bytes(&h, &[])
+}
+
+/// The peer's (b's) view: PSN of b's next fragment and what b expects.
+fn b_sender(rig: &Rig) -> (u32, u32) {
+    let vi = rig.b.engine.core.vi(rig.b.vi).unwrap();
+    (vi.tx.psn, vi.tx.una)
+}
+
+// ---- transmit ----
+
+#[test]
+fn a_message_goes_out_as_consecutive_fragments_carrying_our_ack() {
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    seen_b(&mut rig);
+    let msg = message(1, 3000);
+    let (first, _) = b_sender(&rig);
+    let expected_by_b = rig.b.engine.core.vi(rig.b.vi).unwrap().rx.expected;
+    rig.b.post_send(0, 0, &msg, None);
+    rig.b.engine.ring_doorbell();
+    let frames = seen_b(&mut rig);
+    let frag = frames[0].payload.len();
+    assert_eq!(frames.len(), msg.len().div_ceil(frag), "fragments of {frag} bytes");
+    let mut body = Vec::new();
+    for (k, f) in frames.iter().enumerate() {
+        assert_eq!((f.kind, f.src_vi), (Kind::Data, rig.b.vi));
+        assert_eq!(f.psn, first.wrapping_add(k as u32), "consecutive PSNs");
+        assert_eq!((f.msg_len, f.offset as usize), (msg.len() as u32, k * frag));
+        assert_eq!(f.flags & flags::FIRST != 0, k == 0, "FIRST on the first fragment only");
+        assert_eq!(f.flags & flags::LAST != 0, k == frames.len() - 1, "LAST on the last only");
+        assert!(f.flags & flags::ACK != 0 && f.ack == expected_by_b, "each carries our ACK");
+        body.extend_from_slice(&f.payload);
+    }
+    assert_eq!(body, msg);
+    assert_eq!(rig.b.done(Queue::Send), None, "not complete before the peer acknowledges");
+    assert!(rig.b.engine.core.vi(rig.b.vi).unwrap().rtx.deadline().is_some(), "the retransmission timer runs");
+}
+
+#[test]
+fn an_ack_completes_the_send_and_stops_the_timer() {
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    let (first, _) = b_sender(&rig);
+    rig.b.post_send(0, 0, &message(2, 3000), None);
+    rig.b.engine.ring_doorbell();
+    let n = seen_b(&mut rig).len() as u32;
+    // Part of it acknowledged: nothing completes.
+    rig.inject(&ack_to(&rig.b, first.wrapping_add(n - 1), false, 0));
+    rig.b.engine.progress_at(rig.now);
+    assert_eq!(rig.b.done(Queue::Send), None, "one fragment still unacknowledged");
+    rig.inject(&ack_to(&rig.b, first.wrapping_add(n), false, 0));
+    rig.b.engine.progress_at(rig.now);
+    assert_eq!(rig.b.done(Queue::Send), Some(0));
+    let (st, len, _) = rig.b.completion(0);
+    assert_eq!((st & status::ERROR_MASK, st & status::DONE != 0, len), (0, true, 3000));
+    assert!(rig.b.engine.core.vi(rig.b.vi).unwrap().rtx.deadline().is_none(), "nothing outstanding: the timer stopped");
+}
+
+#[test]
+fn the_window_holds_frames_back_until_acknowledged() {
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    let window = rig.b.engine.core.window;
+    let (first, _) = b_sender(&rig);
+    // Sixteen messages of 8000 bytes (one buffer, sent again and again):
+    // more frames than the window.
+    let msg = message(3, 8000);
+    for slot in 0..16 {
+        rig.b.post_send(slot, 0, &msg, None);
+    }
+    rig.b.engine.ring_doorbell();
+    let frames = seen_b(&mut rig);
+    let total = 16 * msg.len().div_ceil(frames[0].payload.len());
+    assert!(total > window as usize, "the test needs more frames ({total}) than the window ({window})");
+    assert_eq!(frames.len(), window as usize, "a window's worth, no more");
+    assert!(frames.last().unwrap().flags & flags::ACK_REQ != 0, "the frame that fills the window asks for an ACK");
+    assert!(frames[..frames.len() - 1].iter().all(|f| f.flags & flags::ACK_REQ == 0));
+    // Ten acknowledged: ten more go.
+    rig.inject(&ack_to(&rig.b, first.wrapping_add(10), false, 0));
+    rig.b.engine.progress_at(rig.now);
+    let more = seen_b(&mut rig);
+    let data: Vec<_> = more.iter().filter(|f| f.kind == Kind::Data).collect();
+    assert_eq!(data.len(), 10);
+    assert_eq!(data[0].psn, first.wrapping_add(window), "from where the window stopped");
+}
+
+#[test]
+fn a_timeout_sends_again_from_the_oldest_unacknowledged_frame() {
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    let (first, _) = b_sender(&rig);
+    rig.b.post_send(0, 0, &message(4, 3000), None);
+    rig.b.engine.ring_doorbell();
+    let sent = seen_b(&mut rig);
+    rig.inject(&ack_to(&rig.b, first.wrapping_add(1), false, 0));
+    rig.b.engine.progress_at(rig.now);
+    let before = rig.b.engine.core.counters;
+    let deadline = rig.b.engine.core.vi(rig.b.vi).unwrap().rtx.deadline().expect("the timer runs");
+    rig.b.engine.progress_at(deadline - Duration::from_micros(1));
+    assert!(seen_b(&mut rig).iter().all(|f| f.kind != Kind::Data), "nothing before the timeout");
+    rig.b.engine.progress_at(deadline);
+    let again: Vec<_> = seen_b(&mut rig).into_iter().filter(|f| f.kind == Kind::Data).collect();
+    let psns: Vec<u32> = again.iter().map(|f| f.psn).collect();
+    let want: Vec<u32> = sent[1..].iter().map(|f| f.psn).collect();
+    assert_eq!(psns, want, "everything from the oldest unacknowledged (go-back-N: the peer holds nothing past it)");
+    assert!(again.iter().zip(&sent[1..]).all(|(a, s)| a.payload == s.payload && a.offset == s.offset), "the same fragments");
+    let c = rig.b.engine.core.counters;
+    assert_eq!((c.rto_expiries - before.rto_expiries, c.retransmits - before.retransmits), (1, want.len() as u64));
+}
+
+#[test]
+fn a_nak_with_a_sack_resends_the_holes_alone() {
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    let (first, _) = b_sender(&rig);
+    for slot in 0..6 {
+        rig.b.post_send(slot, slot * 100, &message(5 + slot as u8, 100), None);
+    }
+    rig.b.engine.ring_doorbell();
+    assert_eq!(seen_b(&mut rig).len(), 6);
+    // The peer has first, misses first+1 and first+3, holds first+2, +4, +5:
+    // SACK bit i is PSN ack + 1 + i.
+    let ack = first.wrapping_add(1);
+    let sack = 0b1101; // ack+1 (= first+2), ack+3, ack+4
+    rig.inject(&ack_to(&rig.b, ack, true, sack));
+    rig.b.engine.progress_at(rig.now);
+    let resent: Vec<u32> = seen_b(&mut rig).iter().filter(|f| f.kind == Kind::Data).map(|f| f.psn).collect();
+    assert_eq!(resent, vec![first.wrapping_add(1), first.wrapping_add(3)], "the holes, once each");
+    rig.inject(&ack_to(&rig.b, ack, true, sack));
+    rig.b.engine.progress_at(rig.now);
+    assert!(seen_b(&mut rig).iter().all(|f| f.kind != Kind::Data), "a repeated NAK sends no hole twice before a timeout");
+    assert_eq!(rig.b.done(Queue::Send), Some(0), "the first message was acknowledged");
+    assert_eq!(rig.b.done(Queue::Send), None);
+}
+
+// ---- receive ----
+
+/// The data frame with PSN `psn` of a one-fragment message `msg_seq` of
+/// `payload` from the peer (b) to the victim (a).
+fn data_to_a(rig: &Rig, psn: u32, msg_seq: u32, payload: &[u8]) -> Vec<u8> {
+    let h = HeaderRepr { psn, msg_seq, flags: flags::FIRST | flags::LAST | flags::RELIABLE, ..rig.genuine(payload.len()) };
+    frame_bytes(&h, payload)
+}
+
+#[test]
+fn a_frame_in_order_is_placed_and_acknowledged_once_the_delay_ran_out() {
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    rig.a.post_recv(0, &[0..512]);
+    let psn = rig.a.engine.core.vi(rig.a.vi).unwrap().rx.expected;
+    let msg = message(7, 300);
+    rig.inject(&data_to_a(&rig, psn, 0, &msg));
+    seen_a(&mut rig);
+    rig.a.engine.progress_at(rig.now);
+    assert_eq!(rig.a.done(Queue::Recv), Some(0));
+    let (st, len, _) = rig.a.completion(0);
+    assert_eq!((st & status::ERROR_MASK, len), (0, 300));
+    assert_eq!(rig.a.buf(0..300), msg);
+    assert!(seen_a(&mut rig).is_empty(), "the ACK waits for a frame to ride on");
+    let delay = rig.a.engine.core.config.ack_delay;
+    rig.a.engine.progress_at(rig.now + delay);
+    let acks = seen_a(&mut rig);
+    assert_eq!(acks.len(), 1, "one delayed ACK");
+    assert_eq!((acks[0].kind, acks[0].ack, acks[0].flags & flags::ACK_REQ), (Kind::Ack, psn.wrapping_add(1), 0));
+}
+
+#[test]
+fn a_frame_past_a_gap_is_held_naked_and_placed_when_the_gap_fills() {
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    rig.a.post_recv(0, &[0..512]);
+    rig.a.post_recv(1, &[512..1024]);
+    let psn = rig.a.engine.core.vi(rig.a.vi).unwrap().rx.expected;
+    let (m0, m1) = (message(8, 200), message(9, 250));
+    seen_a(&mut rig);
+    rig.inject(&data_to_a(&rig, psn.wrapping_add(1), 1, &m1));
+    rig.a.engine.progress_at(rig.now);
+    assert_eq!(rig.a.done(Queue::Recv), None, "held, not placed");
+    let nak = seen_a(&mut rig);
+    assert_eq!(nak.len(), 1);
+    assert!(nak[0].kind == Kind::Ack && nak[0].flags & flags::ACK_REQ != 0, "a NAK at once");
+    assert_eq!((nak[0].ack, nak[0].sack), (psn, 1), "the gap at psn; psn + 1 held (SACK bit 0)");
+    rig.inject(&data_to_a(&rig, psn, 0, &m0));
+    rig.a.engine.progress_at(rig.now);
+    assert_eq!((rig.a.done(Queue::Recv), rig.a.done(Queue::Recv)), (Some(0), Some(1)), "both, in order");
+    assert_eq!((rig.a.buf(0..200), rig.a.buf(512..762)), (m0, m1));
+    assert_eq!(rig.a.engine.core.vi(rig.a.vi).unwrap().rx.expected, psn.wrapping_add(2));
+}
+
+#[test]
+fn a_duplicate_is_acknowledged_at_once_and_placed_once() {
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    rig.a.post_recv(0, &[0..512]);
+    rig.a.post_recv(1, &[512..1024]);
+    let psn = rig.a.engine.core.vi(rig.a.vi).unwrap().rx.expected;
+    let frame = data_to_a(&rig, psn, 0, &message(10, 100));
+    rig.inject(&frame);
+    rig.a.engine.progress_at(rig.now);
+    // The delayed ACK goes out: nothing is owed any more.
+    rig.a.engine.progress_at(rig.now + rig.a.engine.core.config.ack_delay);
+    assert_eq!(seen_a(&mut rig).len(), 1);
+    let dups = rig.a.engine.core.counters.rx_duplicate;
+    rig.inject(&frame);
+    rig.a.engine.progress_at(rig.now);
+    assert_eq!(rig.a.engine.core.counters.rx_duplicate, dups + 1);
+    let acks = seen_a(&mut rig);
+    assert_eq!(acks.len(), 1, "an ACK at once, though none was owed: the peer missed ours");
+    assert_eq!((acks[0].kind, acks[0].ack), (Kind::Ack, psn.wrapping_add(1)));
+    assert_eq!((rig.a.done(Queue::Recv), rig.a.done(Queue::Recv)), (Some(0), None), "placed once");
+}
