@@ -110,7 +110,7 @@ impl Core {
         let peer = self.cm.accept(conn, id, &repr).expect("request checked above");
         let ours = self.auth.as_mut().and_then(|k| k.take_nonce(id)).map(|(n, _)| n);
         self.install_keys(id, ours, &peer)?;
-        let rto = self.config.rto_initial;
+        let rto = (self.config.rto_initial, self.config.rto_max);
         let vi = self.vi_mut(id)?;
         vi.reset_protocol(rto);
         vi.peer = Some(peer);
@@ -158,7 +158,7 @@ impl Core {
     /// Applies the outcome of a connection request (either model) to VI
     /// `id`: connected, or back to Idle with the error. `None` while pending.
     fn settle_request(&mut self, id: u16, st: RequestState, who: &str) -> Option<Result<()>> {
-        let rto = self.config.rto_initial;
+        let rto = (self.config.rto_initial, self.config.rto_max);
         self.vi(id).ok()?;
         let (ours, asked) = match st {
             RequestState::InProgress => return None,
@@ -256,7 +256,7 @@ impl Core {
             k.clear_vi(id);
             k.take_nonce(id);
         }
-        let rto = self.config.rto_initial;
+        let rto = (self.config.rto_initial, self.config.rto_max);
         let vi = self.vi_mut(id)?;
         vi.phase = ViPhase::Idle;
         vi.peer = None;

@@ -518,7 +518,7 @@ impl Core {
                 return Err(ViaError::resource(format!("too many VIs (MaxVI = {MAX_VI})")));
             }
         };
-        self.vis[slot] = Some(ViState::new(slot as u16 + 1, attrs, send_cq, recv_cq, self.config.queue_depth, self.config.rto_initial));
+        self.vis[slot] = Some(ViState::new(slot as u16 + 1, attrs, send_cq, recv_cq, self.config.queue_depth, (self.config.rto_initial, self.config.rto_max)));
         Ok(slot as u16 + 1)
     }
 

@@ -270,8 +270,7 @@ impl Context {
     /// retransmission timer runs again from `now` while anything is
     /// `outstanding`.
     pub(super) fn restart_rto(&mut self, vi: &mut ViState, now: Instant, outstanding: bool) {
-        let (initial, max) = (self.config.rto_initial, self.config.rto_max);
-        if let Some(t) = vi.rtx.on_progress(now, outstanding, initial, max) {
+        if let Some(t) = vi.rtx.on_progress(now, outstanding) {
             self.arm(t);
         }
     }

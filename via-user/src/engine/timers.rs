@@ -52,8 +52,7 @@ impl Context {
         if !vi.rtx.expired(now) {
             return;
         }
-        let (rto_max, limit) = (self.config.rto_max, self.config.retry_limit);
-        match vi.rtx.on_expiry(now, vi.tx.outstanding(), rto_max, limit) {
+        match vi.rtx.on_expiry(now, vi.tx.outstanding(), self.config.retry_limit) {
             Expiry::Idle => {}
             Expiry::GiveUp => {
                 self.counters.rto_expiries += 1;

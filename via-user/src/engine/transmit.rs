@@ -546,7 +546,6 @@ impl Context {
     /// accepted the first `k`.
     fn after_transmit(&mut self, vi: &mut ViState, specs: &[Spec; BATCH], n: usize, k: usize, now: Instant) {
         self.counters.tx_frames += k as u64;
-        let rto_initial = self.config.rto_initial;
         let retrans = specs[..k].iter().filter(|s| seq_lt(s.psn, vi.tx.sent_hi)).count();
         // The first new frame, to be timed (never one sent before: Karn).
         let first_new = specs[..k].iter().find(|s| !seq_lt(s.psn, vi.tx.sent_hi)).map(|s| s.psn);
@@ -567,7 +566,7 @@ impl Context {
         // The frames carried our ACK.
         if vi.reliable() {
             vi.acks.carried();
-            if let Some(t) = vi.rtx.on_sent(first_new, now, rto_initial) {
+            if let Some(t) = vi.rtx.on_sent(first_new, now) {
                 self.arm(t);
             }
         } else {

@@ -235,7 +235,7 @@ pub struct ReadServer {
 }
 
 impl ViState {
-    pub fn new(id: u16, attrs: ViAttributes, send_cq: Option<u16>, recv_cq: Option<u16>, depth: usize, rto: Duration) -> Self {
+    pub fn new(id: u16, attrs: ViAttributes, send_cq: Option<u16>, recv_cq: Option<u16>, depth: usize, rto: (Duration, Duration)) -> Self {
         ViState {
             id,
             serial: crate::workqueue::next_serial(),
@@ -247,7 +247,7 @@ impl ViState {
             sq: WorkQueue::new(depth),
             rq: WorkQueue::new(depth),
             tx: Sender::default(),
-            rtx: Retransmission::new(rto),
+            rtx: Retransmission::new(rto.0, rto.1),
             sack: SelectiveRepeat::default(),
             rx: Receiver::default(),
             acks: AckScheduler::default(),
@@ -259,10 +259,11 @@ impl ViState {
         self.attrs.reliability.is_reliable()
     }
 
-    /// Resets the protocol state for a new connection (queues are kept).
-    pub fn reset_protocol(&mut self, rto: Duration) {
+    /// Resets the protocol state for a new connection (queues are kept);
+    /// `rto`: the initial and the largest retransmission timeout.
+    pub fn reset_protocol(&mut self, rto: (Duration, Duration)) {
         self.tx = Sender { idx: self.sq.done, next_msg_seq: self.tx.next_msg_seq, ..Sender::default() };
-        self.rtx = Retransmission::new(rto);
+        self.rtx = Retransmission::new(rto.0, rto.1);
         self.sack = SelectiveRepeat::default();
         let rx = std::mem::take(&mut self.rx);
         self.rx = Receiver { reorder: rx.reorder, ..Receiver::default() };

@@ -13,6 +13,11 @@ pub struct Retransmission {
     /// When the oldest unacknowledged frame times out.
     at: Option<Instant>,
     rto: Duration,
+    /// The timeout after progress: from the estimate, within
+    /// `initial..=max` (recomputed when a sample comes, not per ACK).
+    settled: Duration,
+    initial: Duration,
+    max: Duration,
     /// Consecutive timeouts without progress.
     retries: u32,
     rtt: RttEstimator,
@@ -34,9 +39,10 @@ pub enum Expiry {
 }
 
 impl Retransmission {
-    /// A stopped timer whose first timeout will be `rto`.
-    pub fn new(rto: Duration) -> Self {
-        Retransmission { at: None, rto, retries: 0, rtt: RttEstimator::default(), probe: None, nak_rewound: None }
+    /// A stopped timer whose timeouts start at `initial` and back off to
+    /// at most `max`.
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        Retransmission { at: None, rto: initial, settled: initial, initial, max, retries: 0, rtt: RttEstimator::default(), probe: None, nak_rewound: None }
     }
 
     /// When the timer expires, if it runs.
@@ -61,16 +67,17 @@ impl Retransmission {
 
     /// Frames went out, the first never sent before being `first_new`:
     /// it is timed unless another is, and the timer starts unless it runs
-    /// (at least `initial`). Returns the deadline to arm, when it started.
+    /// (at least the initial timeout). Returns the deadline to arm, when it
+    /// started.
     #[inline]
-    pub fn on_sent(&mut self, first_new: Option<u32>, now: Instant, initial: Duration) -> Option<Instant> {
+    pub fn on_sent(&mut self, first_new: Option<u32>, now: Instant) -> Option<Instant> {
         if self.probe.is_none() {
             self.probe = first_new.map(|psn| (psn, now));
         }
         if self.at.is_some() {
             return None;
         }
-        let t = now + self.rto.max(initial);
+        let t = now + self.rto.max(self.initial);
         self.at = Some(t);
         Some(t)
     }
@@ -81,18 +88,20 @@ impl Retransmission {
     pub fn on_acked(&mut self, ack: u32, now: Instant) {
         if let Some((_, sent)) = self.probe.filter(|&(psn, _)| via_wire::seq_lt(psn, ack)) {
             self.rtt.sample(now.saturating_duration_since(sent));
+            self.settled = self.rtt.rto(self.initial, self.max);
             self.probe = None;
         }
         self.nak_rewound = None;
     }
 
     /// The peer made progress: retries and timeout start over (from the
-    /// round-trip estimate, within `initial..=max`), and the timer runs
-    /// from `now` while anything is `outstanding`. Returns its deadline.
+    /// round-trip estimate, within the initial and the largest timeout),
+    /// and the timer runs from `now` while anything is `outstanding`.
+    /// Returns its deadline.
     #[inline]
-    pub fn on_progress(&mut self, now: Instant, outstanding: bool, initial: Duration, max: Duration) -> Option<Instant> {
+    pub fn on_progress(&mut self, now: Instant, outstanding: bool) -> Option<Instant> {
         self.retries = 0;
-        self.rto = self.rtt.rto(initial, max);
+        self.rto = self.settled;
         self.at = outstanding.then(|| now + self.rto);
         self.at
     }
@@ -118,8 +127,8 @@ impl Retransmission {
 
     /// The timer expired; `outstanding`: frames or reads are unanswered.
     /// Past `limit` retries the connection is lost; otherwise the timeout
-    /// doubles (at most `max`) and the timer runs again.
-    pub fn on_expiry(&mut self, now: Instant, outstanding: bool, max: Duration, limit: u32) -> Expiry {
+    /// doubles (at most the largest) and the timer runs again.
+    pub fn on_expiry(&mut self, now: Instant, outstanding: bool, limit: u32) -> Expiry {
         if !outstanding {
             self.at = None;
             return Expiry::Idle;
@@ -128,7 +137,7 @@ impl Retransmission {
         if self.retries > limit {
             return Expiry::GiveUp;
         }
-        self.rto = (self.rto * 2).min(max);
+        self.rto = (self.rto * 2).min(self.max);
         self.at = Some(now + self.rto);
         self.nak_rewound = None;
         self.probe = None; // what follows is sent twice (Karn)
@@ -145,42 +154,45 @@ mod tests {
     #[test]
     fn backs_off_then_gives_up() {
         let t0 = Instant::now();
-        let mut r = Retransmission::new(2 * MS);
-        assert_eq!(r.on_sent(Some(0), t0, 2 * MS), Some(t0 + 2 * MS), "the first send starts the timer");
-        assert_eq!(r.on_sent(Some(1), t0, 2 * MS), None, "already running");
+        let mut r = Retransmission::new(2 * MS, 5 * MS);
+        assert_eq!(r.on_sent(Some(0), t0), Some(t0 + 2 * MS), "the first send starts the timer");
+        assert_eq!(r.on_sent(Some(1), t0), None, "already running");
         assert!(!r.expired(t0 + MS) && r.expired(t0 + 2 * MS));
         let t1 = t0 + 2 * MS;
-        assert_eq!(r.on_expiry(t1, true, 5 * MS, 2), Expiry::Retry);
+        assert_eq!(r.on_expiry(t1, true, 2), Expiry::Retry);
         assert_eq!(r.deadline(), Some(t1 + 4 * MS), "doubled");
-        assert_eq!(r.on_expiry(t1, true, 5 * MS, 2), Expiry::Retry);
+        assert_eq!(r.on_expiry(t1, true, 2), Expiry::Retry);
         assert_eq!(r.deadline(), Some(t1 + 5 * MS), "at most the maximum");
-        assert_eq!(r.on_expiry(t1, true, 5 * MS, 2), Expiry::GiveUp, "the third expiry is past 2 retries");
-        assert_eq!(r.on_expiry(t1, false, 5 * MS, 2), Expiry::Idle);
+        assert_eq!(r.on_expiry(t1, true, 2), Expiry::GiveUp, "the third expiry is past 2 retries");
+        assert_eq!(r.on_expiry(t1, false, 2), Expiry::Idle);
         assert_eq!(r.deadline(), None);
     }
 
     #[test]
     fn times_one_new_frame_and_never_a_resent_one() {
         let t0 = Instant::now();
-        let mut r = Retransmission::new(2 * MS);
-        r.on_sent(Some(5), t0, 2 * MS);
+        let mut r = Retransmission::new(2 * MS, 5 * MS);
+        r.on_sent(Some(5), t0);
         r.on_acked(5, t0 + MS);
         assert_eq!(r.srtt(), None, "PSN 5 is not yet acknowledged");
         r.on_acked(6, t0 + MS);
         assert_eq!(r.srtt(), Some(MS));
-        r.on_sent(Some(6), t0 + MS, 2 * MS);
+        r.on_sent(Some(6), t0 + MS);
         r.forget_probe(); // a NAK: 6 goes again
         r.on_acked(7, t0 + 9 * MS);
         assert_eq!(r.srtt(), Some(MS), "a resent frame gives no sample");
-        assert_eq!(r.on_progress(t0, true, 2 * MS, 9 * MS), Some(t0 + 3 * MS), "the estimate: srtt 1 ms + 4 x 0.5 ms");
-        assert_eq!(r.on_progress(t0, true, 4 * MS, 9 * MS), Some(t0 + 4 * MS), "at least the initial timeout");
+        assert_eq!(r.on_progress(t0, true), Some(t0 + 3 * MS), "the estimate: srtt 1 ms + 4 x 0.5 ms");
         assert_eq!(r.retries(), 0);
-        assert_eq!(r.on_progress(t0, false, 2 * MS, 9 * MS), None, "nothing outstanding: stopped");
+        assert_eq!(r.on_progress(t0, false), None, "nothing outstanding: stopped");
+        let mut slow = Retransmission::new(4 * MS, 9 * MS);
+        slow.on_sent(Some(0), t0);
+        slow.on_acked(1, t0 + MS);
+        assert_eq!(slow.on_progress(t0, true), Some(t0 + 4 * MS), "at least the initial timeout");
     }
 
     #[test]
     fn a_nak_rewinds_once_per_position() {
-        let mut r = Retransmission::new(MS);
+        let mut r = Retransmission::new(MS, MS);
         assert!(r.rewind_once(3));
         assert!(!r.rewind_once(3));
         r.on_acked(4, Instant::now());
