@@ -147,6 +147,27 @@ impl<'a> TxFrame<'a> {
     }
 }
 
+/// The way a device reaches a destination ([`FrameDevice::path_to`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Path {
+    /// The largest Ethernet payload.
+    pub mtu: usize,
+    /// Frames cannot be corrupted on the way (the hardware checks an FCS,
+    /// or the path is memory): they need no checksum of their own.
+    pub checksummed: bool,
+}
+
+/// What a device says of a received frame besides its bytes
+/// ([`FrameDevice::receive_lent`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RxMeta<'a> {
+    /// Its payload, lent by a sender on this host.
+    pub lent: Option<&'a LentPayload>,
+    /// It came by a path that cannot corrupt it (shared memory): a frame
+    /// without a checksum is whole.
+    pub vouched: bool,
+}
+
 /// A received frame's payload left in the sending process's memory: up to
 /// [`MAX_GATHER`] pieces of process `pid`, which promised (by marking the
 /// frame [`TxFrame::lendable`]) to keep them until it is acknowledged. The
@@ -262,21 +283,23 @@ pub trait FrameDevice: Send {
     /// none are waiting (never blocks).
     fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize>;
 
-    /// [`FrameDevice::receive`] for devices that may lend payloads: the
-    /// sink gets, with each frame, the payload its sender lent (the frame
-    /// then holds the headers alone). Plain `receive` of such a device
-    /// reads lent payloads in itself, so it always hands out whole frames.
-    /// Devices that never lend use this default.
-    fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], Option<&LentPayload>)) -> io::Result<usize> {
-        self.receive(budget, &mut |f| sink(f, None))
+    /// [`FrameDevice::receive`] that says how each frame came
+    /// ([`RxMeta`]): with the payload its sender lent (the frame then holds
+    /// the headers alone), by a path that cannot corrupt it. Plain
+    /// `receive` of a lending device reads lent payloads in itself, so it
+    /// always hands out whole frames. Devices that neither lend nor vouch
+    /// for single frames use this default.
+    fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
+        self.receive(budget, &mut |f| sink(f, RxMeta::default()))
     }
 
-    /// The largest Ethernet payload of frames that start with `head` (their
-    /// destination and the words receive filters look at):
-    /// [`FrameDevice::mtu`], unless the device reaches that destination by
-    /// a path that carries more (shared memory, in a composite device).
-    fn mtu_to(&mut self, _head: &[u8]) -> usize {
-        self.mtu()
+    /// The path to frames that start with `head` (their destination and
+    /// the words receive filters look at): [`FrameDevice::mtu`] and the
+    /// device's capabilities, unless it reaches that destination another
+    /// way (shared memory, in a composite device: a larger MTU, and no
+    /// corruption on the way).
+    fn path_to(&mut self, _head: &[u8]) -> Path {
+        Path { mtu: self.mtu(), checksummed: self.capabilities().checksummed }
     }
 
     /// Transmits the frames in order and rings the doorbell once. Returns

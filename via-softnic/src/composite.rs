@@ -30,19 +30,22 @@
 //! descriptor is an epoll set of them all.
 //!
 //! The MTU is the smallest NIC's, except to a process on the wire or a
-//! routed host ([`FrameDevice::mtu_to`]): the engine sends those frames as
+//! routed host ([`FrameDevice::path_to`]): the engine sends those frames as
 //! long as their member carries (64 KiB on the wire, whose payloads it
 //! lends rather than copies if it was opened with `,lend=<bytes>`). Should
 //! such a frame find its process gone and be routed to a NIC that cannot
 //! carry it, it is dropped and counted (the engine's retransmission timer
-//! then gives up on the connection): it cannot be cut to size here.
+//! then gives up on the connection): it cannot be cut to size here. The
+//! wire cannot corrupt a frame either: its path is checksummed and every
+//! frame it hands up vouched for ([`via_device::RxMeta`]), so the engine
+//! neither seals nor checks a CRC on it.
 
 use crate::shm::ShmDevice;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use via_device::ETH_HEADER_LEN;
-use via_device::{Capabilities, FrameDevice, HostRoute, LentPayload, MacAddr, RxFilter, Sleep, TxFrame};
+use via_device::{Capabilities, FrameDevice, HostRoute, MacAddr, Path, RxFilter, RxMeta, Sleep, TxFrame};
 
 /// NICs a composite may own.
 pub const MAX_NICS: usize = 4;
@@ -172,22 +175,22 @@ impl CompositeDevice {
     }
 
     /// The member `i` of the receive order (NICs, then the wire).
-    fn receive_from(&mut self, i: usize, budget: usize, sink: &mut dyn FnMut(&[u8], Option<&LentPayload>)) -> io::Result<usize> {
+    fn receive_from(&mut self, i: usize, budget: usize, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
         let CompositeDevice { nics, shm, identities, scratch, .. } = self;
         let identity = nics[0].mac;
         let Some(nic) = nics.get_mut(i) else {
             return shm.as_mut().map_or(Ok(0), |s| s.receive_lent(budget, sink));
         };
         let mac = nic.mac;
-        nic.dev.receive_lent(budget, &mut |f, lent| {
-            if lent.is_some() || f.len() < 12 {
-                return sink(f, lent);
+        nic.dev.receive_lent(budget, &mut |f, meta| {
+            if meta.lent.is_some() || f.len() < 12 {
+                return sink(f, meta);
             }
             let src = MacAddr(f[6..12].try_into().unwrap());
             let from = identities.get(&(i, src));
             let to_us = mac != identity && f[..6] == mac.0;
             if from.is_none() && !to_us {
-                return sink(f, None);
+                return sink(f, meta);
             }
             scratch.clear();
             scratch.extend_from_slice(f);
@@ -197,7 +200,7 @@ impl CompositeDevice {
             if to_us {
                 scratch[..6].copy_from_slice(&identity.0);
             }
-            sink(scratch, None)
+            sink(scratch, meta)
         })
     }
 
@@ -270,7 +273,7 @@ impl FrameDevice for CompositeDevice {
         Ok(n)
     }
 
-    fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], Option<&LentPayload>)) -> io::Result<usize> {
+    fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
         let members = self.nics.len() + usize::from(self.shm.is_some());
         self.turn = (self.turn + 1) % members;
         let mut n = 0;
@@ -280,17 +283,16 @@ impl FrameDevice for CompositeDevice {
         Ok(n)
     }
 
-    fn mtu_to(&mut self, head: &[u8]) -> usize {
+    fn path_to(&mut self, head: &[u8]) -> Path {
         if let Some(s) = self.shm.as_mut() {
             if s.takes(head) {
-                return s.mtu();
+                return Path { mtu: s.mtu(), checksummed: s.capabilities().checksummed };
             }
         }
         let dst = head.get(..6).map(|d| MacAddr(d.try_into().unwrap()));
-        match dst.and_then(|d| self.routes.get(&d)) {
-            Some(&(k, _)) => self.nics[k].dev.mtu(),
-            None => self.nics[0].dev.mtu(),
-        }
+        let k = dst.and_then(|d| self.routes.get(&d)).map_or(0, |&(k, _)| k);
+        let d = &self.nics[k].dev;
+        Path { mtu: d.mtu(), checksummed: d.capabilities().checksummed }
     }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
@@ -488,6 +490,6 @@ mod tests {
         renamed[6..12].copy_from_slice(&ma2.0);
         assert_eq!(recv_all(&mut spy), vec![renamed], "on network 2 a's broadcast comes from a's NIC there");
         // The routed host's MTU is its NIC's; frames too long for it are dropped.
-        assert_eq!(a.mtu_to(&to_b), b.nics[1].dev.mtu());
+        assert_eq!(a.path_to(&to_b).mtu, b.nics[1].dev.mtu());
     }
 }

@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
-use via_device::{Capabilities, FrameDevice, LentPayload, MacAddr, RxFilter, Sleep, TxFrame};
+use via_device::{Capabilities, FrameDevice, MacAddr, Path, RxFilter, RxMeta, Sleep, TxFrame};
 
 /// Fault rates, each the probability per transmitted frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -255,14 +255,17 @@ impl FrameDevice for FaultyDevice {
         self.inner.receive(budget, sink)
     }
 
-    fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], Option<&LentPayload>)) -> io::Result<usize> {
+    fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
         self.release_held()?;
         self.release_due()?;
-        self.inner.receive_lent(budget, sink)
+        // A link that corrupts vouches for nothing.
+        let whole = self.faults.corrupt == 0.0;
+        self.inner.receive_lent(budget, &mut |f, meta| sink(f, RxMeta { vouched: meta.vouched && whole, ..meta }))
     }
 
-    fn mtu_to(&mut self, head: &[u8]) -> usize {
-        self.inner.mtu_to(head)
+    fn path_to(&mut self, head: &[u8]) -> Path {
+        let p = self.inner.path_to(head);
+        Path { checksummed: p.checksummed && self.faults.corrupt == 0.0, ..p }
     }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {

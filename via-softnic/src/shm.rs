@@ -59,7 +59,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use via_device::MAX_GATHER;
 use via_device::ETH_HEADER_LEN;
-use via_device::{Capabilities, EventFd, FrameDevice, LentPayload, MacAddr, RxFilter, Sleep, TxFrame};
+use via_device::{Capabilities, EventFd, FrameDevice, LentPayload, MacAddr, RxFilter, RxMeta, Sleep, TxFrame};
 
 mod members;
 mod segment;
@@ -439,7 +439,7 @@ impl ShmDevice {
 
     /// Hands up to `budget` frames to `sink`: lent payloads as such if
     /// `lent_ok`, read into whole frames otherwise.
-    fn take(&mut self, budget: usize, lent_ok: bool, sink: &mut dyn FnMut(&[u8], Option<&LentPayload>)) -> io::Result<usize> {
+    fn take(&mut self, budget: usize, lent_ok: bool, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
         let c = self.seg.control(self.port);
         let mut head = c.head.load(Ordering::Relaxed);
         let mut n = 0;
@@ -454,7 +454,7 @@ impl ShmDevice {
                 // SAFETY: as above.
                 let delivered = match unsafe { read_slot(s, word) } {
                     Some((frame, None)) => {
-                        sink(frame, None);
+                        sink(frame, RxMeta { lent: None, vouched: true });
                         true
                     }
                     Some((_, Some(lent))) if !self.members.trusts(&self.seg, lent.pid) => {
@@ -463,7 +463,7 @@ impl ShmDevice {
                         false
                     }
                     Some((frame, Some(lent))) if lent_ok => {
-                        sink(frame, Some(&lent));
+                        sink(frame, RxMeta { lent: Some(&lent), vouched: true });
                         true
                     }
                     Some((frame, Some(lent))) => {
@@ -475,7 +475,7 @@ impl ShmDevice {
                         // SAFETY: the scratch holds the payload's bytes past the headers.
                         let ok = unsafe { lent.read(0, self.scratch.as_mut_ptr().add(frame.len()), lent.len()) }.is_ok();
                         if ok {
-                            sink(&self.scratch, None);
+                            sink(&self.scratch, RxMeta { lent: None, vouched: true });
                         } else {
                             self.rx_lent_failed += 1;
                         }
@@ -599,7 +599,7 @@ impl FrameDevice for ShmDevice {
         Some(Sleep::ended_by(end))
     }
 
-    fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], Option<&LentPayload>)) -> io::Result<usize> {
+    fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
         self.take(budget, true, sink)
     }
 

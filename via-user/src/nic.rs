@@ -133,7 +133,11 @@ impl Nic {
     /// Enters the engine on behalf of the application.
     pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
         let g = self.shared.engine.lock().unwrap_or_else(|p| p.into_inner());
-        self.shared.calls.fetch_add(1, Ordering::Relaxed);
+        // Counted under the engine lock, which orders every increment: a
+        // load and a store, no locked read-modify-write (this is on every
+        // call's path; the progress thread only compares the value).
+        let calls = &self.shared.calls;
+        calls.store(calls.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
         g
     }
 

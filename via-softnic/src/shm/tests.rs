@@ -125,9 +125,10 @@ fn long_lendable_payloads_are_lent_and_read_once() {
     assert_eq!(a.transmit(&[lent, short, kept]).unwrap(), 3);
     assert!(a.stats().contains(&("shm_tx_lent", 1)), "only the long lendable frame is lent: {:?}", a.stats());
     let mut got = Vec::new();
-    b.receive_lent(8, &mut |f, l| {
+    b.receive_lent(8, &mut |f, m| {
+        assert!(m.vouched, "memory vouches for every frame");
         let mut bytes = f.to_vec();
-        if let Some(l) = l {
+        if let Some(l) = m.lent {
             assert_eq!(f, &head[..], "a lent frame holds the headers alone");
             assert_eq!(l.pid, std::process::id());
             let at = bytes.len();
@@ -141,7 +142,7 @@ fn long_lendable_payloads_are_lent_and_read_once() {
                 assert!(l.read(1, bytes.as_mut_ptr(), l.len()).is_err(), "past the payload's end");
             }
         }
-        got.push((bytes, l.is_some()));
+        got.push((bytes, m.lent.is_some()));
     })
     .unwrap();
     assert_eq!(got.len(), 3);
@@ -285,7 +286,7 @@ fn lent_records_of_non_members_and_other_users_are_refused_unread() {
     forge_lender(&seg, b.port, 1, outsider.id());
     forge_lender(&seg, b.port, 3, stranger.pid());
     let mut lenders = Vec::new();
-    assert_eq!(b.receive_lent(8, &mut |_, l| lenders.push(l.unwrap().pid)).unwrap(), 1, "slots 0, 1 and 3 refused");
+    assert_eq!(b.receive_lent(8, &mut |_, m| lenders.push(m.lent.unwrap().pid)).unwrap(), 1, "slots 0, 1 and 3 refused");
     assert_eq!(lenders, [std::process::id()], "slot 2, a's own record, is handed out");
     assert!(b.stats().contains(&("shm_rx_lent_refused", 3)), "{:?}", b.stats());
     // The plain receive path reads lent payloads in itself: refused too.

@@ -1,6 +1,7 @@
 //! The receive path's first check: is a frame what it says it is? Without
 //! a cluster secret, its CRC-32C (when it carries one, and always when
-//! the device cannot vouch for what it delivers); with one, its MAC under
+//! neither the device nor the path the frame came by vouches for what it
+//! delivers); with one, its MAC under
 //! the key it must have ([`via_kernel_agent::auth`]). Either way a failed
 //! check is a counted drop; a connection request that fails for want of
 //! authentication (or for carrying one we cannot check) is answered by a
@@ -12,8 +13,9 @@ use via_wire::{flags, ConnRepr, Frame, Kind, ANY_ENDPOINT};
 
 impl Core {
     /// May the frame `f` go on to be handled? `lent`: its payload was lent
-    /// by a sender on this host (it never crossed a wire).
-    pub(super) fn frame_trusted<T: AsRef<[u8]>>(&mut self, f: &Frame<T>, lent: bool) -> bool {
+    /// by a sender on this host (it never crossed a wire); `vouched`: it
+    /// came by a path that cannot corrupt it (shared memory).
+    pub(super) fn frame_trusted<T: AsRef<[u8]>>(&mut self, f: &Frame<T>, lent: bool, vouched: bool) -> bool {
         let tagged = f.flags() & flags::AUTH != 0;
         let Some(keys) = self.auth.as_ref() else {
             if tagged {
@@ -22,9 +24,14 @@ impl Core {
                 self.refuse_unauthenticated(f);
                 return false;
             }
-            if !lent && (self.checksum || f.flags() & flags::CHECKSUM != 0) && !f.checksum_ok() {
+            // A frame that carries a CRC is checked, vouched for or not.
+            let sealed = f.flags() & flags::CHECKSUM != 0;
+            if !lent && (sealed || (self.checksum && !vouched)) && !f.checksum_ok() {
                 self.counters.rx_bad_checksum += 1;
                 return false;
+            }
+            if !sealed && self.checksum {
+                self.counters.rx_unsealed += 1; // lent or vouched for
             }
             return true;
         };

@@ -156,6 +156,9 @@ pub struct Counters {
     pub rx_lent_failed: u64,
     /// Frames whose checksum was missing or wrong (corrupted on the way).
     pub rx_bad_checksum: u64,
+    /// Frames taken without a checksum the device would otherwise need:
+    /// their path cannot corrupt them (shared memory).
+    pub rx_unsealed: u64,
     /// Frames refused for their authentication: no tag, a wrong tag, or a
     /// tag where this host has no cluster secret ([`via_kernel_agent::auth`]).
     pub rx_bad_auth: u64,
@@ -202,6 +205,7 @@ impl Counters {
             ("rx_lent", self.rx_lent),
             ("rx_lent_failed", self.rx_lent_failed),
             ("rx_bad_checksum", self.rx_bad_checksum),
+            ("rx_unsealed", self.rx_unsealed),
             ("rx_bad_auth", self.rx_bad_auth),
             ("rx_authenticated", self.rx_authenticated),
             ("rx_lost", self.rx_lost),
@@ -416,7 +420,7 @@ impl Engine {
         let Engine { dev, core, .. } = self;
         let mut got = 0;
         for _ in 0..4 {
-            let n = dev.receive_lent(64, &mut |f, lent| core.on_frame(f, lent, now)).unwrap_or(0);
+            let n = dev.receive_lent(64, &mut |f, meta| core.on_frame(f, meta, now)).unwrap_or(0);
             got += n;
             if n < 64 {
                 break;

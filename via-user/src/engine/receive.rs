@@ -18,7 +18,7 @@ use via_kernel_agent::memory::Ptag;
 use std::time::Instant;
 use via_kernel_agent::conn::CmHeader;
 use via_wire::{flags, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT, FRAME_HEADER_LEN};
-use via_device::LentPayload;
+use via_device::{LentPayload, RxMeta};
 
 /// A frame's payload: in the frame, or lent by its sender.
 #[derive(Clone, Copy)]
@@ -62,9 +62,11 @@ impl Payload<'_> {
 }
 
 impl Core {
-    /// Handles one received Ethernet frame; `lent`: its payload, lent by
-    /// a sender on this host (the frame then holds the headers alone).
-    pub fn on_frame(&mut self, bytes: &[u8], lent: Option<&LentPayload>, now: Instant) {
+    /// Handles one received Ethernet frame; `meta.lent`: its payload, lent
+    /// by a sender on this host (the frame then holds the headers alone);
+    /// `meta.vouched`: it came by a path that cannot corrupt it.
+    pub fn on_frame(&mut self, bytes: &[u8], meta: RxMeta<'_>, now: Instant) {
+        let lent = meta.lent;
         self.cx.counters.rx_frames += 1;
         let parsed = match lent {
             None => Frame::new_checked(bytes),
@@ -75,7 +77,7 @@ impl Core {
             return;
         };
         // Its checksum or MAC (authenticate.rs): a counted drop when wrong.
-        if !self.frame_trusted(&f, lent.is_some()) {
+        if !self.frame_trusted(&f, lent.is_some(), meta.vouched) {
             return;
         }
         // Longer than its header says: no sender pads a VIA frame (its

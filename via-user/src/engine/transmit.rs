@@ -110,7 +110,7 @@ impl Engine {
                 if n == 0 {
                     break;
                 }
-                let k = send_batch(dev.as_mut(), hdrs, cx.sealer(), &specs[..n]);
+                let k = send_batch(dev.as_mut(), hdrs, cx.sealer_for(vi), &specs[..n]);
                 cx.after_side(vi, specs, n, k);
                 if k < n {
                     cx.doorbell.ring(id);
@@ -123,7 +123,7 @@ impl Engine {
                 if n == 0 {
                     break;
                 }
-                let k = send_batch(dev.as_mut(), hdrs, cx.sealer(), &specs[..n]);
+                let k = send_batch(dev.as_mut(), hdrs, cx.sealer_for(vi), &specs[..n]);
                 cx.after_transmit(vi, specs, n, k, now);
                 if k < n {
                     cx.doorbell.ring(id);
@@ -367,25 +367,37 @@ fn send_batch(dev: &mut dyn FrameDevice, hdrs: &mut Headers, sealer: Sealer<'_>,
 impl Context {
     /// How this engine's frames are sealed.
     pub(super) fn sealer(&self) -> Sealer<'_> {
-        match (&self.auth, self.checksum) {
+        self.sealer_with(self.checksum)
+    }
+
+    /// How `vi`'s data frames are sealed: no CRC on a path that cannot
+    /// corrupt them ([`Context::fix_frag`]).
+    fn sealer_for(&self, vi: &ViState) -> Sealer<'_> {
+        self.sealer_with(vi.tx.checksum)
+    }
+
+    fn sealer_with(&self, checksum: bool) -> Sealer<'_> {
+        match (&self.auth, checksum) {
             (Some(keys), _) => Sealer::Mac(keys),
             (None, true) => Sealer::Checksum,
             (None, false) => Sealer::Nothing,
         }
     }
 
-    /// Fixes VI `id`'s fragment size for its connection, if not yet done:
-    /// the payload the device carries to the peer (asked with the start
-    /// of a frame to it: destination and endpoint), at most what the
-    /// header's 16-bit payload length can say.
+    /// Fixes `vi`'s path for its connection, if not yet done (asked with
+    /// the start of a frame to the peer: destination and endpoint): the
+    /// fragment size, the payload the device carries to the peer (at most
+    /// what the header's 16-bit payload length can say), and whether its
+    /// frames need a CRC (not over shared memory, which cannot corrupt).
     fn fix_frag(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState) {
         let (mac, ep, core_frag, id) = (self.mac, self.ep, self.frag, vi.id);
         let tag = if self.auth.is_some() { TAG_LEN } else { 0 };
         let Some(peer) = vi.peer.as_ref().filter(|_| vi.tx.frag == 0) else { return };
         let mut head = [0u8; FRAME_HEADER_LEN];
         HeaderRepr { dst_mac: peer.mac, src_mac: mac, kind: Kind::Data as u8, dst_ep: peer.ep, src_ep: ep, dst_vi: peer.vi, src_vi: id, generation: peer.generation, ..HeaderRepr::default() }.emit(&mut head);
-        let mtu = dev.mtu_to(&head);
-        vi.tx.frag = (mtu.saturating_sub(VIA_HEADER_LEN + tag) as u32).clamp(core_frag, u16::MAX as u32);
+        let path = dev.path_to(&head);
+        vi.tx.frag = (path.mtu.saturating_sub(VIA_HEADER_LEN + tag) as u32).clamp(core_frag, u16::MAX as u32);
+        vi.tx.checksum = self.checksum && !path.checksummed;
     }
 
     /// Transmits again, one frame each, the holes selective repeat found
@@ -403,7 +415,7 @@ impl Context {
             let resume = vi.tx.psn;
             vi.seek(psn);
             let n = self.build_data(vi, hdrs, specs, 1);
-            let k = send_batch(dev, hdrs, self.sealer(), &specs[..n]);
+            let k = send_batch(dev, hdrs, self.sealer_for(vi), &specs[..n]);
             self.after_transmit(vi, specs, n, k, now);
             vi.seek(resume);
             if n == 0 || k < n {

@@ -173,6 +173,9 @@ pub struct Sender {
     /// Payload bytes per fragment on this connection (0 until the first
     /// send fixes it: the device's MTU to the peer).
     pub frag: u32,
+    /// Data frames carry a CRC (fixed with `frag`: not over a path that
+    /// cannot corrupt them).
+    pub checksum: bool,
     /// Send-queue index and byte offset of the next fragment to transmit.
     pub idx: u32,
     pub off: u32,

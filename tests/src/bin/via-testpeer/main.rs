@@ -196,6 +196,8 @@ fn sizes(a: &Args) {
         println!("LINK faults_lost {lost} retransmits {} bad_checksum {}", s.nic.counters().retransmits, s.nic.counters().rx_bad_checksum);
         // Payloads that came lent by the server (a process on this host).
         println!("LENT {}", s.nic.counters().rx_lent);
+        // Frames that came without a CRC by a path that cannot corrupt them.
+        println!("UNSEALED {}", s.nic.counters().rx_unsealed);
         // What frame authentication did (a cluster secret in VIA_SECRET).
         println!("AUTH authenticated {} bad_auth {} bad_checksum {}", s.nic.counters().rx_authenticated, s.nic.counters().rx_bad_auth, s.nic.counters().rx_bad_checksum);
         // The device's counters (a composite's frames by member).
