@@ -10,6 +10,7 @@ mod cleanup;
 mod common;
 mod demo;
 mod floor;
+mod mpi;
 mod plot;
 mod probe;
 mod raw;
