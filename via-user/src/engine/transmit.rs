@@ -5,10 +5,10 @@
 //! Fragmentation is deterministic: fragment `k` of a message carries bytes
 //! `[k * frag, (k + 1) * frag)` and PSN `first_psn + k`, so any PSN maps back
 //! to a send-queue entry and offset, which is all go-back-N retransmission
-//! and a partially accepted batch need ([`Core::seek`]). `frag` is fixed
-//! per connection, at its first send, from the device's MTU to the peer:
-//! larger to a process on this host that a composite device reaches
-//! through shared memory.
+//! and a partially accepted batch need ([`ViState::seek`]). `frag` is fixed
+//! per connection, at its first send, from the device's path to the peer
+//! (`FrameDevice::path_to`): larger to a process on this host that a
+//! composite device reaches through shared memory, and then without a CRC.
 //!
 //! Frames whose payload is registered memory that stays put until the
 //! peer has it (reliable sends and RDMA writes, RDMA read responses) are
@@ -441,7 +441,7 @@ impl Context {
         n
     }
 
-    /// [`Core::build_data`]'s frames. A descriptor whose memory was
+    /// [`Context::build_data`]'s frames. A descriptor whose memory was
     /// deregistered since it was posted is marked, before any of it is
     /// sent, to complete with a protection error (`refused` set); the ones
     /// after it go on.
