@@ -293,10 +293,16 @@ fn alternating_rounds(o: &Options, h: &Hosts, probe: Option<&Probe>) -> (Vec<Row
     }
     if o.transports.iter().any(|t| t == "via-shm") {
         wanted.push("shm-floor".into()); // what via-shm is held to
+        // What a user of one host has: Open MPI's and UCX's shared memory.
         if crate::mpi::available() {
-            wanted.push("ompi-shm".into()); // what a user of one host has
+            wanted.push("ompi-shm".into());
         } else {
             eprintln!("via-pingpong --demo: Open MPI is not installed (mpicc, mpirun): via-shm is not compared with it");
+        }
+        if crate::ucx::available() {
+            wanted.push("ucx-shm".into());
+        } else {
+            eprintln!("via-pingpong --demo: UCX's ucx_perftest is not installed (ucx-utils): via-shm is not compared with it");
         }
     }
     for round in 0..o.rounds {
@@ -310,6 +316,8 @@ fn alternating_rounds(o: &Options, h: &Hosts, probe: Option<&Probe>) -> (Vec<Row
                 crate::floor::latency(crate::common::lat_iters(64, o.quick)).map(|r| vec![r])
             } else if t == "ompi-shm" {
                 crate::mpi::run(crate::common::lat_iters(64, o.quick))
+            } else if t == "ucx-shm" {
+                crate::ucx::run(crate::common::lat_iters(64, o.quick))
             } else {
                 let args: Vec<String> = vec!["--sizes".into(), "64".into(), "--bw-sizes".into(), (1 << 20).to_string()];
                 run_pair_with(h, t, args).map(|(rows, _, _)| rows)
@@ -398,13 +406,19 @@ fn print_ratios(rows: &[Row], rounds: Option<&Rounds>) {
         println!("latency 64 B    via-shm = {s:.3} us, shared-memory floor = {f:.3} us  (via-shm/floor = {r:.2}: two processes handing a cache line back and forth; target via-shm <= 0.35 us) {}", verdict(s <= 0.35));
     }
     if let Some((s, m, r)) = ratio("via-shm", "ompi-shm", "lat") {
-        println!("latency 64 B    via-shm/Open MPI = {r:.3}  (medians {s:.3} / {m:.3} us; Open MPI's shared memory, probe/mpi_shm.c)");
+        println!("latency 64 B    via-shm/Open MPI = {r:.3}  (medians {s:.3} / {m:.3} us; Open MPI's shared memory, probe/mpi_shm.c; target <= 1) {}", verdict(r <= 1.0));
+    }
+    if let Some((s, u, r)) = ratio("via-shm", "ucx-shm", "lat") {
+        println!("latency 64 B    via-shm/UCX = {r:.3}  (medians {s:.3} / {u:.3} us; ucx_perftest tag_lat, UCX_TLS=sm,self; target <= 1) {}", verdict(r <= 1.0));
     }
     if let Some((s, v, r)) = ratio("via-shm", "via", "bw") {
         println!("bandwidth 1 MiB shared memory/software NIC = {r:.3}  (medians {s:.1} / {v:.1} MB/s)");
     }
     if let Some((s, m, r)) = ratio("via-shm", "ompi-shm", "bw") {
         println!("bandwidth 1 MiB via-shm/Open MPI = {r:.3}  (medians {s:.1} / {m:.1} MB/s; target >= 1) {}", verdict(r >= 1.0));
+    }
+    if let Some((s, u, r)) = ratio("via-shm", "ucx-shm", "bw") {
+        println!("bandwidth 1 MiB via-shm/UCX = {r:.3}  (medians {s:.1} / {u:.1} MB/s; ucx_perftest tag_bw)");
     }
     if let Some((l, c, r)) = ratio("via-shm-lent", "via-shm", "bw") {
         println!("bandwidth 1 MiB shared memory lent/copied = {r:.3}  (medians {l:.1} / {c:.1} MB/s; via-shm-lent against via-shm)");

@@ -15,6 +15,7 @@ mod plot;
 mod probe;
 mod raw;
 mod sock;
+mod ucx;
 mod via;
 
 use common::{json_array, print_tables, sweep, LinkClient, Options, Row};
@@ -47,7 +48,9 @@ USAGE:
                       VIA with a cluster secret on both ends (every frame carries a
                       MAC); via-shm is VIA through composite devices joined by shared memory;
                       with via-shm, the rounds also time shm-floor, two processes
-                      handing a cache line back and forth (the floor via-shm is held to);
+                      handing a cache line back and forth (the floor via-shm is held to),
+                      and, where installed, ompi-shm and ucx-shm, Open MPI's and UCX's
+                      shared memory (probe/mpi_shm.c with mpicc; ucx_perftest), pinned alike;
                       via-shm-lent, not in the default, the same with payloads of
                       16 KiB and more lent: copied once, from the sender's memory;
                       via?<faults>, e.g. via?loss=0.05, VIA over devices that lose,
