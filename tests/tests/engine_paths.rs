@@ -114,10 +114,19 @@ fn ack_to(to: &Host, ack: u32, nak: bool, sack: u64) -> Vec<u8> {
     frame_bytes(&h, &[])
 }
 
-/// The peer's (b's) view: PSN of b's next fragment and what b expects.
-fn b_sender(rig: &Rig) -> (u32, u32) {
-    let vi = rig.b.engine.core.vi(rig.b.vi).unwrap();
-    (vi.tx.psn, vi.tx.una)
+/// The PSN of b's next fragment.
+fn b_next_psn(rig: &Rig) -> u32 {
+    rig.b.engine.core.vi(rig.b.vi).unwrap().tx.psn
+}
+
+/// b sends `msg` from slot 0 at once (nothing else runs); returns the
+/// PSN of its first fragment and the frames b sent for it.
+fn b_sends(rig: &mut Rig, msg: &[u8]) -> (u32, Vec<Seen>) {
+    seen_b(rig);
+    let first = b_next_psn(rig);
+    rig.b.post_send(0, 0, msg, None);
+    rig.b.engine.ring_doorbell();
+    (first, seen_b(rig))
 }
 
 // ---- transmit ----
@@ -125,13 +134,9 @@ fn b_sender(rig: &Rig) -> (u32, u32) {
 #[test]
 fn a_message_goes_out_as_consecutive_fragments_carrying_our_ack() {
     let mut rig = tapped(Reliability::ReliableDelivery);
-    seen_b(&mut rig);
     let msg = message(1, 3000);
-    let (first, _) = b_sender(&rig);
     let expected_by_b = rig.b.engine.core.vi(rig.b.vi).unwrap().rx.expected;
-    rig.b.post_send(0, 0, &msg, None);
-    rig.b.engine.ring_doorbell();
-    let frames = seen_b(&mut rig);
+    let (first, frames) = b_sends(&mut rig, &msg);
     let frag = frames[0].payload.len();
     assert_eq!(frames.len(), msg.len().div_ceil(frag), "fragments of {frag} bytes");
     let mut body = Vec::new();
@@ -152,10 +157,8 @@ fn a_message_goes_out_as_consecutive_fragments_carrying_our_ack() {
 #[test]
 fn an_ack_completes_the_send_and_stops_the_timer() {
     let mut rig = tapped(Reliability::ReliableDelivery);
-    let (first, _) = b_sender(&rig);
-    rig.b.post_send(0, 0, &message(2, 3000), None);
-    rig.b.engine.ring_doorbell();
-    let n = seen_b(&mut rig).len() as u32;
+    let (first, frames) = b_sends(&mut rig, &message(2, 3000));
+    let n = frames.len() as u32;
     // Part of it acknowledged: nothing completes.
     rig.inject(&ack_to(&rig.b, first.wrapping_add(n - 1), false, 0));
     rig.b.engine.progress_at(rig.now);
@@ -172,7 +175,7 @@ fn an_ack_completes_the_send_and_stops_the_timer() {
 fn the_window_holds_frames_back_until_acknowledged() {
     let mut rig = tapped(Reliability::ReliableDelivery);
     let window = rig.b.engine.core.window;
-    let (first, _) = b_sender(&rig);
+    let first = b_next_psn(&rig);
     // Sixteen messages of 8000 bytes (one buffer, sent again and again):
     // more frames than the window.
     let msg = message(3, 8000);
@@ -198,10 +201,7 @@ fn the_window_holds_frames_back_until_acknowledged() {
 #[test]
 fn a_timeout_sends_again_from_the_oldest_unacknowledged_frame() {
     let mut rig = tapped(Reliability::ReliableDelivery);
-    let (first, _) = b_sender(&rig);
-    rig.b.post_send(0, 0, &message(4, 3000), None);
-    rig.b.engine.ring_doorbell();
-    let sent = seen_b(&mut rig);
+    let (first, sent) = b_sends(&mut rig, &message(4, 3000));
     rig.inject(&ack_to(&rig.b, first.wrapping_add(1), false, 0));
     rig.b.engine.progress_at(rig.now);
     let before = rig.b.engine.core.counters;
@@ -221,7 +221,7 @@ fn a_timeout_sends_again_from_the_oldest_unacknowledged_frame() {
 #[test]
 fn a_nak_with_a_sack_resends_the_holes_alone() {
     let mut rig = tapped(Reliability::ReliableDelivery);
-    let (first, _) = b_sender(&rig);
+    let first = b_next_psn(&rig);
     for slot in 0..6 {
         rig.b.post_send(slot, slot * 100, &message(5 + slot as u8, 100), None);
     }

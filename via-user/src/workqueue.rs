@@ -76,6 +76,25 @@ impl WqEntry {
         (self.inline_epoch == epoch).then(|| &self.inline[..(self.segs - self.seg0) as usize])
     }
 
+    /// Data segment `i` (`seg0 <= i < segs`): from `checked` (what
+    /// [`WqEntry::checked_segments`] gave), else read from the descriptor.
+    ///
+    /// # Safety
+    /// Without `checked`, the descriptor with its `segs` segments was
+    /// checked against the registration table under the engine lock held
+    /// since (`usermem::descriptor_registered`); `i < segs`.
+    #[inline]
+    pub unsafe fn segment(&self, checked: Option<&[CheckedSegment]>, i: usize) -> CheckedSegment {
+        match checked {
+            Some(c) => c[i - self.seg0 as usize],
+            None => {
+                // SAFETY: the caller's promise.
+                let s = unsafe { crate::usermem::read_segment(self.desc, i) };
+                CheckedSegment { addr: s.data.address_bits, len: s.length, handle: s.handle }
+            }
+        }
+    }
+
     /// The `VIP_CONTROL_OP_*` operation.
     pub fn op(&self) -> u16 {
         self.control & crate::descriptor::control::OP_MASK

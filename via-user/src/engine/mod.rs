@@ -286,7 +286,6 @@ pub struct Context {
     pub(super) ready: Vec<u16>,
 }
 
-
 /// Everything of an opened NIC except the device: the VIs, and the
 /// [`Context`] they are processed in.
 pub struct Core {
@@ -472,10 +471,6 @@ impl Core {
         self.vis.get_mut((id as usize).wrapping_sub(1)).and_then(Option::as_mut).ok_or_else(|| no_vi(id))
     }
 
-    pub fn cq_mut(&mut self, id: u16) -> Result<&mut CompletionQueue> {
-        self.cqs.get_mut((id as usize).wrapping_sub(1)).and_then(Option::as_mut).ok_or_else(|| ViaError::invalid(format!("no CQ with handle {id}")))
-    }
-
     /// The checks of VI attributes that need no VI.
     fn check_vi_attributes(attrs: &ViAttributes) -> Result<()> {
         if attrs.max_transfer_size > MAX_TRANSFER_SIZE {
@@ -573,10 +568,13 @@ impl Core {
         self.cqs[id as usize - 1] = None;
         Ok(())
     }
-
 }
 
 impl Context {
+    pub fn cq_mut(&mut self, id: u16) -> Result<&mut CompletionQueue> {
+        self.cqs.get_mut((id as usize).wrapping_sub(1)).and_then(Option::as_mut).ok_or_else(|| ViaError::invalid(format!("no CQ with handle {id}")))
+    }
+
     /// Arms the engine-wide timer no later than `t`.
     pub fn arm(&mut self, t: Instant) {
         self.timer_at = Some(self.timer_at.map_or(t, |x| x.min(t)));

@@ -225,7 +225,7 @@ impl Context {
 
     /// Records on CQ `cq` that VI `id` completed a descriptor on `q`.
     fn push_completion(&mut self, cq: u16, id: u16, q: Queue) {
-        let Some(c) = self.cqs.get_mut((cq as usize).wrapping_sub(1)).and_then(Option::as_mut) else { return };
+        let Ok(c) = self.cq_mut(cq) else { return };
         let before = c.overflows;
         c.push(id, q == Queue::Recv);
         let (over, entries, len) = (c.overflows != before, c.capacity(), c.len());

@@ -13,7 +13,7 @@ use super::{AsyncError, AsyncErrorKind, Context, Core};
 use crate::descriptor::status;
 use crate::usermem;
 use crate::vi::{AckDue, Reliability, RxMessage, ViPhase, ViState};
-use crate::workqueue::{CheckedSegment, WqEntry};
+use crate::workqueue::WqEntry;
 use via_kernel_agent::memory::Ptag;
 use std::time::Instant;
 use via_kernel_agent::conn::CmHeader;
@@ -614,7 +614,7 @@ impl Context {
 
     /// [`Context::scatter`] once the descriptor's registration was checked.
     fn scatter_registered(&self, e: &WqEntry, ptag: Ptag, cur: &mut (u16, u32), payload: Payload<'_>) -> Result<(), PlaceError> {
-        let (desc, segs) = (e.desc, e.segs as usize);
+        let segs = e.segs as usize;
         // The segments as checked at post, while nothing was deregistered
         // since; otherwise read from the descriptor and checked again.
         let checked = e.checked_segments(self.mem.epoch());
@@ -623,16 +623,10 @@ impl Context {
             if cur.0 as usize >= segs {
                 return Err(PlaceError::Protection);
             }
-            let s = match checked {
-                Some(c) => c[cur.0 as usize - e.seg0 as usize],
-                None => {
-                    // SAFETY: the caller checked the descriptor with its
-                    // `segs` segments (scatter, scatter_at) under the engine
-                    // lock; cur.0 < segs.
-                    let s = unsafe { usermem::read_segment(desc, cur.0 as usize) };
-                    CheckedSegment { addr: s.data.address_bits, len: s.length, handle: s.handle }
-                }
-            };
+            // SAFETY: without `checked`, the caller checked the descriptor
+            // with its `segs` segments (scatter, scatter_at) under the
+            // engine lock; cur.0 < segs.
+            let s = unsafe { e.segment(checked, cur.0 as usize) };
             let room = s.len.saturating_sub(cur.1) as usize;
             if room == 0 {
                 cur.0 += 1;

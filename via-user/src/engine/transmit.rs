@@ -17,7 +17,7 @@
 use super::post::Queue;
 use super::{Context, Engine, BATCH};
 use crate::vi::{ViPhase, ViState};
-use crate::workqueue::{CheckedSegment, WqEntry};
+use crate::workqueue::WqEntry;
 use via_kernel_agent::memory::{Ptag, RegistrationTable};
 use crate::descriptor::control;
 use crate::usermem;
@@ -175,11 +175,11 @@ pub type Headers = [[u8; FRAME_HEADER_LEN]; BATCH];
 /// not be lent: the bounce slot is reused by the next batch).
 #[allow(clippy::too_many_arguments)]
 fn gather(mem: &RegistrationTable, bounce_buf: &mut Vec<u8>, frag: usize, e: &WqEntry, ptag: Ptag, off: u32, len: u32, slot: usize, spec: &mut Spec, max_pieces: usize) -> bool {
-    let (desc, segs) = (e.desc, e.segs as usize);
+    let segs = e.segs as usize;
     // The segments as checked at post, while nothing was deregistered
     // since; otherwise read from the descriptor and checked again.
     let checked = e.checked_segments(mem.epoch());
-    if checked.is_none() && !usermem::descriptor_registered(mem, desc, e.desc_handle, segs, ptag) {
+    if checked.is_none() && !usermem::descriptor_registered(mem, e.desc, e.desc_handle, segs, ptag) {
         return false; // its segment list was deregistered since posting
     }
     spec.n = 0;
@@ -193,15 +193,10 @@ fn gather(mem: &RegistrationTable, bounce_buf: &mut Vec<u8>, frag: usize, e: &Wq
         if want == 0 {
             break;
         }
-        let s = match checked {
-            Some(c) => c[i - e.seg0 as usize],
-            None => {
-                // SAFETY: descriptor_registered checked the descriptor with
-                // its `segs` segments above, under the engine lock; i < segs.
-                let s = unsafe { usermem::read_segment(desc, i) };
-                CheckedSegment { addr: s.data.address_bits, len: s.length, handle: s.handle }
-            }
-        };
+        // SAFETY: without `checked`, descriptor_registered checked the
+        // descriptor with its `segs` segments above, under the engine
+        // lock; i < segs.
+        let s = unsafe { e.segment(checked, i) };
         let sl = s.len as usize;
         if skip >= sl {
             skip -= sl;
@@ -430,7 +425,7 @@ impl Context {
         }
     }
 
-    /// Builds up to `limit` (at most [`BATCH`]) data fragments of VI `id`
+    /// Builds up to `limit` (at most [`BATCH`]) data fragments of `vi`
     /// from its transmit position; returns how many.
     fn build_data(&mut self, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], limit: usize) -> usize {
         let mut refused = false;
@@ -554,7 +549,7 @@ impl Context {
         n
     }
 
-    /// Accounts for a batch of `n` fragments of VI `id` of which the device
+    /// Accounts for a batch of `n` fragments of `vi` of which the device
     /// accepted the first `k`.
     fn after_transmit(&mut self, vi: &mut ViState, specs: &[Spec; BATCH], n: usize, k: usize, now: Instant) {
         self.counters.tx_frames += k as u64;
@@ -590,7 +585,7 @@ impl Context {
         }
     }
 
-    /// Writes a standalone ACK (or NAK) for VI `id` into `hdr`;
+    /// Writes a standalone ACK (or NAK) for `vi` into `hdr`;
     /// false when nothing is owed.
     fn build_ack(&mut self, vi: &mut ViState, hdr: &mut [u8; FRAME_HEADER_LEN]) -> bool {
         let (mac, ep, id) = (self.mac, self.ep, vi.id);
@@ -688,13 +683,13 @@ fn has_side_work(vi: &ViState) -> bool {
 }
 
 impl Context {
-    /// Builds up to [`BATCH`] frames of VI `id` outside its sequenced
+    /// Builds up to [`BATCH`] frames of `vi` outside its sequenced
     /// stream: responses to the peer's RDMA reads, and requests for the
     /// rest of our stalled reads. Returns how many.
     fn build_side(&mut self, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH]) -> usize {
         let Context { mem, mac, ep, .. } = self;
         let (mac, ep, id) = (*mac, *ep, vi.id);
-        if vi.served.jobs.is_empty() && !vi.tx.read_resume {
+        if !has_side_work(vi) {
             return 0; // the usual case: no RDMA read traffic
         }
         let frag = vi.tx.frag;
