@@ -148,11 +148,11 @@ impl RawNic {
     /// in the memory registered as `handle`.
     pub fn vi_post(&self, id: u16, addr: usize, handle: u32, send: bool) -> Result<()> {
         let mut e = self.0.lock();
-        e.core.post(id, addr, handle, queue(send))?;
         if send {
-            e.ring_doorbell(); // transmit now
+            e.post_send(id, addr, handle) // transmits now
+        } else {
+            e.core.post(id, addr, handle, Queue::Recv)
         }
-        Ok(())
     }
 
     /// Posts a send without ringing the doorbell: its frames leave with

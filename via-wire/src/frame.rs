@@ -469,6 +469,72 @@ impl HeaderRepr {
     }
 }
 
+/// The fields of a frame on a VI's connection that change from frame to
+/// frame. The others (addresses, endpoints, VIs, generation) are the same
+/// for every frame of the connection: written once into a template with
+/// [`HeaderRepr::emit`], and copied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamRepr {
+    pub kind: u8,
+    pub flags: u16,
+    pub psn: u32,
+    pub ack: u32,
+    pub msg_len: u32,
+    pub offset: u32,
+    pub imm: u32,
+    pub rdma_addr: u64,
+    pub rdma_handle: u32,
+    pub payload_len: u16,
+    pub msg_seq: u32,
+}
+
+/// The headers every frame of one connection shares ([`StreamRepr`]'s
+/// fields zero).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeaderTemplate([u8; FRAME_HEADER_LEN]);
+
+impl Default for HeaderTemplate {
+    fn default() -> Self {
+        HeaderTemplate([0; FRAME_HEADER_LEN])
+    }
+}
+
+impl HeaderTemplate {
+    /// The template of the connection `conn` describes (its addresses,
+    /// endpoints, VIs and generation; the other fields are ignored).
+    pub fn new(conn: &HeaderRepr) -> Self {
+        let mut t = [0u8; FRAME_HEADER_LEN];
+        HeaderRepr { dst_mac: conn.dst_mac, src_mac: conn.src_mac, dst_ep: conn.dst_ep, src_ep: conn.src_ep, dst_vi: conn.dst_vi, src_vi: conn.src_vi, generation: conn.generation, ..HeaderRepr::default() }.emit(&mut t);
+        HeaderTemplate(t)
+    }
+
+    /// The template's bytes (a frame of kind 0: not a valid frame alone).
+    pub fn as_bytes(&self) -> &[u8; FRAME_HEADER_LEN] {
+        &self.0
+    }
+}
+
+impl StreamRepr {
+    /// Writes the headers of the frame of `template`'s connection with
+    /// these fields into `out`.
+    #[inline]
+    pub fn emit(&self, template: &HeaderTemplate, out: &mut [u8; FRAME_HEADER_LEN]) {
+        *out = template.0;
+        let h = &mut out[ETH_HEADER_LEN..];
+        h[1] = self.kind;
+        h[2..4].copy_from_slice(&self.flags.to_be_bytes());
+        h[20..24].copy_from_slice(&self.psn.to_be_bytes());
+        h[24..28].copy_from_slice(&self.ack.to_be_bytes());
+        h[28..32].copy_from_slice(&self.msg_len.to_be_bytes());
+        h[32..36].copy_from_slice(&self.offset.to_be_bytes());
+        h[36..40].copy_from_slice(&self.imm.to_be_bytes());
+        h[40..48].copy_from_slice(&self.rdma_addr.to_be_bytes());
+        h[48..52].copy_from_slice(&self.rdma_handle.to_be_bytes());
+        h[54..56].copy_from_slice(&self.payload_len.to_be_bytes());
+        h[56..60].copy_from_slice(&self.msg_seq.to_be_bytes());
+    }
+}
+
 /// Wraparound-safe sequence comparison: is `a` before `b`?
 pub fn seq_lt(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
@@ -615,6 +681,30 @@ mod tests {
             msg_seq: 77,
             check: 0,
         }
+    }
+
+    #[test]
+    fn stream_fields_over_a_template_equal_the_whole_header() {
+        let whole = sample();
+        let template = HeaderTemplate::new(&whole);
+        let fields = StreamRepr {
+            kind: whole.kind,
+            flags: whole.flags,
+            psn: whole.psn,
+            ack: whole.ack,
+            msg_len: whole.msg_len,
+            offset: whole.offset,
+            imm: whole.imm,
+            rdma_addr: whole.rdma_addr,
+            rdma_handle: whole.rdma_handle,
+            payload_len: whole.payload_len,
+            msg_seq: whole.msg_seq,
+        };
+        let mut out = [0xAAu8; FRAME_HEADER_LEN];
+        fields.emit(&template, &mut out);
+        let mut expect = [0u8; FRAME_HEADER_LEN];
+        HeaderRepr { credits: 0, check: 0, ..whole }.emit(&mut expect);
+        assert_eq!(out, expect);
     }
 
     #[test]

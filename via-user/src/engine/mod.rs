@@ -430,6 +430,16 @@ impl Engine {
         got > 0
     }
 
+    /// `VipPostSend` that transmits at once: the send's frames leave
+    /// before this returns (unless the window is closed or the device
+    /// full: then with later progress).
+    pub fn post_send(&mut self, id: u16, addr: usize, handle: u32) -> Result<()> {
+        if self.core.post_unrung(id, addr, handle, post::Queue::Send)? {
+            self.transmit_now(id, Instant::now());
+        }
+        Ok(())
+    }
+
     /// Transmits what the doorbell and the ACK scheduler queued, without
     /// receiving or running timers: what posting a send needs at once.
     pub fn ring_doorbell(&mut self) {

@@ -104,10 +104,20 @@ impl Core {
         Ok(())
     }
 
-    /// `VipPostSend` / `VipPostRecv` on VI `id`.
+    /// `VipPostSend` / `VipPostRecv` on VI `id`; a send's frames leave
+    /// with the next flush (its doorbell is rung).
     pub fn post(&mut self, id: u16, addr: usize, handle: u32, q: Queue) -> Result<()> {
+        if self.post_unrung(id, addr, handle, q)? {
+            self.doorbell.ring(id);
+        }
+        Ok(())
+    }
+
+    /// [`Core::post`] without the doorbell: true when it posted a send
+    /// that is to be transmitted.
+    pub(super) fn post_unrung(&mut self, id: u16, addr: usize, handle: u32, q: Queue) -> Result<bool> {
         let Core { vis, cx } = self;
-        let Context { mem, doorbell, .. } = cx;
+        let Context { mem, .. } = cx;
         let vi = vi_at(vis, id).ok_or_else(|| super::no_vi(id))?;
         let phase = vi.phase;
         let allowed = match q {
@@ -140,10 +150,9 @@ impl Core {
         if pre_status != 0 {
             self.pre_errored += 1;
             self.complete_pre_errored(id, q);
-        } else if q == Queue::Send {
-            doorbell.ring(id);
+            return Ok(false);
         }
-        Ok(())
+        Ok(q == Queue::Send)
     }
 
     /// VI `id`'s [`Context::complete_pre_errored`].

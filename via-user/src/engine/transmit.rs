@@ -27,7 +27,7 @@ use via_device::MAX_GATHER;
 use via_kernel_agent::auth::Keyring;
 use via_wire::tag::Key;
 use via_kernel_agent::conn::RejectReason;
-use via_wire::{flags, seal, seal_authenticated, seq_lt, Frame, HeaderRepr, Kind, FRAME_HEADER_LEN, TAG_LEN, VIA_HEADER_LEN};
+use via_wire::{flags, seal, seal_authenticated, seq_lt, Frame, HeaderRepr, HeaderTemplate, Kind, StreamRepr, FRAME_HEADER_LEN, TAG_LEN, VIA_HEADER_LEN};
 use std::mem::MaybeUninit;
 use via_device::{FrameDevice, TxFrame};
 
@@ -52,10 +52,25 @@ impl Engine {
     /// Transmits everything queued: control frames, data of rung VIs, ACKs.
     #[inline]
     pub(super) fn flush(&mut self, now: Instant) {
-        let c = &mut self.core;
-        if c.cm.outgoing().is_empty() && !c.doorbell.is_rung() && c.acks_due.is_empty() && c.reports.is_empty() && c.peers.outgoing().is_empty() && c.resolver.outgoing().is_empty() {
+        if self.core.nothing_queued() {
             return; // the common idle case: nothing to build
         }
+        self.flush_queued(now);
+    }
+
+    /// Sends what VI `id` has to send, now, when nothing else is queued
+    /// ahead of it (the common case after a post: the one VI, no error
+    /// report that must precede its ACKs, no connection management); else
+    /// rings its doorbell and flushes everything in order.
+    pub(super) fn transmit_now(&mut self, id: u16, now: Instant) {
+        let Engine { dev, core, hdrs, specs } = self;
+        if core.nothing_queued() {
+            if let Some((cx, vi)) = core.split(id) {
+                cx.transmit_vi(dev.as_mut(), vi, hdrs, specs, now);
+            }
+            return;
+        }
+        core.doorbell.ring(id);
         self.flush_queued(now);
     }
 
@@ -104,35 +119,7 @@ impl Engine {
         core.doorbell.take(&mut ready);
         for &id in &ready {
             let Some((cx, vi)) = core.split(id) else { continue };
-            cx.fix_frag(dev.as_mut(), vi);
-            while has_side_work(vi) {
-                let n = cx.build_side(vi, hdrs, specs);
-                if n == 0 {
-                    break;
-                }
-                let k = send_batch(dev.as_mut(), hdrs, cx.sealer_for(vi), &specs[..n]);
-                cx.after_side(vi, specs, n, k);
-                if k < n {
-                    cx.doorbell.ring(id);
-                    break;
-                }
-            }
-            cx.resend_holes(dev.as_mut(), vi, hdrs, specs, now);
-            loop {
-                let n = cx.build_data(vi, hdrs, specs, BATCH);
-                if n == 0 {
-                    break;
-                }
-                let k = send_batch(dev.as_mut(), hdrs, cx.sealer_for(vi), &specs[..n]);
-                cx.after_transmit(vi, specs, n, k, now);
-                if k < n {
-                    cx.doorbell.ring(id);
-                    break;
-                }
-                if n < BATCH {
-                    break; // the queue ran dry or the window closed: nothing more now
-                }
-            }
+            cx.transmit_vi(dev.as_mut(), vi, hdrs, specs, now);
         }
         core.ready = ready;
 
@@ -360,6 +347,12 @@ fn send_batch(dev: &mut dyn FrameDevice, hdrs: &mut Headers, sealer: Sealer<'_>,
 }
 
 impl Context {
+    /// Is the outbox empty: no doorbell rung, no error report, ACK,
+    /// connection-management, peer-connection or name-service frame?
+    fn nothing_queued(&mut self) -> bool {
+        !self.doorbell.is_rung() && self.reports.is_empty() && self.acks_due.is_empty() && self.cm.outgoing().is_empty() && self.peers.outgoing().is_empty() && self.resolver.outgoing().is_empty()
+    }
+
     /// How this engine's frames are sealed.
     pub(super) fn sealer(&self) -> Sealer<'_> {
         self.sealer_with(self.checksum)
@@ -379,6 +372,136 @@ impl Context {
         }
     }
 
+    /// Sends what `vi` has to send: responses to the peer's RDMA reads,
+    /// the holes selective repeat found, then its send queue from the
+    /// transmit position while the window is open. Rings its doorbell
+    /// again when the device took less than offered.
+    fn transmit_vi(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Instant) {
+        self.fix_frag(dev, vi);
+        if self.send_one_frame(dev, vi, hdrs, specs, now) {
+            return;
+        }
+        while has_side_work(vi) {
+            let n = self.build_side(vi, hdrs, specs);
+            if n == 0 {
+                break;
+            }
+            let k = send_batch(dev, hdrs, self.sealer_for(vi), &specs[..n]);
+            self.after_side(vi, specs, n, k);
+            if k < n {
+                self.doorbell.ring(vi.id);
+                break;
+            }
+        }
+        self.resend_holes(dev, vi, hdrs, specs, now);
+        loop {
+            let n = self.build_data(vi, hdrs, specs, BATCH);
+            if n == 0 {
+                break;
+            }
+            let k = send_batch(dev, hdrs, self.sealer_for(vi), &specs[..n]);
+            self.after_transmit(vi, specs, n, k, now);
+            if k < n {
+                self.doorbell.ring(vi.id);
+                break;
+            }
+            if n < BATCH {
+                break; // the queue ran dry or the window closed: nothing more now
+            }
+        }
+    }
+
+    /// The one-frame path, for the common case: the send queue holds one
+    /// message not yet started, a send or RDMA write that fits in one
+    /// frame, its segment checked at post; nothing is to be resent or
+    /// answered first and the window is open. Its frame is built from the
+    /// connection's header template and sent without the general path's
+    /// fragment and batch bookkeeping (what it would do, it does: the same
+    /// frame, PSN, message number, ACK and timer). False when the general
+    /// path must send.
+    fn send_one_frame(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Instant) -> bool {
+        let idx = vi.tx.idx;
+        let reliable = vi.reliable();
+        if vi.phase != ViPhase::Connected
+            || vi.tx.frag == 0
+            || idx.wrapping_add(1) != vi.sq.tail
+            || vi.tx.off != 0
+            || vi.tx.psn != vi.tx.sent_hi
+            || has_side_work(vi)
+            || vi.sack.pending()
+            || (reliable && vi.tx.in_flight() + 1 >= self.window)
+        {
+            return false;
+        }
+        let epoch = self.mem.epoch();
+        let e = vi.sq.get_mut(idx);
+        let op = e.op();
+        let kind = match op {
+            control::OP_SENDRECV => Kind::Data,
+            control::OP_RDMAWRITE => Kind::RdmaWrite,
+            _ => return false,
+        };
+        if e.pre_status != 0 || e.nframes != 0 || e.len > vi.tx.frag || (e.control & control::QFENCE != 0 && vi.tx.reads_outstanding != 0) {
+            return false;
+        }
+        let Some(&[seg]) = e.checked_segments(epoch) else { return false };
+        let psn = vi.tx.psn;
+        e.first_psn = psn;
+        e.nframes = 1;
+        e.msg_seq = vi.tx.next_msg_seq;
+        vi.tx.next_msg_seq = vi.tx.next_msg_seq.wrapping_add(1);
+        let mut fl = flags::FIRST | flags::LAST;
+        if e.control & control::IMMEDIATE != 0 {
+            fl |= flags::IMMEDIATE;
+        }
+        if reliable {
+            fl |= flags::ACK | flags::RELIABLE;
+        }
+        StreamRepr {
+            kind: kind as u8,
+            flags: fl,
+            psn,
+            ack: vi.rx.expected,
+            msg_len: e.len,
+            offset: 0,
+            imm: e.imm,
+            rdma_addr: e.raddr,
+            rdma_handle: e.rhandle,
+            msg_seq: e.msg_seq,
+            payload_len: e.len as u16,
+        }
+        .emit(&vi.tx.head, &mut hdrs[0]);
+        let spec = &mut specs[0];
+        spec.pieces[0] = (seg.addr as usize, e.len as usize);
+        spec.n = usize::from(e.len > 0);
+        spec.psn = psn;
+        spec.resp = None;
+        spec.lendable = reliable;
+        if send_batch(dev, hdrs, self.sealer_for(vi), &specs[..1]) == 0 {
+            // The position stays: the next doorbell sends it.
+            self.counters.tx_ring_full += 1;
+            self.doorbell.ring(vi.id);
+            return true;
+        }
+        self.counters.tx_frames += 1;
+        vi.tx.psn = psn.wrapping_add(1);
+        vi.tx.sent_hi = vi.tx.psn;
+        vi.tx.idx = idx.wrapping_add(1);
+        if reliable {
+            vi.acks.carried();
+            if let Some(t) = vi.rtx.on_sent(Some(psn), now) {
+                self.arm(t);
+            }
+        } else {
+            // Unreliable sends complete once they are on the wire.
+            while vi.sq.done != vi.tx.idx {
+                let len = vi.sq.get(vi.sq.done).len;
+                self.complete_next(vi, Queue::Send, len, 0, None);
+            }
+        }
+        true
+    }
+
     /// Fixes `vi`'s path for its connection, if not yet done (asked with
     /// the start of a frame to the peer: destination and endpoint): the
     /// fragment size, the payload the device carries to the peer (at most
@@ -388,9 +511,11 @@ impl Context {
         let (mac, ep, core_frag, id) = (self.mac, self.ep, self.frag, vi.id);
         let tag = if self.auth.is_some() { TAG_LEN } else { 0 };
         let Some(peer) = vi.peer.as_ref().filter(|_| vi.tx.frag == 0) else { return };
+        let conn = HeaderRepr { dst_mac: peer.mac, src_mac: mac, kind: Kind::Data as u8, dst_ep: peer.ep, src_ep: ep, dst_vi: peer.vi, src_vi: id, generation: peer.generation, ..HeaderRepr::default() };
         let mut head = [0u8; FRAME_HEADER_LEN];
-        HeaderRepr { dst_mac: peer.mac, src_mac: mac, kind: Kind::Data as u8, dst_ep: peer.ep, src_ep: ep, dst_vi: peer.vi, src_vi: id, generation: peer.generation, ..HeaderRepr::default() }.emit(&mut head);
+        conn.emit(&mut head);
         let path = dev.path_to(&head);
+        vi.tx.head = HeaderTemplate::new(&conn);
         vi.tx.frag = (path.mtu.saturating_sub(VIA_HEADER_LEN + tag) as u32).clamp(core_frag, u16::MAX as u32);
         vi.tx.checksum = self.checksum && !path.checksummed;
     }
@@ -442,11 +567,12 @@ impl Context {
     /// after it go on.
     fn build_data_frames(&mut self, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], limit: usize, refused: &mut bool) -> usize {
         let max_pieces = self.sealer().max_pieces();
-        let Context { mem, bounce, window, mac, ep, pre_errored, .. } = self;
-        let (window, mac, ep, id) = (*window, *mac, *ep, vi.id);
-        let Some(peer) = vi.peer.as_ref().filter(|_| vi.phase == ViPhase::Connected) else { return 0 };
+        let Context { mem, bounce, window, pre_errored, .. } = self;
+        let window = *window;
+        if vi.phase != ViPhase::Connected || vi.peer.is_none() {
+            return 0;
+        }
         let frag = vi.tx.frag;
-        let (pmac, pep, pvi, generation) = (peer.mac, peer.ep, peer.vi, peer.generation);
         let reliable = vi.reliable();
         let ptag = vi.attrs.ptag;
         let mut n = 0;
@@ -504,16 +630,9 @@ impl Context {
                 control::OP_RDMAREAD => Kind::RdmaReadReq,
                 _ => Kind::Data,
             };
-            HeaderRepr {
-                dst_mac: pmac,
-                src_mac: mac,
+            StreamRepr {
                 kind: kind as u8,
                 flags: fl,
-                dst_ep: pep,
-                src_ep: ep,
-                dst_vi: pvi,
-                src_vi: id,
-                generation,
                 psn: vi.tx.psn,
                 ack: vi.rx.expected,
                 msg_len: e.len,
@@ -523,9 +642,8 @@ impl Context {
                 rdma_handle: e.rhandle,
                 msg_seq: e.msg_seq,
                 payload_len: len as u16,
-                ..HeaderRepr::default()
             }
-            .emit(&mut hdrs[n]);
+            .emit(&vi.tx.head, &mut hdrs[n]);
             specs[n].resp = None;
             if is_read {
                 specs[n].n = 0;

@@ -16,7 +16,7 @@ use crate::reorder::ReorderBuffer;
 use crate::workqueue::WorkQueue;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-use via_wire::{seq_le, seq_lt};
+use via_wire::{seq_le, seq_lt, HeaderTemplate};
 use via_kernel_agent::conn::Peer;
 use via_kernel_agent::memory::Ptag;
 
@@ -176,6 +176,8 @@ pub struct Sender {
     /// Data frames carry a CRC (fixed with `frag`: not over a path that
     /// cannot corrupt them).
     pub checksum: bool,
+    /// The headers all frames of the connection share (fixed with `frag`).
+    pub head: HeaderTemplate,
     /// Send-queue index and byte offset of the next fragment to transmit.
     pub idx: u32,
     pub off: u32,
