@@ -65,7 +65,7 @@ mod members;
 mod segment;
 
 use members::Members;
-use segment::{alive, Segment, CLAIMED, FREE, LIVE, SLOT_BYTES};
+use segment::{alive, Segment, CLAIMED, FREE, LIVE, SLOT_BYTES, SLOT_PREFIX};
 
 /// Ports of a segment: processes attached at once.
 pub const PORTS: usize = 64;
@@ -102,6 +102,8 @@ pub struct ShmDevice {
     port: usize,
     pid: u32,
     identity: MacAddr,
+    /// Our ring's next index to take (its `head`, which only we write).
+    rx_head: u64,
     /// Our eventfd: the wait descriptor.
     wake: EventFd,
     /// Live ports by identity, as of `epoch` (a few: looked through in
@@ -214,8 +216,12 @@ impl ShmDevice {
         c.pid.store(pid, Ordering::Release);
         c.mac.store(mac_word(identity), Ordering::Release);
         c.filter[0].store(0, Ordering::Release);
-        c.tail.store(0, Ordering::Release);
-        c.head.store(0, Ordering::Release);
+        // What the previous owner left unread is dropped. The indices go
+        // on from where they were (never back to 0), so no slot's sequence
+        // word can already say "published" at the new head.
+        let rx_head = c.tail.load(Ordering::Acquire);
+        c.head.store(rx_head, Ordering::Release);
+        c.head_seen.store(rx_head, Ordering::Relaxed);
         c.rung.store(0, Ordering::Release);
         let generation = c.generation.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
         c.sleepers.store(u64::from(generation) << 32, Ordering::Release);
@@ -231,6 +237,7 @@ impl ShmDevice {
             port,
             pid,
             identity,
+            rx_head,
             wake,
             routes: Vec::new(),
             epoch: u64::MAX,
@@ -318,7 +325,13 @@ impl ShmDevice {
                 self.seg.unlock(r.port);
                 return true;
             }
-            let (tail, head) = (c.tail.load(Ordering::Relaxed), c.head.load(Ordering::Acquire));
+            // The owner's line is read only when the ring looks full.
+            let tail = c.tail.load(Ordering::Relaxed);
+            if tail - c.head_seen.load(Ordering::Relaxed) < SLOTS {
+                break tail;
+            }
+            let head = c.head.load(Ordering::Acquire);
+            c.head_seen.store(head, Ordering::Relaxed);
             if tail - head < SLOTS {
                 break tail;
             }
@@ -333,10 +346,12 @@ impl ShmDevice {
         };
         let s = self.seg.slot(r.port, tail);
         // SAFETY: slot `tail` is outside head..tail, so its owner does not
-        // read it, and we hold the lock, so no other sender writes it;
-        // `frame` fits (checked against the MTU by `transmit`), and so do
-        // its headers and lent record.
+        // read it (its sequence word says tail + 1 - SLOTS or less), and we
+        // hold the lock, so no other sender writes it; `frame` fits
+        // (checked against the MTU by `transmit`), and so do its headers
+        // and lent record.
         unsafe {
+            let s = s.add(SLOT_PREFIX - 8); // the length word; the frame follows it
             if lend {
                 let h = frame.header.len();
                 std::ptr::copy_nonoverlapping((h as u64 | LENT).to_le_bytes().as_ptr(), s, 8);
@@ -352,7 +367,9 @@ impl ShmDevice {
                 frame.copy_to(s.add(8));
             }
         }
-        c.tail.store(tail + 1, Ordering::Release);
+        // Published: the owner, polling this slot, takes it.
+        self.seg.slot_seq(r.port, tail).store(tail + 1, Ordering::Release);
+        c.tail.store(tail + 1, Ordering::Relaxed);
         self.seg.unlock(r.port);
         // Does a thread of the owner sleep, or is one about to? Then ring,
         // once until it empties the eventfd. The fence pairs with the
@@ -441,15 +458,16 @@ impl ShmDevice {
     /// `lent_ok`, read into whole frames otherwise.
     fn take(&mut self, budget: usize, lent_ok: bool, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
         let c = self.seg.control(self.port);
-        let mut head = c.head.load(Ordering::Relaxed);
+        let mut head = self.rx_head;
         let mut n = 0;
         for looked_twice in [false, true] {
-            let tail = c.tail.load(Ordering::Acquire);
-            while head < tail && n < budget {
-                let s = self.seg.slot(self.port, head);
-                // SAFETY: slot `head` lies in head..tail: published by its
-                // sender (tail was stored after the copy) and not written
-                // again until we move head past it, below.
+            // A slot is full when its sequence word says so: the owner
+            // reads no shared index, only the slot it takes next.
+            while n < budget && self.seg.slot_seq(self.port, head).load(Ordering::Acquire) == head + 1 {
+                let s = self.seg.slot(self.port, head).wrapping_add(SLOT_PREFIX - 8);
+                // SAFETY: slot `head` was published by its sender (the
+                // sequence word was stored after the copy) and is not
+                // written again until we publish a head past it, below.
                 let word = u64::from_le_bytes(unsafe { std::slice::from_raw_parts(s, 8) }.try_into().unwrap());
                 // SAFETY: as above.
                 let delivered = match unsafe { read_slot(s, word) } {
@@ -488,7 +506,6 @@ impl ShmDevice {
                 };
                 n += usize::from(delivered);
                 head += 1;
-                c.head.store(head, Ordering::Release);
             }
             if n > 0 || looked_twice {
                 break;
@@ -506,10 +523,13 @@ impl ShmDevice {
             c.rung.store(0, Ordering::Release);
             std::sync::atomic::fence(Ordering::SeqCst);
         }
-        self.rx_frames += n as u64;
-        if n > 0 {
+        if head != self.rx_head {
+            // The slots taken are free again (one store per batch).
+            self.rx_head = head;
+            c.head.store(head, Ordering::Release);
             self.wake_blocked();
         }
+        self.rx_frames += n as u64;
         Ok(n)
     }
 }
@@ -518,11 +538,13 @@ impl ShmDevice {
 /// if it has one; None if the slot's contents are inconsistent.
 ///
 /// # Safety
-/// `s` must point at a published slot of [`SLOT_BYTES`] bytes that
-/// nobody writes while the result is in use.
+/// `s` must point at the length word of a published slot (the slot's
+/// [`SLOT_BYTES`] less its sequence word to its end) that nobody writes
+/// while the result is in use.
 unsafe fn read_slot<'a>(s: *const u8, word: u64) -> Option<(&'a [u8], Option<LentPayload>)> {
+    const ROOM: usize = SLOT_BYTES - (SLOT_PREFIX - 8);
     let len = (word & !LENT) as usize;
-    if !(ETH_HEADER_LEN..=SLOT_BYTES - 8).contains(&len) {
+    if !(ETH_HEADER_LEN..=ROOM - 8).contains(&len) {
         return None;
     }
     // SAFETY: `len` was checked against the slot.
@@ -531,7 +553,7 @@ unsafe fn read_slot<'a>(s: *const u8, word: u64) -> Option<(&'a [u8], Option<Len
         return Some((frame, None));
     }
     let at = 8 + len.next_multiple_of(8);
-    if at + 8 * (1 + 2 * MAX_GATHER) > SLOT_BYTES {
+    if at + 8 * (1 + 2 * MAX_GATHER) > ROOM {
         return None;
     }
     let word_at = |i: usize| {
@@ -592,7 +614,7 @@ impl FrameDevice for ShmDevice {
             let w = &seg.control(port).sleepers;
             let _ = w.fetch_update(Ordering::SeqCst, Ordering::Relaxed, |v| (v >> 32 == generation && v as u32 != 0).then(|| v - 1));
         };
-        if c.tail.load(Ordering::Acquire) > c.head.load(Ordering::Relaxed) {
+        if self.seg.slot_seq(self.port, self.rx_head).load(Ordering::Acquire) == self.rx_head + 1 {
             end(); // frames came: do not sleep
             return None;
         }

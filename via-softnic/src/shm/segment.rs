@@ -27,14 +27,18 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// Bytes of a slot: an 8-byte length word and the largest frame, rounded.
-pub(super) const SLOT_BYTES: usize = (8 + ETH_HEADER_LEN + MTU).next_multiple_of(64);
+/// Bytes at the start of a slot before the frame: its sequence word (the
+/// ring index it was published at, plus one: what tells its owner the
+/// slot is full) and its length word.
+pub(super) const SLOT_PREFIX: usize = 16;
+/// Bytes of a slot: the prefix and the largest frame, rounded.
+pub(super) const SLOT_BYTES: usize = (SLOT_PREFIX + ETH_HEADER_LEN + MTU).next_multiple_of(64);
 /// Bytes of a port's control block (its fields on separate cache lines).
 const CONTROL_BYTES: usize = 256;
 const PORT_BYTES: usize = CONTROL_BYTES + SLOTS as usize * SLOT_BYTES;
 const HEADER_BYTES: usize = 4096;
 const SEGMENT_BYTES: usize = HEADER_BYTES + PORTS * PORT_BYTES;
-const MAGIC: u64 = u64::from_le_bytes(*b"VIASHM03");
+const MAGIC: u64 = u64::from_le_bytes(*b"VIASHM04");
 
 /// Port states.
 pub(super) const FREE: u32 = 0;
@@ -50,14 +54,17 @@ pub(super) struct Header {
     pub epoch: AtomicU64,
 }
 
-/// A port's control block, in shared memory.
+/// A port's control block, in shared memory, on three cache lines by who
+/// writes them, so that a frame moves no line but its slot's: the
+/// identity (written when the port changes hands, or its owner sleeps or
+/// is rung: read by senders), the senders' line, the owner's line.
 #[repr(C)]
 pub(super) struct Control {
     pub state: AtomicU32,
     pub pid: AtomicU32,
-    /// The lock: 0, or the pid of the process holding it.
-    pub lock: AtomicU32,
     pub generation: AtomicU32,
+    /// The owner's eventfd (a descriptor number in the owner's process).
+    pub wake_fd: AtomicU32,
     /// The identity MAC in the low 48 bits.
     pub mac: AtomicU64,
     /// The receive filter: ethertype << 32 | offset, and the two accepted
@@ -66,24 +73,29 @@ pub(super) struct Control {
     /// Ports whose owners found this ring full (bit p for port p): rung
     /// when the owner makes room.
     pub blocked: AtomicU64,
-    /// The owner's eventfd (a descriptor number in the owner's process).
-    pub wake_fd: AtomicU32,
     /// The eventfd was rung and not emptied since: no need to ring again.
     pub rung: AtomicU32,
+    _pad0: u32,
     /// Threads of the owner asleep on its eventfd, or about to be, in the
     /// low 32 bits (a sender rings only while they are not 0), under the
     /// port's generation in the high 32 (so that a sleep of a port's
     /// previous owner, ending late, does not count down the next one's).
     pub sleepers: AtomicU64,
+    /// The senders' lock: 0, or the pid of the process holding it.
+    pub lock: AtomicU32,
+    _pad1: u32,
     /// Frames appended (written by senders under the lock).
     pub tail: AtomicU64,
-    _pad1: [u8; 56],
-    /// Frames taken out (written by the owner alone).
+    /// The owner's `head` as senders last read it (under the lock): they
+    /// read the owner's line only when this says the ring is full.
+    pub head_seen: AtomicU64,
+    _pad2: [u8; 40],
+    /// Frames taken out (written by the owner alone, once per batch).
     pub head: AtomicU64,
 }
 
-// Senders' and the owner's words on cache lines of their own.
-const _: () = assert!(std::mem::offset_of!(Control, tail) == 64 && std::mem::offset_of!(Control, head) == 128);
+// The identity, the senders' and the owner's words on lines of their own.
+const _: () = assert!(std::mem::offset_of!(Control, lock) == 64 && std::mem::offset_of!(Control, head) == 128);
 
 /// Does process `pid` exist?
 pub(super) fn alive(pid: u32) -> bool {
@@ -139,6 +151,14 @@ impl Segment {
     pub fn slot(&self, p: usize, i: u64) -> *mut u8 {
         // SAFETY: the offset stays inside port `p`'s ring.
         unsafe { self.base.add(HEADER_BYTES + p * PORT_BYTES + CONTROL_BYTES + (i % SLOTS) as usize * SLOT_BYTES) }
+    }
+
+    /// The sequence word of slot `i` of port `p`: `i + 1` once the frame
+    /// appended at ring index `i` is published there.
+    pub fn slot_seq(&self, p: usize, i: u64) -> &AtomicU64 {
+        // SAFETY: a slot starts 64-byte aligned inside the mapping, which
+        // outlives `self`; its first word is only accessed atomically.
+        unsafe { &*self.slot(p, i).cast::<AtomicU64>() }
     }
 
     /// Is `pid` the owner of a live port?

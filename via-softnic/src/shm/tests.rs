@@ -193,8 +193,8 @@ fn a_damaged_lent_record_is_dropped() {
     let s1 = a.seg.slot(b.port, 1);
     // SAFETY: both slots were published and b has not taken them.
     unsafe {
-        *s0.add(8 + 64 + 4) = 99;
-        std::ptr::write_unaligned(s1.add(8 + 64 + 8).cast::<u64>(), 8);
+        *s0.add(SLOT_PREFIX + 64 + 4) = 99;
+        std::ptr::write_unaligned(s1.add(SLOT_PREFIX + 64 + 8).cast::<u64>(), 8);
     }
     assert!(recv_all(&mut b).is_empty());
     assert!(b.stats().contains(&("shm_rx_bad_length", 1)), "{:?}", b.stats());
@@ -258,8 +258,8 @@ impl Drop for Stranger {
 /// lent frame with a 60-byte header, published and not yet taken).
 fn forge_lender(seg: &Segment, p: usize, i: u64, pid: u32) {
     // SAFETY: the slot was published and its owner has not taken it; the
-    // record starts at 8 + 64.
-    unsafe { std::ptr::write_unaligned(seg.slot(p, i).add(8 + 64).cast::<u32>(), pid) };
+    // record starts at SLOT_PREFIX + 64.
+    unsafe { std::ptr::write_unaligned(seg.slot(p, i).add(SLOT_PREFIX + 64).cast::<u32>(), pid) };
 }
 
 #[test]
