@@ -6,18 +6,23 @@
 //! forged or stale handle (one whose object was destroyed) is found out by
 //! a lookup and answered with VIP_INVALID_PARAMETER, never dereferenced.
 //!
-//! Looking a handle up takes no lock and copies nothing: the caller pins
-//! the slot (one atomic add on the slot's own word, which also carries the
-//! generation), checks the generation, and borrows the object until it
-//! unpins. Creating and destroying objects take the table's mutex. A slot
-//! whose object is destroyed while pinned (a thread waiting on the VI that
-//! another thread destroys) gets a new generation at once, so no new
-//! lookup finds it, and its object is dropped by whoever unpins last.
+//! Looking a handle up takes no lock, copies nothing and makes no locked
+//! read-modify-write: the caller pins the slot in its thread's record of
+//! pins ([`crate::hazard`]: a plain store), checks the generation in the
+//! slot's word, and borrows the object until it unpins (a plain store).
+//! A thread holding more pins than its record has room for counts them in
+//! the slot's word instead (an atomic add). Creating and destroying
+//! objects take the table's mutex. A slot whose object is destroyed while
+//! pinned (a thread waiting on the VI that another thread destroys) gets a
+//! new generation at once, so no new lookup finds it, and is marked
+//! destroyed; its object is dropped by whoever finds it unpinned last (the
+//! destroyer, or the last to unpin).
 
 use std::cell::UnsafeCell;
 use std::ops::Deref;
 use std::os::raw::c_void;
 use std::ptr::null_mut;
+use crate::hazard;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use via_user::{IncomingRequest, Nic, Ptag};
@@ -135,6 +140,7 @@ fn slot_of(h: *mut c_void) -> Option<(usize, u32)> {
 
 /// Stores `object` and returns its handle (never NULL).
 pub fn insert(object: Object) -> *mut c_void {
+    hazard::enable(); // before the first handle exists
     let mut w = writers();
     let i = match w.free.pop() {
         Some(i) => i as usize,
@@ -162,6 +168,8 @@ pub fn insert(object: Object) -> *mut c_void {
 /// A live object borrowed through its handle; unpins when dropped.
 pub struct Pinned {
     slot: &'static Slot,
+    /// The pin in the thread's record; None: counted in the slot's word.
+    held: Option<hazard::Held>,
 }
 
 impl Deref for Pinned {
@@ -175,27 +183,37 @@ impl Deref for Pinned {
 
 impl Drop for Pinned {
     fn drop(&mut self) {
-        unpin(self.slot);
-    }
-}
-
-/// Drops a pin; the last pin of a slot destroyed meanwhile drops its object.
-fn unpin(s: &'static Slot) {
-    let mut cur = s.state.load(Ordering::Relaxed);
-    loop {
-        let last_of_destroyed = cur & DESTROYED != 0 && cur & PINS == 1;
-        let new = if last_of_destroyed { cur - 1 - DESTROYED } else { cur - 1 };
-        match s.state.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed) {
-            Ok(_) if last_of_destroyed => return release(s),
-            Ok(_) => return,
-            Err(now) => cur = now,
+        let s = self.slot;
+        match self.held.take() {
+            Some(held) => {
+                drop(held);
+                hazard::light_barrier();
+                if s.state.load(Ordering::Acquire) & DESTROYED != 0 {
+                    try_free(writers(), s);
+                }
+            }
+            None => {
+                let before = s.state.fetch_sub(1, Ordering::AcqRel);
+                if before & DESTROYED != 0 && before & PINS == 1 {
+                    try_free(writers(), s);
+                }
+            }
         }
     }
 }
 
-/// Drops the object of a destroyed slot and frees the slot.
-fn release(s: &'static Slot) {
-    free(writers(), s);
+/// Drops the object of slot `s` and frees the slot if it is destroyed and
+/// nobody pins it any more (neither in a record nor counted); `w` is the
+/// mutex held. Whoever finds that first does it, once.
+fn try_free(w: MutexGuard<'static, Writers>, s: &'static Slot) {
+    // Every pin published before is visible to the look at the records.
+    hazard::heavy_barrier();
+    let st = s.state.load(Ordering::Acquire);
+    if st & DESTROYED == 0 || st & PINS != 0 || hazard::held_anywhere(s.index as usize) {
+        return;
+    }
+    s.state.fetch_and(!DESTROYED, Ordering::AcqRel);
+    free(w, s);
 }
 
 /// Drops the object of slot `s`, destroyed (no handle carries its
@@ -210,12 +228,22 @@ fn free(mut w: MutexGuard<'static, Writers>, s: &'static Slot) {
 }
 
 /// Pins the live object `h` names, if any.
+#[inline]
 pub fn pin(h: *mut c_void) -> Option<Pinned> {
     let (i, g) = slot_of(h)?;
     let s = slot(i)?;
-    let before = s.state.fetch_add(1, Ordering::Acquire);
-    let pinned = Pinned { slot: s };
-    ((before >> 32) as u32 == g && g % 2 == 1 && before & DESTROYED == 0).then_some(pinned)
+    let (pinned, state) = match hazard::hold(i) {
+        Some(held) => {
+            hazard::light_barrier();
+            (Pinned { slot: s, held: Some(held) }, s.state.load(Ordering::Acquire))
+        }
+        None => {
+            let before = s.state.fetch_add(1, Ordering::Acquire);
+            (Pinned { slot: s, held: None }, before)
+        }
+    };
+    // A stale or forged handle: unpinned again when `pinned` drops.
+    ((state >> 32) as u32 == g && g % 2 == 1 && state & DESTROYED == 0).then_some(pinned)
 }
 
 /// The object a handle names, if it is live (a copy).
@@ -243,18 +271,15 @@ fn remove_locked(w: MutexGuard<'static, Writers>, h: *mut c_void) -> Option<Obje
     let copy = unsafe { (*s.object.get()).clone() };
     // SAFETY: the mutex is held.
     unsafe { *s.live.get() = false };
+    // No handle carries the new generation; the object goes now if
+    // nobody pins it, else with the last pin.
     loop {
-        let pinned = cur & PINS != 0;
-        let new = (cur + GENERATION) | if pinned { DESTROYED } else { 0 };
-        match s.state.compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed) {
-            Ok(_) if pinned => break, // the last pin drops it
-            Ok(_) => {
-                free(w, s); // unpinned, and no handle carries the new generation
-                return copy;
-            }
+        match s.state.compare_exchange_weak(cur, (cur + GENERATION) | DESTROYED, Ordering::AcqRel, Ordering::Relaxed) {
+            Ok(_) => break,
             Err(now) => cur = now,
         }
     }
+    try_free(w, s);
     copy
 }
 
@@ -354,6 +379,25 @@ mod tests {
         assert!(pin(h).is_none());
         assert!(remove(h2).is_some());
         assert_eq!(holders(&vis2), 0, "unpinned: dropped by remove");
+    }
+
+    #[test]
+    fn pins_past_a_threads_record_are_counted_and_kept_alike() {
+        let nic = Nic::open("/dev/via_lo").unwrap();
+        let (o, vis) = cq_object(&nic);
+        let h = insert(o);
+        // More than a record holds: the last ones are counted in the slot.
+        let mut pins: Vec<Pinned> = (0..7).map(|_| pin(h).expect("live")).collect();
+        assert!(pins.iter().any(|p| p.held.is_none()) && pins.iter().any(|p| p.held.is_some()));
+        assert!(remove(h).is_some());
+        assert!(pin(h).is_none(), "stale at once");
+        // Dropped in any order, the object goes with the last.
+        while pins.len() > 1 {
+            pins.remove(pins.len() / 2);
+            assert_eq!(holders(&vis), 1, "kept while {} pins remain", pins.len());
+        }
+        pins.clear();
+        assert_eq!(holders(&vis), 0, "dropped with the last pin");
     }
 
     #[test]

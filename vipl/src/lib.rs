@@ -11,5 +11,6 @@
 pub mod api;
 mod drivers;
 pub mod handles;
+mod hazard;
 pub mod manage;
 pub mod types;
