@@ -112,8 +112,10 @@ pub struct ShmDevice {
     epoch: u64,
     /// Other ports' eventfds (our copies), with their generation, by port.
     doorbells: Vec<Option<(u32, EventFd)>>,
-    /// The ports of the frame being sent (kept for reuse).
+    /// The ports of the frame being sent (kept for reuse), and the start
+    /// of the frame they were found for.
     targets: Vec<Route>,
+    found_for: Vec<u8>,
     /// Payloads at least this long are lent (usize::MAX: never).
     lend_min: usize,
     /// Where plain `receive` reads a lent frame in whole.
@@ -243,6 +245,7 @@ impl ShmDevice {
             epoch: u64::MAX,
             doorbells: (0..PORTS).map(|_| None).collect(),
             targets: Vec::new(),
+            found_for: Vec::with_capacity(64),
             lend_min,
             scratch: Vec::new(),
             members: Members::new(),
@@ -293,7 +296,15 @@ impl ShmDevice {
     /// port) in `self.targets`; `head` is the frame's start (its
     /// destination, ethertype and the word the filters look at).
     fn find_targets(&mut self, head: &[u8]) {
+        // The same start as last time, with no port changed since: the
+        // same ports (a composite asks `takes` and then sends).
+        let epoch = self.seg.header().epoch.load(Ordering::Acquire);
+        if epoch == self.epoch && self.found_for.get(..head.len()) == Some(head) && self.found_for.len() == head.len() {
+            return;
+        }
         self.refresh();
+        self.found_for.clear();
+        self.found_for.extend_from_slice(head);
         self.targets.clear();
         let dst = MacAddr(head[..6].try_into().unwrap());
         let accepts = |r: &&Route| r.filter.is_none_or(|f| f.matches(head));

@@ -27,6 +27,7 @@
 //! (the protocol engine), [`nic`], [`vi_api`] and [`region`] (the Rust
 //! API: owners wrapped around the id-level calls of [`raw`]).
 
+mod clock;
 pub mod descriptor;
 // The protocol engine is private to via-user: programs use the Rust API
 // (or the id-level calls, `raw`). Tests that drive an engine frame by

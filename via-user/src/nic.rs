@@ -191,11 +191,10 @@ impl Nic {
 
     fn wait_inner<T>(&self, timeout: Option<Duration>, what: &str, mut f: impl FnMut(&mut Engine) -> Result<Option<T>>) -> Result<T> {
         // The wait starts at the first clock reading: a wait already
-        // satisfied reads no clock at all (a read costs ~20 ns here, a
-        // fair part of the engine's cost per message).
+        // satisfied reads no clock at all. (The engine's clock costs a
+        // counter read while its last reading is under a microsecond old:
+        // `crate::clock`.)
         let mut start: Option<Instant> = None;
-        let mut last_read: Option<Instant> = None;
-        let mut round: u32 = 0;
         // Rounds still to spin because frames arrived without completing
         // the wait: the rest of a message comes right behind its first
         // frame, and sleeping between them (at once when VIA_SPIN_US=0,
@@ -207,15 +206,9 @@ impl Nic {
                 if let Some(v) = f(&mut e)? {
                     return Ok(v); // already complete: no clock, no progress
                 }
-                // The clock is read every few spins: timers have a
-                // granularity far above one spin.
-                let now = match last_read {
-                    Some(t) if !round.is_multiple_of(8) => t,
-                    _ => *last_read.insert(Instant::now()),
-                };
+                let now = e.core.clock.now();
                 let start = *start.get_or_insert(now);
                 let deadline = timeout.map(|t| start + t);
-                round = round.wrapping_add(1);
                 if self.shared.run_at(&mut e, now) {
                     burst = BURST_ROUNDS;
                 }
@@ -233,7 +226,7 @@ impl Nic {
                 // meanwhile: look again); the sleep ends when dropped.
                 let wake = if spinning { None } else { crate::waker::thread_fd().ok().and_then(|fd| e.prepare_sleep().map(|s| (fd, s))) };
                 if let Some((wake_fd, device_sleep)) = wake {
-                    let now = *last_read.insert(Instant::now());
+                    let now = Instant::now();
                     // Counted while still holding the lock, so a thread that
                     // completes our work after we let go sees us and wakes us.
                     self.register_sleeper(wake_fd);
@@ -253,7 +246,6 @@ impl Nic {
                     sleep_on(&[self.shared.fd, wake_fd], t);
                     drop(device_sleep); // awake: said to the device at once
                     self.unregister_sleeper(wake_fd);
-                    round = 0;
                     crate::waker::drain();
                 }
             }

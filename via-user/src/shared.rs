@@ -33,7 +33,8 @@ pub(crate) struct Shared {
 impl Shared {
     /// One round of progress; wakes sleeping waiters when frames arrived.
     pub(crate) fn run(&self, e: &mut Engine) {
-        self.run_at(e, Instant::now());
+        let now = e.core.clock.now();
+        self.run_at(e, now);
     }
 
     /// [`Shared::run`] with the time already read; true when frames

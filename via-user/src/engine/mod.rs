@@ -27,6 +27,7 @@ pub use connect::IncomingRequest;
 #[cfg(feature = "test-support")]
 pub use rdma_target::UNRELIABLE_VIOLATION_LIMIT;
 
+use crate::clock::Clock;
 use crate::error::{Result, ViaError};
 use crate::vi::{ViAttributes, ViPhase, ViState};
 use crate::workqueue::{CompletionQueue, Doorbell};
@@ -274,6 +275,8 @@ pub struct Context {
     /// Earliest armed VI timer (a lower bound; re-derived when reached).
     pub timer_at: Option<Instant>,
     pub counters: Counters,
+    /// The clock, read at most about once a microsecond ([`Clock`]).
+    pub clock: Clock,
     pub async_errors: Vec<AsyncError>,
     /// Posted descriptors (on any queue) waiting to complete with the error
     /// found when they were posted.
@@ -358,6 +361,7 @@ impl Engine {
             acks_due: Vec::new(),
             timer_at: None,
             counters: Counters::default(),
+            clock: Clock::default(),
             async_errors: Vec::new(),
             pre_errored: 0,
             reports: Vec::new(),
@@ -411,7 +415,8 @@ impl Engine {
     /// it has read, [`Engine::progress_at`].)
     #[cfg(feature = "test-support")]
     pub fn progress(&mut self) -> bool {
-        self.progress_at(Instant::now())
+        let now = self.core.clock.now();
+        self.progress_at(now)
     }
 
     /// [`Engine::progress`] with the time already read.
@@ -435,7 +440,8 @@ impl Engine {
     /// full: then with later progress).
     pub fn post_send(&mut self, id: u16, addr: usize, handle: u32) -> Result<()> {
         if self.core.post_unrung(id, addr, handle, post::Queue::Send)? {
-            self.transmit_now(id, Instant::now());
+            let now = self.core.clock.now();
+            self.transmit_now(id, now);
         }
         Ok(())
     }
@@ -443,7 +449,8 @@ impl Engine {
     /// Transmits what the doorbell and the ACK scheduler queued, without
     /// receiving or running timers: what posting a send needs at once.
     pub fn ring_doorbell(&mut self) {
-        self.flush(Instant::now());
+        let now = self.core.clock.now();
+        self.flush(now);
     }
 
     /// The next instant a timer needs the engine.
