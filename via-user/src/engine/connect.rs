@@ -261,7 +261,7 @@ impl Core {
         vi.phase = ViPhase::Idle;
         vi.peer = None;
         vi.reset_protocol(rto);
-        self.acks_due.retain(|v| *v != id);
+        self.outbox.forget_vi(id);
         Ok(())
     }
 }

@@ -17,6 +17,7 @@
 
 mod authenticate;
 mod connect;
+mod outbox;
 pub mod post;
 mod rdma_target;
 mod receive;
@@ -30,7 +31,8 @@ pub use rdma_target::UNRELIABLE_VIOLATION_LIMIT;
 use crate::clock::Clock;
 use crate::error::{Result, ViaError};
 use crate::vi::{ViAttributes, ViPhase, ViState};
-use crate::workqueue::{CompletionQueue, Doorbell};
+use crate::workqueue::CompletionQueue;
+use outbox::Outbox;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 use via_kernel_agent::auth::{ClusterSecret, Keyring};
@@ -39,7 +41,7 @@ use via_kernel_agent::names::NameService;
 use via_kernel_agent::peer::PeerConnector;
 use via_kernel_agent::resolver::{default_local_names, Resolver};
 use via_kernel_agent::memory::{random_u32, RegistrationTable};
-use via_wire::{HeaderRepr, ANY_ENDPOINT, DST_EP_OFFSET, ETHERTYPE, FRAME_HEADER_LEN, VIA_HEADER_LEN};
+use via_wire::{ANY_ENDPOINT, DST_EP_OFFSET, ETHERTYPE, FRAME_HEADER_LEN, VIA_HEADER_LEN};
 use via_device::{FrameDevice, MacAddr, RxFilter};
 
 /// Frames built and handed to the device per doorbell.
@@ -269,9 +271,8 @@ pub struct Context {
     /// Name discovery on the segment (asking and answering).
     pub resolver: Resolver,
     pub cqs: Vec<Option<CompletionQueue>>,
-    pub doorbell: Doorbell,
-    /// VIs that owe an ACK this round.
-    pub acks_due: Vec<u16>,
+    /// What the VIs have to send: doorbell, ACKs owed, error reports.
+    pub outbox: Outbox,
     /// Earliest armed VI timer (a lower bound; re-derived when reached).
     pub timer_at: Option<Instant>,
     pub counters: Counters,
@@ -281,8 +282,6 @@ pub struct Context {
     /// Posted descriptors (on any queue) waiting to complete with the error
     /// found when they were posted.
     pub pre_errored: usize,
-    /// Error reports (built headers) to send ahead of everything else.
-    pub reports: Vec<HeaderRepr>,
     /// Bounce slots for fragments that gather too many pieces, and
     /// control-frame payloads; allocated once, on first use.
     pub(super) bounce: Vec<u8>,
@@ -357,14 +356,12 @@ impl Engine {
             config,
             mem: RegistrationTable::new(),
             cqs: Vec::new(),
-            doorbell: Doorbell::default(),
-            acks_due: Vec::new(),
+            outbox: Outbox::default(),
             timer_at: None,
             counters: Counters::default(),
             clock: Clock::default(),
             async_errors: Vec::new(),
             pre_errored: 0,
-            reports: Vec::new(),
             bounce: Vec::new(),
             ready: Vec::new(),
         };
@@ -557,7 +554,7 @@ impl Core {
                 c.forget_vi(id);
             }
         }
-        self.acks_due.retain(|v| *v != id);
+        self.outbox.forget_vi(id);
         Ok(())
     }
 

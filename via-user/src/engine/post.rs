@@ -108,7 +108,7 @@ impl Core {
     /// with the next flush (its doorbell is rung).
     pub fn post(&mut self, id: u16, addr: usize, handle: u32, q: Queue) -> Result<()> {
         if self.post_unrung(id, addr, handle, q)? {
-            self.doorbell.ring(id);
+            self.outbox.ring(id);
         }
         Ok(())
     }
@@ -217,7 +217,7 @@ impl Context {
                 if started {
                     vi.tx.reads_outstanding = vi.tx.reads_outstanding.saturating_sub(1);
                     if vi.tx.idx != vi.sq.tail {
-                        self.doorbell.ring(id); // a QFENCE may wait for this read
+                        self.outbox.ring(id); // a QFENCE may wait for this read
                     }
                 }
                 status::OP_RDMA_READ

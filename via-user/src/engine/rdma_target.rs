@@ -94,7 +94,7 @@ impl Context {
             return true;
         }
         vi.served.jobs.push_back(ReadJob { psn, msg_seq: seq, addr, handle, len, off });
-        self.doorbell.ring(vi.id);
+        self.outbox.ring(vi.id);
         true
     }
 

@@ -244,7 +244,7 @@ impl Context {
             }
             self.complete_acked(vi);
             if vi.tx.idx != vi.sq.tail {
-                self.doorbell.ring(vi.id); // the window opened
+                self.outbox.ring(vi.id); // the window opened
             }
         }
         let sent = vi.tx.unacknowledged();
@@ -258,12 +258,12 @@ impl Context {
         vi.rtx.forget_probe(); // what follows is sent twice (Karn)
         if vi.sack.holds_any() {
             if vi.sack.on_nak(sent) {
-                self.doorbell.ring(vi.id);
+                self.outbox.ring(vi.id);
             }
         } else if sent != 0 && vi.rtx.rewind_once(vi.tx.una) {
             let una = vi.tx.una;
             vi.seek(una);
-            self.doorbell.ring(vi.id);
+            self.outbox.ring(vi.id);
         }
     }
 
@@ -318,7 +318,7 @@ impl Context {
             let expected = vi.rx.expected;
             let Some(bytes) = vi.rx.reorder.take(expected) else {
                 if !vi.rx.reorder.is_empty() && vi.acks.on_gap_at(expected) {
-                    self.acks_due.push(vi.id);
+                    self.outbox.owe_ack(vi.id);
                 }
                 return;
             };
@@ -346,7 +346,7 @@ impl Context {
                         self.counters.rx_duplicate += 1;
                         vi.acks.on_duplicate();
                         let again = vi.rx.last_error.filter(|&(first, end, _, _)| seq_le(first, psn) && seq_lt(psn, end));
-                        self.acks_due.push(vi.id);
+                        self.outbox.owe_ack(vi.id);
                         if let Some((_, end, seq, bits)) = again {
                             self.queue_report(vi, end, seq, bits, false); // the report was lost
                         } else if kind == Kind::RdmaReadReq {
@@ -372,7 +372,7 @@ impl Context {
                             vi.acks.on_gap_at(vi.rx.expected);
                         }
                     }
-                    self.acks_due.push(vi.id);
+                    self.outbox.owe_ack(vi.id);
                     return;
                 }
                 vi.rx.expected = psn.wrapping_add(1);
@@ -409,7 +409,7 @@ impl Context {
             let every = self.config.ack_every;
             let delay = self.config.ack_delay;
             match vi.acks.on_accepted(now, every, delay, f.flags() & flags::ACK_REQ != 0) {
-                AckDue::Now => self.acks_due.push(vi.id),
+                AckDue::Now => self.outbox.owe_ack(vi.id),
                 AckDue::At(t) => self.arm(t),
                 AckDue::Armed => {}
             }

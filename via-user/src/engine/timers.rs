@@ -47,7 +47,7 @@ impl Context {
     /// The timers of connected `vi` that are due at `now`.
     fn run_vi_timers(&mut self, vi: &mut ViState, now: Instant) {
         if vi.acks.on_timer(now) {
-            self.acks_due.push(vi.id);
+            self.outbox.owe_ack(vi.id);
         }
         if !vi.rtx.expired(now) {
             return;
@@ -76,7 +76,7 @@ impl Context {
                     None if sent != 0 => vi.seek(una),
                     None => {}
                 }
-                self.doorbell.ring(vi.id);
+                self.outbox.ring(vi.id);
             }
         }
     }

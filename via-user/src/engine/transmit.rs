@@ -70,7 +70,7 @@ impl Engine {
             }
             return;
         }
-        core.doorbell.ring(id);
+        core.outbox.ring(id);
         self.flush_queued(now);
     }
 
@@ -80,15 +80,15 @@ impl Engine {
 
         // Error reports go first: they must reach the peer before any ACK
         // that covers the message they are about.
-        while !core.reports.is_empty() {
-            let take = core.reports.len().min(BATCH);
-            for (i, h) in core.reports.iter().take(take).enumerate() {
+        while !core.outbox.reports().is_empty() {
+            let take = core.outbox.reports().len().min(BATCH);
+            for (i, h) in core.outbox.reports().iter().take(take).enumerate() {
                 h.emit(&mut hdrs[i]);
                 specs[i] = Spec::default();
             }
             let k = send_batch(dev.as_mut(), hdrs, core.sealer(), &specs[..take]);
             core.counters.tx_frames += k as u64;
-            core.reports.drain(..k);
+            core.outbox.reports_sent(k);
             if k < take {
                 core.counters.tx_ring_full += 1;
                 break;
@@ -116,17 +116,15 @@ impl Engine {
         }
 
         let mut ready = std::mem::take(&mut core.ready);
-        core.doorbell.take(&mut ready);
+        core.outbox.take_rung(&mut ready);
         for &id in &ready {
             let Some((cx, vi)) = core.split(id) else { continue };
             cx.transmit_vi(dev.as_mut(), vi, hdrs, specs, now);
         }
         core.ready = ready;
 
-        if !core.acks_due.is_empty() {
-            let mut due = std::mem::take(&mut core.acks_due);
-            due.sort_unstable();
-            due.dedup();
+        if core.outbox.owes_acks() {
+            let due = core.outbox.take_acks();
             for chunk in due.chunks(BATCH) {
                 let mut n = 0;
                 for &id in chunk {
@@ -141,14 +139,11 @@ impl Engine {
                 core.counters.acks_sent += k as u64;
                 for (i, &id) in chunk.iter().enumerate().take(n) {
                     if i >= k {
-                        core.acks_due.push(id); // retry next round
+                        core.outbox.owe_ack(id); // retry next round
                     }
                 }
             }
-            due.clear();
-            if core.acks_due.is_empty() {
-                core.acks_due = due;
-            }
+            core.outbox.give_back(due);
         }
     }
 }
@@ -350,7 +345,7 @@ impl Context {
     /// Is the outbox empty: no doorbell rung, no error report, ACK,
     /// connection-management, peer-connection or name-service frame?
     fn nothing_queued(&mut self) -> bool {
-        !self.doorbell.is_rung() && self.reports.is_empty() && self.acks_due.is_empty() && self.cm.outgoing().is_empty() && self.peers.outgoing().is_empty() && self.resolver.outgoing().is_empty()
+        self.outbox.is_empty() && self.cm.outgoing().is_empty() && self.peers.outgoing().is_empty() && self.resolver.outgoing().is_empty()
     }
 
     /// How this engine's frames are sealed.
@@ -389,7 +384,7 @@ impl Context {
             let k = send_batch(dev, hdrs, self.sealer_for(vi), &specs[..n]);
             self.after_side(vi, specs, n, k);
             if k < n {
-                self.doorbell.ring(vi.id);
+                self.outbox.ring(vi.id);
                 break;
             }
         }
@@ -402,7 +397,7 @@ impl Context {
             let k = send_batch(dev, hdrs, self.sealer_for(vi), &specs[..n]);
             self.after_transmit(vi, specs, n, k, now);
             if k < n {
-                self.doorbell.ring(vi.id);
+                self.outbox.ring(vi.id);
                 break;
             }
             if n < BATCH {
@@ -480,7 +475,7 @@ impl Context {
         if send_batch(dev, hdrs, self.sealer_for(vi), &specs[..1]) == 0 {
             // The position stays: the next doorbell sends it.
             self.counters.tx_ring_full += 1;
-            self.doorbell.ring(vi.id);
+            self.outbox.ring(vi.id);
             return true;
         }
         self.counters.tx_frames += 1;
@@ -543,7 +538,7 @@ impl Context {
                 // timeout sends it.
                 vi.sack.put_back(bit);
                 if k < n {
-                    self.doorbell.ring(vi.id);
+                    self.outbox.ring(vi.id);
                 }
                 return;
             }
@@ -923,6 +918,6 @@ impl Context {
             fl |= flags::FATAL;
         }
         let h = HeaderRepr { imm: bits, msg_seq, ..ack_header(self.mac, self.ep, vi.id, peer, vi.tx.psn, ack, fl) };
-        self.reports.push(h);
+        self.outbox.report(h);
     }
 }
