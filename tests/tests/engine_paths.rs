@@ -31,6 +31,7 @@ struct Seen {
     ack: u32,
     msg_len: u32,
     offset: u32,
+    msg_seq: u32,
     sack: u64,
     payload: Vec<u8>,
 }
@@ -59,6 +60,7 @@ fn seen(rig: &mut Rig, mac: MacAddr) -> Vec<Seen> {
                     ack: f.ack(),
                     msg_len: f.msg_len(),
                     offset: f.offset(),
+                    msg_seq: f.msg_seq(),
                     sack: f.rdma_addr(),
                     payload: f.payload().to_vec(),
                 });
@@ -151,6 +153,31 @@ fn a_message_goes_out_as_consecutive_fragments_carrying_our_ack() {
     }
     assert_eq!(body, msg);
     assert_eq!(rig.b.done(Queue::Send), None, "not complete before the peer acknowledges");
+    assert!(rig.b.engine.core.vi(rig.b.vi).unwrap().rtx.deadline().is_some(), "the retransmission timer runs");
+}
+
+#[test]
+fn a_one_frame_message_alone_goes_out_as_the_general_path_sends_it() {
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    let expected_by_b = rig.b.engine.core.vi(rig.b.vi).unwrap().rx.expected;
+    let msg = message(7, 100);
+    // Alone in its queue: the one-frame path (sent from the post).
+    let (first, alone) = b_sends(&mut rig, &msg);
+    // Two at once: the general path builds them (the first is not alone).
+    rig.b.post_send(1, 0, &msg, None);
+    rig.b.post_send(2, 0, &msg, None);
+    rig.b.engine.ring_doorbell();
+    let pair = seen_b(&mut rig);
+    assert_eq!((alone.len(), pair.len()), (1, 2), "one frame a message");
+    let (f, g) = (&alone[0], &pair[0]);
+    assert_eq!((f.kind, f.src_vi, f.psn, f.msg_len, f.offset), (Kind::Data, rig.b.vi, first, 100, 0));
+    assert_eq!(f.flags, g.flags, "the same flags as the general path's");
+    let whole = flags::FIRST | flags::LAST | flags::ACK | flags::RELIABLE;
+    assert_eq!(f.flags & (whole | flags::ACK_REQ), whole, "one whole message carrying our ACK, asking for none");
+    assert_eq!((f.ack, g.ack), (expected_by_b, expected_by_b), "our ACK rides on it");
+    assert_eq!((g.psn, pair[1].psn), (first.wrapping_add(1), first.wrapping_add(2)), "PSNs go on from it");
+    assert_eq!((g.msg_seq, pair[1].msg_seq), (f.msg_seq.wrapping_add(1), f.msg_seq.wrapping_add(2)), "and message numbers");
+    assert_eq!((&f.payload, &g.payload), (&msg, &msg));
     assert!(rig.b.engine.core.vi(rig.b.vi).unwrap().rtx.deadline().is_some(), "the retransmission timer runs");
 }
 
