@@ -304,6 +304,11 @@ fn alternating_rounds(o: &Options, h: &Hosts, probe: Option<&Probe>) -> (Vec<Row
         } else {
             eprintln!("via-pingpong --demo: UCX's ucx_perftest is not installed (ucx-utils): via-shm is not compared with it");
         }
+        if crate::ofi::available() {
+            wanted.push("ofi-shm".into());
+        } else {
+            eprintln!("via-pingpong --demo: libfabric's fi_pingpong is not installed (libfabric-bin): via-shm is not compared with it");
+        }
     }
     for round in 0..o.rounds {
         let mut order = wanted.clone();
@@ -318,6 +323,8 @@ fn alternating_rounds(o: &Options, h: &Hosts, probe: Option<&Probe>) -> (Vec<Row
                 crate::mpi::run(crate::common::lat_iters(64, o.quick))
             } else if t == "ucx-shm" {
                 crate::ucx::run(crate::common::lat_iters(64, o.quick))
+            } else if t == "ofi-shm" {
+                crate::ofi::run(crate::common::lat_iters(64, o.quick))
             } else {
                 let args: Vec<String> = vec!["--sizes".into(), "64".into(), "--bw-sizes".into(), (1 << 20).to_string()];
                 run_pair_with(h, t, args).map(|(rows, _, _)| rows)
@@ -410,6 +417,9 @@ fn print_ratios(rows: &[Row], rounds: Option<&Rounds>) {
     }
     if let Some((s, u, r)) = ratio("via-shm", "ucx-shm", "lat") {
         println!("latency 64 B    via-shm/UCX = {r:.3}  (medians {s:.3} / {u:.3} us; ucx_perftest tag_lat, UCX_TLS=sm,self; target <= 1) {}", verdict(r <= 1.0));
+    }
+    if let Some((s, f, r)) = ratio("via-shm", "ofi-shm", "lat") {
+        println!("latency 64 B    via-shm/libfabric = {r:.3}  (medians {s:.3} / {f:.3} us; fi_pingpong -p shm -e rdm, its mean; target <= 1) {}", verdict(r <= 1.0));
     }
     if let Some((s, v, r)) = ratio("via-shm", "via", "bw") {
         println!("bandwidth 1 MiB shared memory/software NIC = {r:.3}  (medians {s:.1} / {v:.1} MB/s)");

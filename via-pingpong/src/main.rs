@@ -11,10 +11,12 @@ mod common;
 mod demo;
 mod floor;
 mod mpi;
+mod ofi;
 mod plot;
 mod probe;
 mod raw;
 mod sock;
+mod tool;
 mod ucx;
 mod via;
 
@@ -49,8 +51,9 @@ USAGE:
                       MAC); via-shm is VIA through composite devices joined by shared memory;
                       with via-shm, the rounds also time shm-floor, two processes
                       handing a cache line back and forth (the floor via-shm is held to),
-                      and, where installed, ompi-shm and ucx-shm, Open MPI's and UCX's
-                      shared memory (probe/mpi_shm.c with mpicc; ucx_perftest), pinned alike;
+                      and, where installed, ompi-shm, ucx-shm and ofi-shm, Open MPI's,
+                      UCX's and libfabric's shared memory (probe/mpi_shm.c with mpicc;
+                      ucx_perftest; fi_pingpong -p shm, 64 B latency only), pinned alike;
                       via-shm-lent, not in the default, the same with payloads of
                       16 KiB and more lent: copied once, from the sender's memory;
                       via?<faults>, e.g. via?loss=0.05, VIA over devices that lose,
