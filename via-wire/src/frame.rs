@@ -448,24 +448,15 @@ impl HeaderRepr {
         out[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
         let h = &mut out[ETH_HEADER_LEN..];
         h[0] = VERSION;
-        h[1] = self.kind;
-        h[2..4].copy_from_slice(&self.flags.to_be_bytes());
         h[4..8].copy_from_slice(&self.dst_ep.to_be_bytes());
         h[8..12].copy_from_slice(&self.src_ep.to_be_bytes());
         h[12..14].copy_from_slice(&self.dst_vi.to_be_bytes());
         h[14..16].copy_from_slice(&self.src_vi.to_be_bytes());
         h[16..20].copy_from_slice(&self.generation.to_be_bytes());
-        h[20..24].copy_from_slice(&self.psn.to_be_bytes());
-        h[24..28].copy_from_slice(&self.ack.to_be_bytes());
-        h[28..32].copy_from_slice(&self.msg_len.to_be_bytes());
-        h[32..36].copy_from_slice(&self.offset.to_be_bytes());
-        h[36..40].copy_from_slice(&self.imm.to_be_bytes());
-        h[40..48].copy_from_slice(&self.rdma_addr.to_be_bytes());
-        h[48..52].copy_from_slice(&self.rdma_handle.to_be_bytes());
         h[52..54].copy_from_slice(&self.credits.to_be_bytes());
-        h[54..56].copy_from_slice(&self.payload_len.to_be_bytes());
-        h[56..60].copy_from_slice(&self.msg_seq.to_be_bytes());
         h[60..64].copy_from_slice(&self.check.to_be_bytes());
+        let HeaderRepr { kind, flags, psn, ack, msg_len, offset, imm, rdma_addr, rdma_handle, payload_len, msg_seq, .. } = *self;
+        StreamRepr { kind, flags, psn, ack, msg_len, offset, imm, rdma_addr, rdma_handle, payload_len, msg_seq }.put(h);
     }
 }
 
@@ -520,7 +511,13 @@ impl StreamRepr {
     #[inline]
     pub fn emit(&self, template: &HeaderTemplate, out: &mut [u8; FRAME_HEADER_LEN]) {
         *out = template.0;
-        let h = &mut out[ETH_HEADER_LEN..];
+        self.put(&mut out[ETH_HEADER_LEN..]);
+    }
+
+    /// Writes these fields into the VIA header `h` (the Ethernet header's
+    /// successor); the others are left as they are.
+    #[inline]
+    fn put(&self, h: &mut [u8]) {
         h[1] = self.kind;
         h[2..4].copy_from_slice(&self.flags.to_be_bytes());
         h[20..24].copy_from_slice(&self.psn.to_be_bytes());
