@@ -77,14 +77,18 @@ pub fn light_barrier() {
 /// at the records.
 pub fn heavy_barrier() {
     if ASYMMETRIC.load(Ordering::Acquire) {
-        // SAFETY: membarrier takes integer arguments only.
-        let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) };
-        if r == 0 {
+        let membarrier = |cmd: libc::c_int| {
+            // SAFETY: membarrier takes integer arguments only.
+            unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) == 0 }
+        };
+        // A child after fork(2) may have to register again (it has one
+        // thread then, whose own pins need no barrier).
+        if membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) || (membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) && membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)) {
             return;
         }
-        // It was registered for; it cannot fail. Should it, pins already
-        // published with a compiler barrier alone are not covered by a
-        // fence here: abort rather than free an object in use.
+        // Registered for, and refused: pins published with a compiler
+        // barrier alone would not be covered by a fence here. Abort
+        // rather than free an object in use.
         std::process::abort();
     }
     fence(Ordering::SeqCst);
