@@ -44,6 +44,26 @@ fn frames_reach_the_port_of_their_destination_only() {
 }
 
 #[test]
+fn a_port_taken_again_delivers_nothing_its_last_owner_left_unread() {
+    let w = wire("stale");
+    let mut a = ShmDevice::open(&w, None).unwrap();
+    let b = ShmDevice::open(&w, None).unwrap();
+    let (port, mac) = (b.port, b.mac());
+    let frames: Vec<Vec<u8>> = (0..5).map(|i| frame(mac, 80, i)).collect();
+    let tx: Vec<TxFrame> = frames.iter().map(|f| TxFrame::new(f)).collect();
+    assert_eq!(a.transmit(&tx).unwrap(), 5);
+    drop(b); // gone with five frames unread, their slots published
+    let mut c = ShmDevice::open(&w, None).unwrap();
+    assert_eq!(c.port, port, "the freed port is the first free one");
+    assert!(recv_all(&mut c).is_empty(), "the new owner starts past what the old one left");
+    // And the ring works from there: the next frame, and only it.
+    let f = frame(c.mac(), 90, 42);
+    assert_eq!(a.transmit(&[TxFrame::new(&f)]).unwrap(), 1);
+    assert_eq!(recv_all(&mut c), vec![f]);
+    remove_wire(&w);
+}
+
+#[test]
 fn a_full_ring_refuses_frames_and_loses_none() {
     let w = wire("full");
     let mut a = ShmDevice::open(&w, None).unwrap();
