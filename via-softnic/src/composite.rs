@@ -284,15 +284,15 @@ impl FrameDevice for CompositeDevice {
     }
 
     fn path_to(&mut self, head: &[u8]) -> Path {
+        // The path of the member that carries such frames.
         if let Some(s) = self.shm.as_mut() {
             if s.takes(head) {
-                return Path { mtu: s.mtu(), checksummed: s.capabilities().checksummed };
+                return s.path_to(head);
             }
         }
         let dst = head.get(..6).map(|d| MacAddr(d.try_into().unwrap()));
         let k = dst.and_then(|d| self.routes.get(&d)).map_or(0, |&(k, _)| k);
-        let d = &self.nics[k].dev;
-        Path { mtu: d.mtu(), checksummed: d.capabilities().checksummed }
+        self.nics[k].dev.path_to(head)
     }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {

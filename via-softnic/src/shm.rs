@@ -267,9 +267,9 @@ impl ShmDevice {
         &self.wire
     }
 
-    /// Rebuilds the identity → ports table if any port changed.
-    fn refresh(&mut self) {
-        let epoch = self.seg.header().epoch.load(Ordering::Acquire);
+    /// Rebuilds the identity → ports table if any port changed (the
+    /// segment's `epoch`, as just read).
+    fn refresh(&mut self, epoch: u64) {
         if epoch == self.epoch {
             return;
         }
@@ -299,10 +299,10 @@ impl ShmDevice {
         // The same start as last time, with no port changed since: the
         // same ports (a composite asks `takes` and then sends).
         let epoch = self.seg.header().epoch.load(Ordering::Acquire);
-        if epoch == self.epoch && self.found_for.get(..head.len()) == Some(head) && self.found_for.len() == head.len() {
+        if epoch == self.epoch && self.found_for == head {
             return;
         }
-        self.refresh();
+        self.refresh(epoch);
         self.found_for.clear();
         self.found_for.extend_from_slice(head);
         self.targets.clear();

@@ -148,6 +148,45 @@ impl Engine {
     }
 }
 
+/// The per-frame header fields of fragment `[off, off + len)` of the
+/// posted message `e`, sent as `psn` carrying our ACK `ack` (the general
+/// path's and the one-frame path's alike). On a reliable VI, the fragment
+/// that `fills_window` asks for an ACK.
+fn fragment_fields(e: &WqEntry, reliable: bool, psn: u32, ack: u32, off: u32, len: u32, fills_window: bool) -> StreamRepr {
+    let is_read = e.is_read();
+    let mut fl = if off == 0 { flags::FIRST } else { 0 };
+    if is_read || off + len == e.len {
+        fl |= flags::LAST;
+    }
+    if e.control & control::IMMEDIATE != 0 {
+        fl |= flags::IMMEDIATE;
+    }
+    if reliable {
+        fl |= flags::ACK | flags::RELIABLE;
+        if fills_window {
+            fl |= flags::ACK_REQ;
+        }
+    }
+    let kind = match e.op() {
+        control::OP_RDMAWRITE => Kind::RdmaWrite,
+        control::OP_RDMAREAD => Kind::RdmaReadReq,
+        _ => Kind::Data,
+    };
+    StreamRepr {
+        kind: kind as u8,
+        flags: fl,
+        psn,
+        ack,
+        msg_len: e.len,
+        offset: off,
+        imm: e.imm,
+        rdma_addr: e.raddr,
+        rdma_handle: e.rhandle,
+        msg_seq: e.msg_seq,
+        payload_len: len as u16,
+    }
+}
+
 /// Header slots of one batch: Ethernet + VIA header of each frame.
 pub type Headers = [[u8; FRAME_HEADER_LEN]; BATCH];
 
@@ -430,13 +469,9 @@ impl Context {
         }
         let epoch = self.mem.epoch();
         let e = vi.sq.get_mut(idx);
-        let op = e.op();
-        let kind = match op {
-            control::OP_SENDRECV => Kind::Data,
-            control::OP_RDMAWRITE => Kind::RdmaWrite,
-            _ => return false,
-        };
-        if e.pre_status != 0 || e.nframes != 0 || e.len > vi.tx.frag || (e.control & control::QFENCE != 0 && vi.tx.reads_outstanding != 0) {
+        // (A descriptor that passed validation is a send, an RDMA write or
+        // an RDMA read; a read takes the general path.)
+        if e.pre_status != 0 || e.is_read() || e.nframes != 0 || e.len > vi.tx.frag || (e.control & control::QFENCE != 0 && vi.tx.reads_outstanding != 0) {
             return false;
         }
         let Some(&[seg]) = e.checked_segments(epoch) else { return false };
@@ -445,27 +480,8 @@ impl Context {
         e.nframes = 1;
         e.msg_seq = vi.tx.next_msg_seq;
         vi.tx.next_msg_seq = vi.tx.next_msg_seq.wrapping_add(1);
-        let mut fl = flags::FIRST | flags::LAST;
-        if e.control & control::IMMEDIATE != 0 {
-            fl |= flags::IMMEDIATE;
-        }
-        if reliable {
-            fl |= flags::ACK | flags::RELIABLE;
-        }
-        StreamRepr {
-            kind: kind as u8,
-            flags: fl,
-            psn,
-            ack: vi.rx.expected,
-            msg_len: e.len,
-            offset: 0,
-            imm: e.imm,
-            rdma_addr: e.raddr,
-            rdma_handle: e.rhandle,
-            msg_seq: e.msg_seq,
-            payload_len: e.len as u16,
-        }
-        .emit(&vi.tx.head, &mut hdrs[0]);
+        // The window has room past this frame (checked above): no ACK_REQ.
+        fragment_fields(e, reliable, psn, vi.rx.expected, 0, e.len, false).emit(&vi.tx.head, &mut hdrs[0]);
         let spec = &mut specs[0];
         spec.pieces[0] = (seg.addr as usize, e.len as usize);
         spec.n = usize::from(e.len > 0);
@@ -607,38 +623,8 @@ impl Context {
             debug_assert_eq!(e.first_psn.wrapping_add(vi.tx.off / frag), vi.tx.psn);
             let off = vi.tx.off;
             let len = if is_read { 0 } else { frag.min(e.len - off) };
-            let mut fl = if off == 0 { flags::FIRST } else { 0 };
-            if is_read || off + len == e.len {
-                fl |= flags::LAST;
-            }
-            if e.control & control::IMMEDIATE != 0 {
-                fl |= flags::IMMEDIATE;
-            }
-            if reliable {
-                fl |= flags::ACK | flags::RELIABLE;
-                if vi.tx.in_flight() + 1 == window {
-                    fl |= flags::ACK_REQ;
-                }
-            }
-            let kind = match e.op() {
-                control::OP_RDMAWRITE => Kind::RdmaWrite,
-                control::OP_RDMAREAD => Kind::RdmaReadReq,
-                _ => Kind::Data,
-            };
-            StreamRepr {
-                kind: kind as u8,
-                flags: fl,
-                psn: vi.tx.psn,
-                ack: vi.rx.expected,
-                msg_len: e.len,
-                offset: off,
-                imm: e.imm,
-                rdma_addr: e.raddr,
-                rdma_handle: e.rhandle,
-                msg_seq: e.msg_seq,
-                payload_len: len as u16,
-            }
-            .emit(&vi.tx.head, &mut hdrs[n]);
+            let fills_window = vi.tx.in_flight() + 1 == window;
+            fragment_fields(e, reliable, vi.tx.psn, vi.rx.expected, off, len, fills_window).emit(&vi.tx.head, &mut hdrs[n]);
             specs[n].resp = None;
             if is_read {
                 specs[n].n = 0;
