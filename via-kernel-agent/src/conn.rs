@@ -357,6 +357,11 @@ impl ConnectionManager {
 
     /// Retransmits requests that are due and settles those whose time is up.
     #[inline]
+    /// Nothing timed: [`Self::on_timer`] would do nothing.
+    pub fn timers_idle(&self) -> bool {
+        self.requests.is_empty()
+    }
+
     pub fn on_timer(&mut self, now: Instant) {
         if !self.requests.is_empty() {
             self.on_timer_requests(now);

@@ -166,6 +166,11 @@ impl PeerConnector {
     /// Retransmits requests that are due and times out those whose
     /// deadline passed.
     #[inline]
+    /// Nothing timed: [`Self::on_timer`] would do nothing.
+    pub fn timers_idle(&self) -> bool {
+        self.requests.is_empty()
+    }
+
     pub fn on_timer(&mut self, now: Instant) {
         if !self.requests.is_empty() {
             self.on_timer_requests(now);

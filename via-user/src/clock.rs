@@ -9,8 +9,61 @@
 //! The counter is trusted only where the processor says it runs at a
 //! constant rate in every state (CPUID's invariant TSC); elsewhere, and on
 //! other architectures, every call reads the system clock.
+//!
+//! The engine's times are [`Time`]s: nanoseconds since its clock began, so
+//! that arming a timer is one addition and a round-trip sample one
+//! subtraction (`Instant` arithmetic normalises seconds and nanoseconds
+//! at every step and checks for overflow). `Instant`s appear only where
+//! the engine meets the outside: a wait's sleep, connection management.
 
-use std::time::Instant;
+use std::ops::{Add, AddAssign, Sub};
+use std::time::{Duration, Instant};
+
+/// A moment on an engine's clock: nanoseconds since the clock began.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Time(u64);
+
+impl Time {
+    /// How long after `earlier` this is (zero when it is not after).
+    #[inline]
+    pub fn since(self, earlier: Time) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+
+    /// Nanoseconds since the clock began.
+    pub fn nanos(self) -> u64 {
+        self.0
+    }
+}
+
+/// A duration in whole nanoseconds (saturating: about 584 years).
+#[inline]
+fn nanos_of(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Add<Duration> for Time {
+    type Output = Time;
+    #[inline]
+    fn add(self, d: Duration) -> Time {
+        Time(self.0.saturating_add(nanos_of(d)))
+    }
+}
+
+impl AddAssign<Duration> for Time {
+    #[inline]
+    fn add_assign(&mut self, d: Duration) {
+        *self = *self + d;
+    }
+}
+
+impl Sub<Duration> for Time {
+    type Output = Time;
+    #[inline]
+    fn sub(self, d: Duration) -> Time {
+        Time(self.0.saturating_sub(nanos_of(d)))
+    }
+}
 
 /// Counter ticks a reading is used for: at most ~1 us at a 1 GHz counter,
 /// less at the usual 2-4 GHz.
@@ -19,7 +72,10 @@ const FRESH_TICKS: u64 = 1000;
 /// The clock of one engine (read under its lock).
 #[derive(Debug)]
 pub struct Clock {
-    at: Instant,
+    /// Where [`Time`] 0 is.
+    origin: Instant,
+    /// The last reading.
+    at: Time,
     /// The counter at `at`.
     tsc: u64,
     /// [`FRESH_TICKS`], or 0 when the counter is not to be trusted.
@@ -28,23 +84,59 @@ pub struct Clock {
 
 impl Default for Clock {
     fn default() -> Self {
-        Clock { at: Instant::now(), tsc: 0, fresh: if invariant_tsc() { FRESH_TICKS } else { 0 } }
+        // Time 0 lies a second before the clock began, so that a time a
+        // little before a reading (a test's `now - d`) is still after it.
+        let now = Instant::now();
+        let origin = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
+        Clock {
+            origin,
+            at: Time(nanos_of(now.duration_since(origin))),
+            tsc: 0,
+            fresh: if invariant_tsc() { fresh_ticks() } else { 0 },
+        }
     }
 }
 
 impl Clock {
     /// Now, give or take a microsecond.
     #[inline]
-    pub fn now(&mut self) -> Instant {
+    pub fn now(&mut self) -> Time {
         if let Some(t) = tsc() {
             if t.wrapping_sub(self.tsc) < self.fresh {
                 return self.at;
             }
             self.tsc = t;
         }
-        self.at = Instant::now();
+        self.read()
+    }
+
+    /// Now, read from the system clock.
+    pub fn read(&mut self) -> Time {
+        self.at = self.time_of(Instant::now());
         self.at
     }
+
+    /// The `Instant` that `t` is.
+    pub fn instant(&self, t: Time) -> Instant {
+        self.origin + Duration::from_nanos(t.0)
+    }
+
+    /// The [`Time`] that `i` is (0 for an instant before the clock's origin).
+    pub fn time_of(&self, i: Instant) -> Time {
+        Time(nanos_of(i.saturating_duration_since(self.origin)))
+    }
+}
+
+/// [`FRESH_TICKS`], or `VIA_CLOCK_FRESH_TICKS` where a measurement sets
+/// it: under callgrind a program runs some 50 times slower while the
+/// counter keeps real time, so every reading would look stale and the
+/// instruction count would include system-clock reads a native run does
+/// not make (`scripts/engine-instructions.sh` sets it 50 times larger).
+fn fresh_ticks() -> u64 {
+    std::env::var("VIA_CLOCK_FRESH_TICKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(FRESH_TICKS)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -89,7 +181,7 @@ mod tests {
             assert!(t >= last, "never backwards");
             // A reading is reused for at most FRESH_TICKS ticks (~1 us
             // at 1 GHz); allow for a preempted thread in between.
-            assert!(Instant::now().duration_since(t) < Duration::from_millis(50));
+            assert!(Instant::now().duration_since(c.instant(t)) < Duration::from_millis(50));
             last = t;
         }
     }
@@ -100,6 +192,34 @@ mod tests {
         let t0 = c.now();
         let until = Instant::now() + Duration::from_millis(2);
         while Instant::now() < until {}
-        assert!(c.now().duration_since(t0) >= Duration::from_millis(2), "a reading older than a microsecond is not reused");
+        assert!(
+            c.now().since(t0) >= Duration::from_millis(2),
+            "a reading older than a microsecond is not reused"
+        );
+    }
+
+    #[test]
+    fn times_and_instants_convert_both_ways() {
+        let mut c = Clock::default();
+        let t = c.now();
+        let i = c.instant(t);
+        assert_eq!(c.time_of(i), t);
+        assert_eq!(
+            c.time_of(i + Duration::from_millis(3)),
+            t + Duration::from_millis(3)
+        );
+        assert_eq!(
+            (t + Duration::from_micros(5)).since(t),
+            Duration::from_micros(5)
+        );
+        assert_eq!(
+            t.since(t + Duration::from_micros(5)),
+            Duration::ZERO,
+            "not after: zero"
+        );
+        assert!(
+            t - Duration::from_millis(500) < t,
+            "a little before a reading is still a time"
+        );
     }
 }

@@ -27,7 +27,7 @@
 //! (the protocol engine), [`nic`], [`vi_api`] and [`region`] (the Rust
 //! API: owners wrapped around the id-level calls of [`raw`]).
 
-mod clock;
+pub mod clock;
 pub mod descriptor;
 // The protocol engine is private to via-user: programs use the Rust API
 // (or the id-level calls, `raw`). Tests that drive an engine frame by
@@ -52,6 +52,7 @@ mod waker;
 pub mod workqueue;
 
 pub use engine::{AsyncError, AsyncErrorKind, Config, Counters, IncomingRequest};
+pub use clock::Time;
 pub use error::{Result, ViaError, VipReturn};
 pub use nic::{Completion, Nic, NicAttributes};
 pub use notify::{Notice, NotifyTarget};

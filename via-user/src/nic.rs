@@ -14,6 +14,7 @@ use std::mem::ManuallyDrop;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use crate::clock::Time;
 use std::time::{Duration, Instant};
 use via_kernel_agent::memory::{Ptag, MAX_PTAGS, MAX_REGIONS};
 use via_kernel_agent::names::NameService;
@@ -194,7 +195,7 @@ impl Nic {
         // satisfied reads no clock at all. (The engine's clock costs a
         // counter read while its last reading is under a microsecond old:
         // `crate::clock`.)
-        let mut start: Option<Instant> = None;
+        let mut start: Option<Time> = None;
         // Rounds still to spin because frames arrived without completing
         // the wait: the rest of a message comes right behind its first
         // frame, and sleeping between them (at once when VIA_SPIN_US=0,
@@ -221,7 +222,7 @@ impl Nic {
                 // This thread's own wake-up eventfd: only this thread drains
                 // it, so a wake-up written for it cannot be taken by another
                 // sleeper. (Without one, out of fds, the wait keeps spinning.)
-                let spinning = burst > 0 || now.duration_since(start) < self.shared.spin;
+                let spinning = burst > 0 || now.since(start) < self.shared.spin;
                 // The device is told (a device that saw frames come
                 // meanwhile: look again); the sleep ends when dropped.
                 let wake = if spinning { None } else { crate::waker::thread_fd().ok().and_then(|fd| e.prepare_sleep().map(|s| (fd, s))) };
@@ -230,6 +231,7 @@ impl Nic {
                     // Counted while still holding the lock, so a thread that
                     // completes our work after we let go sees us and wakes us.
                     self.register_sleeper(wake_fd);
+                    let deadline = deadline.map(|d| e.core.clock.instant(d));
                     let until = match (deadline, e.next_deadline()) {
                         (Some(a), Some(b)) => Some(a.min(b)),
                         (a, b) => a.or(b),

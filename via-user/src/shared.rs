@@ -7,7 +7,8 @@ use crate::notify::Notifier;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use crate::clock::Time;
+use std::time::Duration;
 use via_kernel_agent::names::NameService;
 
 pub(crate) struct Shared {
@@ -39,7 +40,7 @@ impl Shared {
 
     /// [`Shared::run`] with the time already read; true when frames
     /// arrived.
-    pub(crate) fn run_at(&self, e: &mut Engine, now: Instant) -> bool {
+    pub(crate) fn run_at(&self, e: &mut Engine, now: Time) -> bool {
         let got = e.progress_at(now);
         if got {
             self.wake_sleepers();

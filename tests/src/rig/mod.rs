@@ -23,7 +23,7 @@ use via_softnic::LoopbackDevice;
 use via_user::descriptor::control;
 use via_user::engine::post::Queue;
 use via_user::engine::{Config, Engine};
-use via_user::{Reliability, ViAttributes};
+use via_user::{Reliability, Time, ViAttributes};
 
 /// How far one [`Rig::step`] moves the clock.
 pub const STEP: Duration = Duration::from_micros(100);
@@ -198,7 +198,9 @@ pub struct Rig {
     pub a: Host,
     pub b: Host,
     pub raw: LoopbackDevice,
-    pub now: Instant,
+    /// The time both engines are driven at (each engine's clock begins
+    /// on its own; the rig moves this one).
+    pub now: Time,
 }
 
 static NEXT_WIRE: AtomicU32 = AtomicU32::new(0);
@@ -211,11 +213,11 @@ impl Rig {
         let mut a = Host::new(open(), level);
         let mut b = Host::new(open(), level);
         let raw = LoopbackDevice::with_mtu(&wire, INJECTOR_MTU).expect("the injector");
-        let now = Instant::now();
+        let now = a.engine.core.clock.now();
         let disc = b"rig";
         let wait = a.engine.core.connect_wait_begin(disc).unwrap();
         let amac = a.engine.core.mac;
-        b.engine.core.connect_request_begin(b.vi, amac, disc, now + Duration::from_secs(60)).unwrap();
+        b.engine.core.connect_request_begin(b.vi, amac, disc, Instant::now() + Duration::from_secs(60)).unwrap();
         for _ in 0..1000 {
             b.engine.progress_at(now);
             a.engine.progress_at(now);

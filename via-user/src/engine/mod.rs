@@ -28,7 +28,7 @@ pub use connect::IncomingRequest;
 #[cfg(feature = "test-support")]
 pub use rdma_target::UNRELIABLE_VIOLATION_LIMIT;
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Time};
 use crate::error::{Result, ViaError};
 use crate::vi::{ViAttributes, ViPhase, ViState};
 use crate::workqueue::CompletionQueue;
@@ -274,7 +274,7 @@ pub struct Context {
     /// What the VIs have to send: doorbell, ACKs owed, error reports.
     pub outbox: Outbox,
     /// Earliest armed VI timer (a lower bound; re-derived when reached).
-    pub timer_at: Option<Instant>,
+    pub timer_at: Option<Time>,
     pub counters: Counters,
     /// The clock, read at most about once a microsecond ([`Clock`]).
     pub clock: Clock,
@@ -417,7 +417,7 @@ impl Engine {
     }
 
     /// [`Engine::progress`] with the time already read.
-    pub fn progress_at(&mut self, now: Instant) -> bool {
+    pub fn progress_at(&mut self, now: Time) -> bool {
         let Engine { dev, core, .. } = self;
         let mut got = 0;
         for _ in 0..4 {
@@ -453,7 +453,8 @@ impl Engine {
     /// The next instant a timer needs the engine.
     pub fn next_deadline(&self) -> Option<Instant> {
         let c = &self.core;
-        [c.timer_at, c.cm.next_deadline(), c.peers.next_deadline(), c.resolver.next_deadline()].into_iter().flatten().min()
+        let vi_timers = c.timer_at.map(|t| c.clock.instant(t));
+        [vi_timers, c.cm.next_deadline(), c.peers.next_deadline(), c.resolver.next_deadline()].into_iter().flatten().min()
     }
 }
 
@@ -590,7 +591,7 @@ impl Context {
     }
 
     /// Arms the engine-wide timer no later than `t`.
-    pub fn arm(&mut self, t: Instant) {
+    pub fn arm(&mut self, t: Time) {
         self.timer_at = Some(self.timer_at.map_or(t, |x| x.min(t)));
     }
 }

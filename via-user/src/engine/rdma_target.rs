@@ -21,7 +21,7 @@ use super::{AsyncError, AsyncErrorKind, Context};
 use crate::descriptor::status;
 use crate::vi::{ReadJob, ServedRead, ViState};
 use std::collections::VecDeque;
-use std::time::Instant;
+use crate::clock::Time;
 use via_wire::{flags, seq_le, Frame};
 
 /// RDMA protection violations an unreliable VI's peer may commit before
@@ -99,7 +99,7 @@ impl Context {
     }
 
     /// Response data for one of our RDMA reads.
-    pub(super) fn on_read_response<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, f: &Frame<T>, payload: Payload<'_>, now: Instant) {
+    pub(super) fn on_read_response<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, f: &Frame<T>, payload: Payload<'_>, now: Time) {
         let (psn, seq, off) = (f.psn(), f.msg_seq(), f.offset());
         let mut idx = vi.sq.done;
         let found = loop {

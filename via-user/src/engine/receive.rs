@@ -15,7 +15,7 @@ use crate::usermem;
 use crate::vi::{AckDue, Reliability, RxMessage, ViPhase, ViState};
 use crate::workqueue::WqEntry;
 use via_kernel_agent::memory::Ptag;
-use std::time::Instant;
+use crate::clock::Time;
 use via_kernel_agent::conn::CmHeader;
 use via_wire::{flags, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT, FRAME_HEADER_LEN};
 use via_device::{LentPayload, RxMeta};
@@ -65,7 +65,7 @@ impl Core {
     /// Handles one received Ethernet frame; `meta.lent`: its payload, lent
     /// by a sender on this host (the frame then holds the headers alone);
     /// `meta.vouched`: it came by a path that cannot corrupt it.
-    pub fn on_frame(&mut self, bytes: &[u8], meta: RxMeta<'_>, now: Instant) {
+    pub fn on_frame(&mut self, bytes: &[u8], meta: RxMeta<'_>, now: Time) {
         let lent = meta.lent;
         self.cx.counters.rx_frames += 1;
         let parsed = match lent {
@@ -132,7 +132,8 @@ impl Core {
                                 foreign = self.peers.on_answer(kind, mac, ep, vi, f.generation(), f.imm(), c.clone()).is_err();
                             }
                             let h = CmHeader { kind, src_mac: mac, src_ep: ep, src_vi: vi, dst_vi: f.dst_vi(), generation: f.generation(), imm: f.imm() };
-                            foreign |= self.cm.on_frame(h, c, now).is_err();
+                            let at = self.clock.instant(now);
+                            foreign |= self.cm.on_frame(h, c, at).is_err();
                         }
                     }
                     if foreign {
@@ -181,7 +182,7 @@ impl Core {
     /// The peer disconnected: what it acknowledged completes, then the
     /// connection is lost.
     /// Anything else (another host, VI or generation) is counted and dropped.
-    fn on_disconnect<T: AsRef<[u8]>>(&mut self, f: &Frame<T>, now: Instant) {
+    fn on_disconnect<T: AsRef<[u8]>>(&mut self, f: &Frame<T>, now: Time) {
         let id = f.dst_vi();
         let Ok(vi) = self.vi(id) else {
             self.cx.counters.rx_no_vi += 1;
@@ -226,7 +227,7 @@ impl Context {
     /// that the peer saw a gap: the holes below the highest frame it holds
     /// go again (selective repeat), or, when it holds none, everything from
     /// `ack` (go-back-N).
-    pub(super) fn on_ack(&mut self, vi: &mut ViState, ack: u32, nak: bool, sack: Option<u64>, now: Instant) {
+    pub(super) fn on_ack(&mut self, vi: &mut ViState, ack: u32, nak: bool, sack: Option<u64>, now: Time) {
         // Older than what we know, or acknowledging frames never sent: ignore.
         if !seq_le(vi.tx.una, ack) || !seq_le(ack, vi.tx.sent_hi) {
             return;
@@ -271,7 +272,7 @@ impl Context {
     /// response came): the retries and the RTO start over, and the
     /// retransmission timer runs again from `now` while anything is
     /// `outstanding`.
-    pub(super) fn restart_rto(&mut self, vi: &mut ViState, now: Instant, outstanding: bool) {
+    pub(super) fn restart_rto(&mut self, vi: &mut ViState, now: Time, outstanding: bool) {
         if let Some(t) = vi.rtx.on_progress(now, outstanding) {
             self.arm(t);
         }
@@ -299,7 +300,7 @@ impl Context {
     /// A frame of the peer's sequenced stream (send or RDMA write
     /// fragment, RDMA read request) for `vi`; then, on a reliable VI,
     /// the frames held past the gap it filled.
-    pub(super) fn on_sequenced<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>, payload: Payload<'_>, now: Instant) {
+    pub(super) fn on_sequenced<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>, payload: Payload<'_>, now: Time) {
         self.sequenced(vi, kind, f, payload, now);
         if !vi.rx.reorder.is_empty() {
             self.replay_held(vi, now);
@@ -309,7 +310,7 @@ impl Context {
     /// Replays, in order, the frames held past a gap that has filled. If a
     /// gap remains with frames held past it, the sender is told at once (a
     /// NAK with the SACK bitmap), so that it sends the next holes.
-    fn replay_held(&mut self, vi: &mut ViState, now: Instant) {
+    fn replay_held(&mut self, vi: &mut ViState, now: Time) {
         loop {
             if vi.phase != ViPhase::Connected {
                 vi.rx.reorder.clear();
@@ -335,7 +336,7 @@ impl Context {
     /// [`Context::on_sequenced`] of one frame: placed when it is the one
     /// expected, held when it is past a gap (selective repeat), answered
     /// when it is a duplicate.
-    fn sequenced<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>, payload: Payload<'_>, now: Instant) {
+    fn sequenced<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>, payload: Payload<'_>, now: Time) {
         let reliable;
         let psn = f.psn();
         {
@@ -428,7 +429,7 @@ impl Context {
     }
 
     /// The peer reports that our message `msg_seq` failed there.
-    pub(super) fn on_error_report<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, f: &Frame<T>, now: Instant) {
+    pub(super) fn on_error_report<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, f: &Frame<T>, now: Time) {
         let (seq, bits, fatal) = (f.msg_seq(), f.imm() & status::ERROR_MASK, f.flags() & flags::FATAL != 0);
         let mut idx = vi.sq.done;
         while idx != vi.sq.tail {

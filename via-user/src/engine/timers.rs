@@ -7,24 +7,29 @@ use super::post::Queue;
 use super::{Context, Core};
 use crate::descriptor::status;
 use crate::vi::{Expiry, ViPhase, ViState};
-use std::time::Instant;
+use crate::clock::Time;
 
 impl Core {
     /// Runs the timers that are due at `now`.
     #[inline]
-    pub fn run_timers(&mut self, now: Instant) {
-        self.cm.on_timer(now);
-        self.peers.on_timer(now);
-        self.resolver.on_timer(now);
+    pub fn run_timers(&mut self, now: Time) {
+        // Connection management keeps `Instant`s: converted only when
+        // it has something timed.
+        if !(self.cm.timers_idle() && self.peers.timers_idle() && self.resolver.timers_idle()) {
+            let at = self.clock.instant(now);
+            self.cm.on_timer(at);
+            self.peers.on_timer(at);
+            self.resolver.on_timer(at);
+        }
         if self.timer_at.is_some_and(|t| t <= now) {
             self.run_due_timers(now);
         }
     }
 
-    fn run_due_timers(&mut self, now: Instant) {
+    fn run_due_timers(&mut self, now: Time) {
         let Core { vis, cx } = self;
         cx.timer_at = None;
-        let mut next: Option<Instant> = None;
+        let mut next: Option<Time> = None;
         for vi in vis.iter_mut().flatten() {
             if vi.phase != ViPhase::Connected {
                 continue;
@@ -45,7 +50,7 @@ impl Core {
 
 impl Context {
     /// The timers of connected `vi` that are due at `now`.
-    fn run_vi_timers(&mut self, vi: &mut ViState, now: Instant) {
+    fn run_vi_timers(&mut self, vi: &mut ViState, now: Time) {
         if vi.acks.on_timer(now) {
             self.outbox.owe_ack(vi.id);
         }

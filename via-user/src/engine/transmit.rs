@@ -21,7 +21,7 @@ use crate::workqueue::WqEntry;
 use via_kernel_agent::memory::{Ptag, RegistrationTable};
 use crate::descriptor::control;
 use crate::usermem;
-use std::time::Instant;
+use crate::clock::Time;
 use via_kernel_agent::conn::{CmFrame, Peer};
 use via_device::MAX_GATHER;
 use via_kernel_agent::auth::Keyring;
@@ -51,7 +51,7 @@ const CTL_PAYLOAD: usize = 192;
 impl Engine {
     /// Transmits everything queued: control frames, data of rung VIs, ACKs.
     #[inline]
-    pub(super) fn flush(&mut self, now: Instant) {
+    pub(super) fn flush(&mut self, now: Time) {
         if self.core.nothing_queued() {
             return; // the common idle case: nothing to build
         }
@@ -62,7 +62,7 @@ impl Engine {
     /// ahead of it (the common case after a post: the one VI, no error
     /// report that must precede its ACKs, no connection management); else
     /// rings its doorbell and flushes everything in order.
-    pub(super) fn transmit_now(&mut self, id: u16, now: Instant) {
+    pub(super) fn transmit_now(&mut self, id: u16, now: Time) {
         let Engine { dev, core, hdrs, specs } = self;
         if core.nothing_queued() {
             if let Some((cx, vi)) = core.split(id) {
@@ -74,7 +74,7 @@ impl Engine {
         self.flush_queued(now);
     }
 
-    fn flush_queued(&mut self, now: Instant) {
+    fn flush_queued(&mut self, now: Time) {
         let Engine { dev, core, hdrs, specs } = self;
         let specs: &mut [Spec; BATCH] = specs;
 
@@ -410,7 +410,7 @@ impl Context {
     /// the holes selective repeat found, then its send queue from the
     /// transmit position while the window is open. Rings its doorbell
     /// again when the device took less than offered.
-    fn transmit_vi(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Instant) {
+    fn transmit_vi(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Time) {
         self.fix_frag(dev, vi);
         if self.send_one_frame(dev, vi, hdrs, specs, now) {
             return;
@@ -453,7 +453,7 @@ impl Context {
     /// fragment and batch bookkeeping (what it would do, it does: the same
     /// frame, PSN, message number, ACK and timer). False when the general
     /// path must send.
-    fn send_one_frame(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Instant) -> bool {
+    fn send_one_frame(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Time) -> bool {
         let idx = vi.tx.idx;
         let reliable = vi.reliable();
         if vi.phase != ViPhase::Connected
@@ -533,7 +533,7 @@ impl Context {
 
     /// Transmits again, one frame each, the holes selective repeat found
     /// (`resend`), then returns the transmit position to where it was.
-    fn resend_holes(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Instant) {
+    fn resend_holes(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Time) {
         loop {
             if vi.phase != ViPhase::Connected {
                 return;
@@ -650,7 +650,7 @@ impl Context {
 
     /// Accounts for a batch of `n` fragments of `vi` of which the device
     /// accepted the first `k`.
-    fn after_transmit(&mut self, vi: &mut ViState, specs: &[Spec; BATCH], n: usize, k: usize, now: Instant) {
+    fn after_transmit(&mut self, vi: &mut ViState, specs: &[Spec; BATCH], n: usize, k: usize, now: Time) {
         self.counters.tx_frames += k as u64;
         let retrans = specs[..k].iter().filter(|s| seq_lt(s.psn, vi.tx.sent_hi)).count();
         // The first new frame, to be timed (never one sent before: Karn).

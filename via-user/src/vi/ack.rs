@@ -4,7 +4,8 @@
 //! for one, and a NAK (with the SACK bitmap) when a gap opens. Any frame
 //! we send carries the ACK, so a transmission settles what is owed.
 
-use std::time::{Duration, Instant};
+use crate::clock::Time;
+use std::time::Duration;
 
 /// The ACK duty of one VI's receiver.
 #[derive(Clone, Debug, Default)]
@@ -12,7 +13,7 @@ pub struct AckScheduler {
     /// Frames accepted since the last ACK went out.
     count: u32,
     /// When a delayed ACK is due.
-    at: Option<Instant>,
+    at: Option<Time>,
     /// An ACK (or, with `nak`, a NAK) must go out in this progress round.
     now: bool,
     nak: bool,
@@ -26,7 +27,7 @@ pub enum AckDue {
     /// Send an ACK this round.
     Now,
     /// Wake the engine at this instant for a delayed ACK.
-    At(Instant),
+    At(Time),
     /// Nothing new: a delayed ACK is already armed.
     Armed,
 }
@@ -43,13 +44,13 @@ impl AckScheduler {
     }
 
     /// When the delayed ACK is due, if one is armed.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub fn deadline(&self) -> Option<Time> {
         self.at
     }
 
     /// A frame was accepted in order; `requested`: it asked for an ACK.
     #[inline]
-    pub fn on_accepted(&mut self, now: Instant, every: u32, delay: Duration, requested: bool) -> AckDue {
+    pub fn on_accepted(&mut self, now: Time, every: u32, delay: Duration, requested: bool) -> AckDue {
         self.count += 1;
         if self.count >= every || requested {
             self.now = true;
@@ -86,7 +87,7 @@ impl AckScheduler {
     }
 
     /// The delayed ACK's time came: true when one is now owed this round.
-    pub fn on_timer(&mut self, now: Instant) -> bool {
+    pub fn on_timer(&mut self, now: Time) -> bool {
         if self.at.is_some_and(|t| t <= now) {
             self.at = None;
             self.now = true;
@@ -121,7 +122,7 @@ mod tests {
 
     #[test]
     fn acks_every_n_frames_or_after_the_delay() {
-        let (t0, d) = (Instant::now(), Duration::from_micros(200));
+        let (t0, d) = (Time::default() + Duration::from_secs(1), Duration::from_micros(200));
         let mut a = AckScheduler::default();
         assert!(!a.owed());
         assert_eq!(a.on_accepted(t0, 3, d, false), AckDue::At(t0 + d), "the first frame arms the delay");

@@ -15,7 +15,8 @@ pub use selective::SelectiveRepeat;
 use crate::reorder::ReorderBuffer;
 use crate::workqueue::WorkQueue;
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use crate::clock::Time;
+use std::time::Duration;
 use via_wire::{seq_le, seq_lt, HeaderTemplate};
 use via_kernel_agent::conn::Peer;
 use via_kernel_agent::memory::Ptag;
@@ -307,7 +308,7 @@ impl ViState {
     }
 
     /// The earliest timer of this VI.
-    pub fn next_timer(&self) -> Option<Instant> {
+    pub fn next_timer(&self) -> Option<Time> {
         match (self.rtx.deadline(), self.acks.deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

@@ -5,13 +5,14 @@
 //! cause once per acknowledged position.
 
 use crate::rtt::RttEstimator;
-use std::time::{Duration, Instant};
+use crate::clock::Time;
+use std::time::Duration;
 
 /// Timer, backoff and round-trip timing of one VI's sender.
 #[derive(Clone, Debug)]
 pub struct Retransmission {
     /// When the oldest unacknowledged frame times out.
-    at: Option<Instant>,
+    at: Option<Time>,
     rto: Duration,
     /// The timeout after progress: from the estimate, within
     /// `initial..=max` (recomputed when a sample comes, not per ACK).
@@ -22,7 +23,7 @@ pub struct Retransmission {
     retries: u32,
     rtt: RttEstimator,
     /// The frame being timed: its PSN and when it went out.
-    probe: Option<(u32, Instant)>,
+    probe: Option<(u32, Time)>,
     /// The oldest unacknowledged PSN a NAK already rewound to.
     nak_rewound: Option<u32>,
 }
@@ -46,7 +47,7 @@ impl Retransmission {
     }
 
     /// When the timer expires, if it runs.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub fn deadline(&self) -> Option<Time> {
         self.at
     }
 
@@ -70,7 +71,7 @@ impl Retransmission {
     /// (at least the initial timeout). Returns the deadline to arm, when it
     /// started.
     #[inline]
-    pub fn on_sent(&mut self, first_new: Option<u32>, now: Instant) -> Option<Instant> {
+    pub fn on_sent(&mut self, first_new: Option<u32>, now: Time) -> Option<Time> {
         if self.probe.is_none() {
             self.probe = first_new.map(|psn| (psn, now));
         }
@@ -85,9 +86,9 @@ impl Retransmission {
     /// The peer acknowledged everything before `ack`: the timed frame, if
     /// among it, gives a round-trip sample; a later NAK may rewind again.
     #[inline]
-    pub fn on_acked(&mut self, ack: u32, now: Instant) {
+    pub fn on_acked(&mut self, ack: u32, now: Time) {
         if let Some((_, sent)) = self.probe.filter(|&(psn, _)| via_wire::seq_lt(psn, ack)) {
-            self.rtt.sample(now.saturating_duration_since(sent));
+            self.rtt.sample(now.since(sent));
             self.settled = self.rtt.rto(self.initial, self.max);
             self.probe = None;
         }
@@ -99,7 +100,7 @@ impl Retransmission {
     /// and the timer runs from `now` while anything is `outstanding`.
     /// Returns its deadline.
     #[inline]
-    pub fn on_progress(&mut self, now: Instant, outstanding: bool) -> Option<Instant> {
+    pub fn on_progress(&mut self, now: Time, outstanding: bool) -> Option<Time> {
         self.retries = 0;
         self.rto = self.settled;
         self.at = outstanding.then(|| now + self.rto);
@@ -121,14 +122,14 @@ impl Retransmission {
     }
 
     /// Has the timer expired at `now`?
-    pub fn expired(&self, now: Instant) -> bool {
+    pub fn expired(&self, now: Time) -> bool {
         self.at.is_some_and(|t| t <= now)
     }
 
     /// The timer expired; `outstanding`: frames or reads are unanswered.
     /// Past `limit` retries the connection is lost; otherwise the timeout
     /// doubles (at most the largest) and the timer runs again.
-    pub fn on_expiry(&mut self, now: Instant, outstanding: bool, limit: u32) -> Expiry {
+    pub fn on_expiry(&mut self, now: Time, outstanding: bool, limit: u32) -> Expiry {
         if !outstanding {
             self.at = None;
             return Expiry::Idle;
@@ -153,7 +154,7 @@ mod tests {
 
     #[test]
     fn backs_off_then_gives_up() {
-        let t0 = Instant::now();
+        let t0 = Time::default() + Duration::from_secs(1);
         let mut r = Retransmission::new(2 * MS, 5 * MS);
         assert_eq!(r.on_sent(Some(0), t0), Some(t0 + 2 * MS), "the first send starts the timer");
         assert_eq!(r.on_sent(Some(1), t0), None, "already running");
@@ -170,7 +171,7 @@ mod tests {
 
     #[test]
     fn times_one_new_frame_and_never_a_resent_one() {
-        let t0 = Instant::now();
+        let t0 = Time::default() + Duration::from_secs(1);
         let mut r = Retransmission::new(2 * MS, 5 * MS);
         r.on_sent(Some(5), t0);
         r.on_acked(5, t0 + MS);
@@ -195,7 +196,7 @@ mod tests {
         let mut r = Retransmission::new(MS, MS);
         assert!(r.rewind_once(3));
         assert!(!r.rewind_once(3));
-        r.on_acked(4, Instant::now());
+        r.on_acked(4, Time::default() + Duration::from_secs(1));
         assert!(r.rewind_once(4), "progress allows the next rewind");
     }
 }
