@@ -6,7 +6,7 @@
 # Needs valgrind. Usage: scripts/engine-instructions.sh [ITERS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-iters="${1:-2000}"
+iters="${1:-50000}"
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
 bench="$(cargo bench -p via-user --bench engine_cost --no-run --message-format=json 2>/dev/null \
     | sed -n 's/.*"executable":"\([^"]*engine_cost[^"]*\)".*/\1/p' | tail -1)"

@@ -60,9 +60,23 @@ pub fn write_completion(mem: &RegistrationTable, addr: usize, handle: u32, lengt
     if mem.lookup(handle).map(|r| r.contains(addr, descriptor_bytes(0))) != Ok(true) {
         return false;
     }
-    let cs = addr as *mut ControlSegment;
     // SAFETY: the control segment lies in registered memory (checked above).
-    // Status is written last so a poller that sees DONE sees the rest.
+    unsafe { write_completion_unchecked(addr, length, status, imm) };
+    true
+}
+
+/// [`write_completion`] of a descriptor whose control segment is known to
+/// be registered.
+///
+/// # Safety
+/// The control segment at `addr` was checked against the registration
+/// table, and nothing was deregistered since (its epoch stands), under the
+/// engine lock held since.
+#[inline]
+pub unsafe fn write_completion_unchecked(addr: usize, length: u32, status: u32, imm: Option<u32>) {
+    let cs = addr as *mut ControlSegment;
+    // SAFETY: the caller's promise. Status is written last so a poller
+    // that sees DONE sees the rest.
     unsafe {
         if let Some(v) = imm {
             std::ptr::addr_of_mut!((*cs).immediate_data).write_volatile(v);
@@ -71,7 +85,6 @@ pub fn write_completion(mem: &RegistrationTable, addr: usize, handle: u32, lengt
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         std::ptr::addr_of_mut!((*cs).status).write_volatile(status);
     }
-    true
 }
 
 /// Zeroes `Length` and `Status` of the descriptor at `addr`.

@@ -49,11 +49,14 @@ pub struct WqEntry {
     pub got: u32,
     pub read_done: bool,
     /// The local data segments as checked at post, when there are at most
-    /// [`INLINE_SEGMENTS`], and the registration epoch of that check (0:
-    /// not kept). While the epoch stands, transmit and receive use them
-    /// without reading the descriptor or checking them again.
+    /// [`INLINE_SEGMENTS`].
     pub inline: [CheckedSegment; INLINE_SEGMENTS],
-    pub inline_epoch: u64,
+    /// The registration epoch at which the descriptor and its segments
+    /// passed their checks at post (0: they did not). While it stands,
+    /// transmit and receive use `inline` without reading the descriptor
+    /// or checking it again, and the completion is written without
+    /// looking its memory up.
+    pub checked_epoch: u64,
 }
 
 /// Local data segments a work-queue entry keeps as checked at post.
@@ -73,7 +76,8 @@ impl WqEntry {
     /// and the registration table's epoch is still `epoch`.
     #[inline]
     pub fn checked_segments(&self, epoch: u64) -> Option<&[CheckedSegment]> {
-        (self.inline_epoch == epoch).then(|| &self.inline[..(self.segs - self.seg0) as usize])
+        let n = (self.segs - self.seg0) as usize;
+        (self.checked_epoch == epoch && n <= INLINE_SEGMENTS).then(|| &self.inline[..n])
     }
 
     /// Data segment `i` (`seg0 <= i < segs`): from `checked` (what

@@ -90,9 +90,7 @@ impl Core {
             }
             total += s.length as u64;
         }
-        if keep {
-            e.inline_epoch = mem.epoch();
-        }
+        e.checked_epoch = mem.epoch();
         if total > attrs.max_transfer_size as u64 {
             e.pre_status = status::LENGTH_ERROR;
             return Ok(());
@@ -206,6 +204,7 @@ impl Context {
         }
         let e = wq.get(wq.done);
         let (desc, desc_handle, op_bits, started) = (e.desc, e.desc_handle, e.op(), e.nframes != 0);
+        let checked = e.checked_epoch == self.mem.epoch();
         wq.done = wq.done.wrapping_add(1);
         let cq = match q {
             Queue::Send => vi.send_cq,
@@ -225,7 +224,15 @@ impl Context {
             _ => q.op_status(),
         };
         let imm_bit = if imm.is_some() { status::IMMEDIATE } else { 0 };
-        usermem::write_completion(&self.mem, desc, desc_handle, length, bits | status::DONE | op | imm_bit, imm);
+        let st = bits | status::DONE | op | imm_bit;
+        if checked {
+            // SAFETY: the control segment passed its check at post and
+            // nothing was deregistered since (the epoch stands); we hold
+            // the engine lock.
+            unsafe { usermem::write_completion_unchecked(desc, length, st, imm) };
+        } else {
+            usermem::write_completion(&self.mem, desc, desc_handle, length, st, imm);
+        }
         if let Some(cq) = cq {
             self.push_completion(cq, id, q);
         }
