@@ -72,8 +72,9 @@ const FRESH_TICKS: u64 = 1000;
 /// The clock of one engine (read under its lock).
 #[derive(Debug)]
 pub struct Clock {
-    /// Where [`Time`] 0 is.
+    /// Where [`Time`] 0 is, as an `Instant` and on the monotonic clock.
     origin: Instant,
+    origin_ns: u64,
     /// The last reading.
     at: Time,
     /// The counter at `at`.
@@ -86,14 +87,14 @@ impl Default for Clock {
     fn default() -> Self {
         // Time 0 lies a second before the clock began, so that a time a
         // little before a reading (a test's `now - d`) is still after it.
+        // (The two origins are read a few nanoseconds apart: what an
+        // `Instant` converted to a `Time` may be off by.)
         let now = Instant::now();
-        let origin = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
-        Clock {
-            origin,
-            at: Time(nanos_of(now.duration_since(origin))),
-            tsc: 0,
-            fresh: if invariant_tsc() { fresh_ticks() } else { 0 },
-        }
+        let now_ns = monotonic_ns();
+        let back = Duration::from_secs(1).min(Duration::from_nanos(now_ns));
+        let origin = now.checked_sub(back).unwrap_or(now);
+        let origin_ns = now_ns - nanos_of(back);
+        Clock { origin, origin_ns, at: Time(now_ns - origin_ns), tsc: 0, fresh: if invariant_tsc() { fresh_ticks() } else { 0 } }
     }
 }
 
@@ -112,7 +113,7 @@ impl Clock {
 
     /// Now, read from the system clock.
     pub fn read(&mut self) -> Time {
-        self.at = self.time_of(Instant::now());
+        self.at = Time(monotonic_ns().saturating_sub(self.origin_ns));
         self.at
     }
 
@@ -125,6 +126,16 @@ impl Clock {
     pub fn time_of(&self, i: Instant) -> Time {
         Time(nanos_of(i.saturating_duration_since(self.origin)))
     }
+}
+
+/// The monotonic clock (`Instant`'s on Linux) in nanoseconds: read
+/// directly, it needs none of the seconds-and-nanoseconds arithmetic an
+/// `Instant` difference does.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid place for the kernel (or the vDSO) to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
 }
 
 /// [`FRESH_TICKS`], or `VIA_CLOCK_FRESH_TICKS` where a measurement sets
