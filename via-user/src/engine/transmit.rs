@@ -380,6 +380,34 @@ fn send_batch(dev: &mut dyn FrameDevice, hdrs: &mut Headers, sealer: Sealer<'_>,
     dev.transmit(frames).unwrap_or(0)
 }
 
+/// [`send_batch`] of one frame whose payload is one piece of registered
+/// memory (`payload`, possibly empty): the one-frame path's send, without
+/// the batch's arrays. True when the device took it. An authenticated
+/// frame (its tag is one more piece) goes through [`send_batch`].
+#[inline]
+fn send_one(dev: &mut dyn FrameDevice, hdrs: &mut Headers, sealer: Sealer<'_>, specs: &mut [Spec; BATCH], payload: &[u8], lendable: bool) -> bool {
+    let h = &mut hdrs[0];
+    match sealer {
+        Sealer::Mac(_) => {
+            let spec = &mut specs[0];
+            spec.pieces[0] = (payload.as_ptr() as usize, payload.len());
+            spec.n = usize::from(!payload.is_empty());
+            spec.psn = 0;
+            spec.resp = None;
+            spec.lendable = lendable;
+            return send_batch(dev, hdrs, sealer, &specs[..1]) == 1;
+        }
+        Sealer::Checksum => seal(h, [payload]),
+        Sealer::Nothing => {}
+    }
+    let mut t = TxFrame::new(&h[..]);
+    t.lendable = lendable;
+    if !payload.is_empty() {
+        t.push(payload);
+    }
+    dev.transmit(std::slice::from_ref(&t)).unwrap_or(0) == 1
+}
+
 impl Context {
     /// Is the outbox empty: no doorbell rung, no error report, ACK,
     /// connection-management, peer-connection or name-service frame?
@@ -482,13 +510,11 @@ impl Context {
         vi.tx.next_msg_seq = vi.tx.next_msg_seq.wrapping_add(1);
         // The window has room past this frame (checked above): no ACK_REQ.
         fragment_fields(e, reliable, psn, vi.rx.expected, 0, e.len, false).emit(&vi.tx.head, &mut hdrs[0]);
-        let spec = &mut specs[0];
-        spec.pieces[0] = (seg.addr as usize, e.len as usize);
-        spec.n = usize::from(e.len > 0);
-        spec.psn = psn;
-        spec.resp = None;
-        spec.lendable = reliable;
-        if send_batch(dev, hdrs, self.sealer_for(vi), &specs[..1]) == 0 {
+        // SAFETY: the segment was checked against the registration table
+        // at post and nothing was deregistered since (its epoch stands);
+        // the frame is handed over before the engine lock is released.
+        let payload = unsafe { usermem::bytes(seg.addr as usize, e.len as usize) };
+        if !send_one(dev, hdrs, self.sealer_for(vi), specs, payload, reliable) {
             // The position stays: the next doorbell sends it.
             self.counters.tx_ring_full += 1;
             self.outbox.ring(vi.id);
