@@ -227,6 +227,7 @@ impl Context {
     /// that the peer saw a gap: the holes below the highest frame it holds
     /// go again (selective repeat), or, when it holds none, everything from
     /// `ack` (go-back-N).
+    #[inline]
     pub(super) fn on_ack(&mut self, vi: &mut ViState, ack: u32, nak: bool, sack: Option<u64>, now: Time) {
         // Older than what we know, or acknowledging frames never sent: ignore.
         if !seq_le(vi.tx.una, ack) || !seq_le(ack, vi.tx.sent_hi) {
@@ -300,6 +301,7 @@ impl Context {
     /// A frame of the peer's sequenced stream (send or RDMA write
     /// fragment, RDMA read request) for `vi`; then, on a reliable VI,
     /// the frames held past the gap it filled.
+    #[inline]
     pub(super) fn on_sequenced<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>, payload: Payload<'_>, now: Time) {
         self.sequenced(vi, kind, f, payload, now);
         if !vi.rx.reorder.is_empty() {
@@ -336,6 +338,7 @@ impl Context {
     /// [`Context::on_sequenced`] of one frame: placed when it is the one
     /// expected, held when it is past a gap (selective repeat), answered
     /// when it is a duplicate.
+    #[inline]
     fn sequenced<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>, payload: Payload<'_>, now: Time) {
         let reliable;
         let psn = f.psn();
