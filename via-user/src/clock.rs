@@ -34,11 +34,23 @@ impl Time {
     pub fn nanos(self) -> u64 {
         self.0
     }
+
+    /// `ns` nanoseconds later (saturating).
+    #[inline]
+    pub fn after_nanos(self, ns: u64) -> Time {
+        Time(self.0.saturating_add(ns))
+    }
+
+    /// Nanoseconds after `earlier` (0 when it is not after).
+    #[inline]
+    pub fn nanos_since(self, earlier: Time) -> u64 {
+        self.0.saturating_sub(earlier.0)
+    }
 }
 
 /// A duration in whole nanoseconds (saturating: about 584 years).
 #[inline]
-fn nanos_of(d: Duration) -> u64 {
+pub fn nanos_of(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 

@@ -5,7 +5,7 @@
 //! cause once per acknowledged position.
 
 use crate::rtt::RttEstimator;
-use crate::clock::Time;
+use crate::clock::{nanos_of, Time};
 use std::time::Duration;
 
 /// Timer, backoff and round-trip timing of one VI's sender.
@@ -13,12 +13,14 @@ use std::time::Duration;
 pub struct Retransmission {
     /// When the oldest unacknowledged frame times out.
     at: Option<Time>,
-    rto: Duration,
+    /// The timeouts, in nanoseconds (the engine's clock counts them: no
+    /// conversion on the path of a message). The current one:
+    rto: u64,
     /// The timeout after progress: from the estimate, within
     /// `initial..=max` (recomputed when a sample comes, not per ACK).
-    settled: Duration,
-    initial: Duration,
-    max: Duration,
+    settled: u64,
+    initial: u64,
+    max: u64,
     /// Consecutive timeouts without progress.
     retries: u32,
     rtt: RttEstimator,
@@ -43,6 +45,7 @@ impl Retransmission {
     /// A stopped timer whose timeouts start at `initial` and back off to
     /// at most `max`.
     pub fn new(initial: Duration, max: Duration) -> Self {
+        let (initial, max) = (nanos_of(initial), nanos_of(max));
         Retransmission { at: None, rto: initial, settled: initial, initial, max, retries: 0, rtt: RttEstimator::default(), probe: None, nak_rewound: None }
     }
 
@@ -78,7 +81,7 @@ impl Retransmission {
         if self.at.is_some() {
             return None;
         }
-        let t = now + self.rto.max(self.initial);
+        let t = now.after_nanos(self.rto.max(self.initial));
         self.at = Some(t);
         Some(t)
     }
@@ -88,7 +91,7 @@ impl Retransmission {
     #[inline]
     pub fn on_acked(&mut self, ack: u32, now: Time) {
         if let Some((_, sent)) = self.probe.filter(|&(psn, _)| via_wire::seq_lt(psn, ack)) {
-            self.rtt.sample(now.since(sent));
+            self.rtt.sample(now.nanos_since(sent));
             self.settled = self.rtt.rto(self.initial, self.max);
             self.probe = None;
         }
@@ -103,7 +106,7 @@ impl Retransmission {
     pub fn on_progress(&mut self, now: Time, outstanding: bool) -> Option<Time> {
         self.retries = 0;
         self.rto = self.settled;
-        self.at = outstanding.then(|| now + self.rto);
+        self.at = outstanding.then(|| now.after_nanos(self.rto));
         self.at
     }
 
@@ -138,8 +141,8 @@ impl Retransmission {
         if self.retries > limit {
             return Expiry::GiveUp;
         }
-        self.rto = (self.rto * 2).min(self.max);
-        self.at = Some(now + self.rto);
+        self.rto = self.rto.saturating_mul(2).min(self.max);
+        self.at = Some(now.after_nanos(self.rto));
         self.nak_rewound = None;
         self.probe = None; // what follows is sent twice (Karn)
         Expiry::Retry
