@@ -15,11 +15,11 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 printf '%-14s %12s\n' mode instructions
 for mode in send write; do
-    # The engine's clock reuses a reading for 1,000 counter ticks (~0.3 us
+    # The engine's clock reuses a reading for 10,000 counter ticks (~3 us
     # natively); callgrind runs ~50x slower against the same counter, so
     # the window is scaled alike, or every reading would go to the system
     # clock as a native run's do not (via-user/src/clock.rs).
-    VIA_CLOCK_FRESH_TICKS="${VIA_CLOCK_FRESH_TICKS:-50000}" ITERS="$iters" ONLY="$mode" valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*ping_pong*' \
+    VIA_CLOCK_FRESH_TICKS="${VIA_CLOCK_FRESH_TICKS:-500000}" ITERS="$iters" ONLY="$mode" valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*ping_pong*' \
         --callgrind-out-file="$out/$mode" "$bench" >/dev/null 2>&1
     total="$(callgrind_annotate "$out/$mode" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)"
     printf '%-14s %12d\n' "$mode" $((total / (iters * 2)))
