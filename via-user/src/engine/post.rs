@@ -179,7 +179,7 @@ impl Core {
             Queue::Send => &mut vi.sq,
             Queue::Recv => &mut vi.rq,
         };
-        Ok((vi.serial, wq.pop_completed().map(|e| e.desc)))
+        Ok((vi.serial, wq.pop_completed()))
     }
 
     /// `VipCQDone`: the oldest completion of CQ `cq` as (VI, is receive
