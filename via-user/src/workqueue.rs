@@ -111,7 +111,6 @@ impl WqEntry {
 
 /// A VI's send or receive queue.
 pub struct WorkQueue {
-    /// A power of two of entries, `mask + 1` (both fixed at `new`).
     slots: Box<[WqEntry]>,
     mask: u32,
     pub head: u32,
@@ -149,7 +148,7 @@ impl WorkQueue {
         if self.len() == self.slots.len() {
             return false;
         }
-        *self.slot_mut(self.tail) = e;
+        self.slots[(self.tail & self.mask) as usize] = e;
         self.tail = self.tail.wrapping_add(1);
         true
     }
@@ -161,7 +160,7 @@ impl WorkQueue {
         if self.len() == self.slots.len() {
             return None;
         }
-        Some(self.slot_mut(self.tail))
+        Some(&mut self.slots[(self.tail & self.mask) as usize])
     }
 
     /// Makes the entry built in [`WorkQueue::vacant`] the newest posted.
@@ -171,37 +170,22 @@ impl WorkQueue {
         self.tail = self.tail.wrapping_add(1);
     }
 
-    /// The entry at ring index `idx` (taken modulo the capacity).
-    #[inline]
     pub fn get(&self, idx: u32) -> &WqEntry {
-        let i = (idx & self.mask) as usize;
-        debug_assert!(i < self.slots.len());
-        // SAFETY: `slots` has `mask + 1` entries (both fixed at `new`), so
-        // `idx & mask` is in bounds.
-        unsafe { self.slots.get_unchecked(i) }
+        &self.slots[(idx & self.mask) as usize]
     }
 
-    #[inline]
     pub fn get_mut(&mut self, idx: u32) -> &mut WqEntry {
-        self.slot_mut(idx)
+        &mut self.slots[(idx & self.mask) as usize]
     }
 
-    #[inline]
-    fn slot_mut(&mut self, idx: u32) -> &mut WqEntry {
-        let i = (idx & self.mask) as usize;
-        debug_assert!(i < self.slots.len());
-        // SAFETY: as in `get`.
-        unsafe { self.slots.get_unchecked_mut(i) }
-    }
-
-    /// Hands back the oldest completed entry: its descriptor's address.
-    pub fn pop_completed(&mut self) -> Option<usize> {
+    /// Hands back the oldest completed entry.
+    pub fn pop_completed(&mut self) -> Option<WqEntry> {
         if self.head == self.done {
             return None;
         }
-        let desc = self.get(self.head).desc;
+        let e = *self.get(self.head);
         self.head = self.head.wrapping_add(1);
-        Some(desc)
+        Some(e)
     }
 }
 
@@ -296,10 +280,10 @@ mod tests {
                 assert!(q.push(WqEntry { desc: (round * 4 + i) as usize, ..Default::default() }));
             }
             assert!(!q.push(WqEntry::default()));
-            assert_eq!(q.pop_completed(), None);
+            assert_eq!(q.pop_completed().map(|e| e.desc), None);
             q.done = q.done.wrapping_add(4);
             for i in 0..4 {
-                assert_eq!(q.pop_completed(), Some((round * 4 + i) as usize));
+                assert_eq!(q.pop_completed().unwrap().desc, (round * 4 + i) as usize);
             }
             assert!(q.is_empty());
         }

@@ -179,7 +179,7 @@ impl Core {
             Queue::Send => &mut vi.sq,
             Queue::Recv => &mut vi.rq,
         };
-        Ok((vi.serial, wq.pop_completed()))
+        Ok((vi.serial, wq.pop_completed().map(|e| e.desc)))
     }
 
     /// `VipCQDone`: the oldest completion of CQ `cq` as (VI, is receive
