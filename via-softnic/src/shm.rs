@@ -374,8 +374,16 @@ impl ShmDevice {
                 }
                 std::ptr::copy_nonoverlapping(rec.as_ptr().cast::<u8>(), s.add(8 + h.next_multiple_of(8)), 8 * (1 + 2 * frame.pieces));
             } else {
+                // The slot's first cache line, which the owner polls (its
+                // sequence word), is written last and at once: the bytes
+                // past it first, then the length word and the frame's
+                // first bytes, then (below) the sequence word. Written in
+                // order, that line went to this core for the length word,
+                // back to the polling owner, and here again for the rest.
+                const IN_FIRST_LINE: usize = 64 - SLOT_PREFIX;
+                copy_frame_range(frame, IN_FIRST_LINE, usize::MAX, s.add(8));
                 std::ptr::copy_nonoverlapping((frame.len() as u64).to_le_bytes().as_ptr(), s, 8);
-                frame.copy_to(s.add(8));
+                copy_frame_range(frame, 0, IN_FIRST_LINE, s.add(8));
             }
         }
         // Published: the owner, polling this slot, takes it.
@@ -713,6 +721,25 @@ mod sys {
         }
         // SAFETY: the kernel gave us this descriptor (close-on-exec).
         Ok(unsafe { OwnedFd::from_raw_fd(copy as RawFd) })
+    }
+}
+
+/// Copies bytes `[from, to)` of `frame` (its header, then its pieces, as
+/// on the wire; `to` past the end: to the end) to `dst + from`.
+///
+/// # Safety
+/// `dst` must be valid for writes of `frame.len()` bytes and not overlap
+/// the frame's pieces.
+unsafe fn copy_frame_range(frame: &TxFrame<'_>, from: usize, to: usize, dst: *mut u8) {
+    let mut at = 0;
+    for part in std::iter::once(frame.header).chain(frame.pieces().iter().copied()) {
+        let (lo, hi) = (at.max(from), (at + part.len()).min(to));
+        if lo < hi {
+            // SAFETY: `[lo, hi)` lies inside the frame, so inside `dst`'s
+            // `frame.len()` bytes, and inside this part.
+            unsafe { std::ptr::copy_nonoverlapping(part.as_ptr().add(lo - at), dst.add(lo), hi - lo) };
+        }
+        at += part.len();
     }
 }
 

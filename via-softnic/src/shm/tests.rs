@@ -348,3 +348,26 @@ fn a_doorbell_that_is_not_an_eventfd_is_not_written() {
     let _ = std::fs::remove_file(&path);
     remove_wire(&w);
 }
+
+#[test]
+fn a_frame_copied_in_two_ranges_is_the_frame_copied_whole() {
+    // The append writes what lies past the slot's first line first, then
+    // the rest: every split point, inside the header or a piece or between
+    // them, must give the same bytes as one copy.
+    let header: Vec<u8> = (0..78).collect();
+    let (a, b): (Vec<u8>, Vec<u8>) = ((100..137).collect(), (200..227).collect());
+    let mut f = TxFrame::new(&header);
+    assert!(f.push(&a) && f.push(&b));
+    let mut whole = vec![0u8; f.len()];
+    // SAFETY: `whole` holds f.len() bytes and is the frame's own buffer.
+    unsafe { f.copy_to(whole.as_mut_ptr()) };
+    for split in 0..=f.len() + 1 {
+        let mut two = vec![0u8; f.len()];
+        // SAFETY: as above.
+        unsafe {
+            copy_frame_range(&f, split, usize::MAX, two.as_mut_ptr());
+            copy_frame_range(&f, 0, split, two.as_mut_ptr());
+        }
+        assert_eq!(two, whole, "split at {split}");
+    }
+}
