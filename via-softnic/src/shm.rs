@@ -488,6 +488,7 @@ impl ShmDevice {
                 // sequence word was stored after the copy) and is not
                 // written again until we publish a head past it, below.
                 let word = u64::from_le_bytes(unsafe { std::slice::from_raw_parts(s, 8) }.try_into().unwrap());
+                prefetch_frame(s, word);
                 // SAFETY: as above.
                 let delivered = match unsafe { read_slot(s, word) } {
                     Some((frame, None)) => {
@@ -722,6 +723,32 @@ mod sys {
         // SAFETY: the kernel gave us this descriptor (close-on-exec).
         Ok(unsafe { OwnedFd::from_raw_fd(copy as RawFd) })
     }
+}
+
+/// Asks for the cache lines of a small frame in the slot whose length
+/// word is at `s` (`word` its value) past the first, which its sender has
+/// just written: all at once, before the engine's checks read the headers
+/// and then the payload one line after another (via-shm 64 B 0.72 ->
+/// 0.65 us). Only the first [`PREFETCH_LINES`]: asking for every line of
+/// a 64 KiB frame cost a tenth of the 1 MiB bandwidth, where the
+/// processor's own prefetcher follows a long copy anyway.
+#[inline]
+fn prefetch_frame(s: *const u8, word: u64) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        const PREFETCH_LINES: usize = 4;
+        let end = (8 + (word & !LENT) as usize).min(SLOT_BYTES - (SLOT_PREFIX - 8)).min(64 * (1 + PREFETCH_LINES));
+        let mut at = 64 - (SLOT_PREFIX - 8); // the slot's second line
+        while at < end {
+            // SAFETY: a prefetch is a hint: it reads nothing into the
+            // program and cannot fault; the address lies inside the slot.
+            unsafe { _mm_prefetch(s.wrapping_add(at).cast::<i8>(), _MM_HINT_T0) };
+            at += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (s, word);
 }
 
 /// Copies bytes `[from, to)` of `frame` (its header, then its pieces, as
