@@ -355,15 +355,15 @@ impl ConnectionManager {
         }
     }
 
-    /// Retransmits requests that are due and settles those whose time is up.
-    #[inline]
     /// Nothing timed: [`Self::on_timer`] would do nothing.
     pub fn timers_idle(&self) -> bool {
         self.requests.is_empty()
     }
 
+    /// Retransmits requests that are due and settles those whose time is up.
+    #[inline]
     pub fn on_timer(&mut self, now: Instant) {
-        if !self.requests.is_empty() {
+        if !self.timers_idle() {
             self.on_timer_requests(now);
         }
     }

@@ -163,16 +163,16 @@ impl PeerConnector {
         Ok(())
     }
 
-    /// Retransmits requests that are due and times out those whose
-    /// deadline passed.
-    #[inline]
     /// Nothing timed: [`Self::on_timer`] would do nothing.
     pub fn timers_idle(&self) -> bool {
         self.requests.is_empty()
     }
 
+    /// Retransmits requests that are due and times out those whose
+    /// deadline passed.
+    #[inline]
     pub fn on_timer(&mut self, now: Instant) {
-        if !self.requests.is_empty() {
+        if !self.timers_idle() {
             self.on_timer_requests(now);
         }
     }

@@ -146,15 +146,15 @@ impl Resolver {
         }
     }
 
-    /// Retransmits due queries and ends those whose deadline passed.
-    #[inline]
     /// Nothing timed: [`Self::on_timer`] would do nothing.
     pub fn timers_idle(&self) -> bool {
         self.queries.is_empty()
     }
 
+    /// Retransmits due queries and ends those whose deadline passed.
+    #[inline]
     pub fn on_timer(&mut self, now: Instant) {
-        if !self.queries.is_empty() {
+        if !self.timers_idle() {
             self.on_timer_queries(now);
         }
     }

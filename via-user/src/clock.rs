@@ -33,11 +33,6 @@ impl Time {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
 
-    /// Nanoseconds since the clock began.
-    pub fn nanos(self) -> u64 {
-        self.0
-    }
-
     /// `ns` nanoseconds later (saturating).
     #[inline]
     pub fn after_nanos(self, ns: u64) -> Time {
@@ -127,7 +122,7 @@ impl Clock {
     }
 
     /// Now, read from the system clock.
-    pub fn read(&mut self) -> Time {
+    fn read(&mut self) -> Time {
         self.at = Time(monotonic_ns().saturating_sub(self.origin_ns));
         self.at
     }
