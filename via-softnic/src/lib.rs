@@ -29,6 +29,9 @@
 //! | `/dev/via_lo`      | loopback device on the wire `lo`             |
 //! | `loop:<wire>`      | loopback device on the wire `<wire>`         |
 //! | `/dev/via_<ifname>`| [`PacketDevice`] on the interface `<ifname>` |
+//! | `udp:<ifname>[,port=<n>]` | [`PacketDevice`] on `<ifname>`, VIA in |
+//! |                    | UDP/IPv4 datagrams (port [`VIA_UDP_PORT`]),  |
+//! |                    | hosts named by IPv4 address ([`udp`])        |
 //! | `shm:<wire>[,lend=<bytes>]` | [`ShmDevice`] on the wire `<wire>`  |
 //! | `<nic>+shm:<wire>` | [`CompositeDevice`] of the NIC `<nic>` (any  |
 //! |                    | name, opened by any registered driver) and   |
@@ -44,16 +47,19 @@
 //! the interface's queueing discipline (for `tc` shaping or netem); by
 //! default they bypass it.
 
+mod bpf;
 pub mod composite;
 pub mod faulty;
 pub mod loopback;
 pub mod packet;
 pub mod shm;
+pub mod udp;
 
 pub use composite::CompositeDevice;
 pub use faulty::{FaultyDevice, Faults};
 pub use loopback::LoopbackDevice;
 pub use packet::{PacketDevice, PacketOptions};
+pub use udp::VIA_UDP_PORT;
 pub use shm::ShmDevice;
 
 use std::io;
@@ -101,6 +107,44 @@ impl DeviceOpener for PacketOpener {
     fn open(&self, name: &str, _routes: &[HostRoute]) -> Option<io::Result<Box<dyn FrameDevice>>> {
         let ifname = interface_of(name)?;
         Some(PacketDevice::open(ifname).map(|d| Box::new(d) as Box<dyn FrameDevice>))
+    }
+}
+
+/// Opens `udp:<ifname>[,port=<n>]` as a [`PacketDevice`] carrying VIA in
+/// UDP/IPv4 datagrams.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UdpOpener;
+
+impl UdpOpener {
+    /// The interface and port a `udp:` name designates, if it is one.
+    pub fn parse(name: &str) -> Option<io::Result<(&str, u16)>> {
+        let spec = name.strip_prefix("udp:")?;
+        let bad = |why: String| io::Error::new(io::ErrorKind::InvalidInput, format!("device {name:?}: {why}"));
+        let (ifname, opts) = spec.split_once(',').unwrap_or((spec, ""));
+        let mut port = VIA_UDP_PORT;
+        for opt in opts.split(',').filter(|o| !o.is_empty()) {
+            match opt.split_once('=') {
+                Some(("port", n)) => match n.parse::<u16>() {
+                    Ok(p) if p != 0 => port = p,
+                    _ => return Some(Err(bad(format!("port={n}: want a UDP port, 1-65535")))),
+                },
+                _ => return Some(Err(bad(format!("unknown option {opt:?} (known: port=<n>)")))),
+            }
+        }
+        if ifname.is_empty() {
+            return Some(Err(bad("want udp:<ifname>[,port=<n>]".into())));
+        }
+        Some(Ok((ifname, port)))
+    }
+}
+
+impl DeviceOpener for UdpOpener {
+    fn driver(&self) -> &'static str {
+        "udp"
+    }
+
+    fn open(&self, name: &str, _routes: &[HostRoute]) -> Option<io::Result<Box<dyn FrameDevice>>> {
+        Some(Self::parse(name)?.and_then(|(ifname, port)| PacketDevice::open_udp(ifname, port)).map(|d| Box::new(d) as Box<dyn FrameDevice>))
     }
 }
 
@@ -160,7 +204,7 @@ impl DeviceOpener for CompositeOpener {
 }
 
 via_device::register_drivers!(
-    SOFTNIC_DRIVERS = [(0, &FaultyOpener), (1, &CompositeOpener), (10, &LoopbackOpener), (10, &ShmOpener), (100, &PacketOpener)]
+    SOFTNIC_DRIVERS = [(0, &FaultyOpener), (1, &CompositeOpener), (10, &LoopbackOpener), (10, &ShmOpener), (10, &UdpOpener), (100, &PacketOpener)]
 );
 
 #[cfg(test)]
@@ -175,8 +219,14 @@ mod tests {
         assert_eq!(LoopbackOpener::wire_of("/dev/via_eth0"), None);
         assert!(PacketOpener.open("loop:x", &[]).is_none());
         assert!(PacketOpener.open("eth0", &[]).is_none());
+        assert_eq!(UdpOpener::parse("udp:eth0").unwrap().unwrap(), ("eth0", VIA_UDP_PORT));
+        assert_eq!(UdpOpener::parse("udp:eth0,port=4000").unwrap().unwrap(), ("eth0", 4000));
+        for bad in ["udp:", "udp:eth0,port=0", "udp:eth0,port=x", "udp:eth0,mtu=9000"] {
+            assert_eq!(UdpOpener::parse(bad).unwrap().unwrap_err().kind(), io::ErrorKind::InvalidInput, "{bad}");
+        }
+        assert!(UdpOpener::parse("/dev/via_eth0").is_none());
         let names: Vec<_> = via_device::drivers().iter().map(|d| d.opener.driver()).collect();
-        assert_eq!(names, ["faulty", "composite", "loopback", "shm", "softnic"], "this crate's drivers, registered in the order names are tried");
+        assert_eq!(names, ["faulty", "composite", "loopback", "shm", "udp", "softnic"], "this crate's drivers, registered in the order names are tried");
     }
 
     #[test]

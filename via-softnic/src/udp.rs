@@ -1,0 +1,229 @@
+//! VIA over UDP/IPv4: the encapsulation that lets VIA frames cross routers
+//! (device `udp:<ifname>`), as RoCE v2 put InfiniBand's transport in UDP.
+//!
+//! On the wire a frame is an Ethernet header to the next hop, an IPv4
+//! header (20 bytes, don't-fragment), a UDP header (port [`VIA_UDP_PORT`]
+//! both ways, no UDP checksum: the VIA frame carries its own CRC or tag)
+//! and the VIA frame without its Ethernet header. The provider builds all
+//! of it and sends it on the same AF_PACKET path as raw frames: no kernel
+//! socket carries data.
+//!
+//! Hosts are named by their IPv4 identity ([`MacAddr::for_ipv4`]), so the
+//! engine above sees raw VIA frames as always: on receive, the device
+//! writes an Ethernet header made from the datagram's addresses in front
+//! of the VIA header, in the ring slot ([`Outer::unwrap`]); on transmit it
+//! takes the identity in the frame's destination field for the IPv4
+//! address and asks the kernel's tables for the next hop (`next_hop`).
+
+mod next_hop;
+
+pub(crate) use next_hop::{Hop, NextHops};
+
+use std::net::Ipv4Addr;
+use via_device::{MacAddr, ETHERTYPE, ETH_HEADER_LEN};
+
+/// The UDP port VIA datagrams go to and come from: our EtherType's
+/// number. `udp:<ifname>,port=<n>` chooses another.
+pub const VIA_UDP_PORT: u16 = 0x88b5;
+/// Where the IPv4 header starts in a frame.
+pub(crate) const IPV4_START: usize = ETH_HEADER_LEN;
+const IPV4_LEN: usize = 20;
+const UDP_LEN: usize = 8;
+/// What the encapsulation adds to a raw VIA frame: the IPv4 and UDP
+/// headers (its Ethernet header stays, readdressed).
+pub(crate) const ENCAP_LEN: usize = IPV4_LEN + UDP_LEN;
+/// The outer headers: Ethernet, IPv4, UDP.
+pub(crate) const OUTER_LEN: usize = ETH_HEADER_LEN + ENCAP_LEN;
+/// IPv4 "don't fragment": frames are cut to the path's MTU by the engine.
+const DONT_FRAGMENT: u16 = 0x4000;
+const TTL: u8 = 64;
+const PROTO_UDP: u8 = 17;
+
+/// Why a received frame is not a VIA datagram for us (counted, dropped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NotOurs {
+    /// Not IPv4 with a 20-byte header carrying UDP to our port, or a
+    /// fragment: the kernel filter drops these, but frames already in the
+    /// ring when it was attached went past it.
+    Other,
+    /// Lengths that disagree with the frame, or a bad IPv4 checksum.
+    Malformed,
+    /// An empty datagram: the probe a sender makes the kernel send to
+    /// resolve its next hop (`next_hop`).
+    Probe,
+}
+
+/// This host's side of the encapsulation: its addresses and the IPv4
+/// identification counter.
+#[derive(Debug)]
+pub(crate) struct Outer {
+    mac: MacAddr,
+    ip: Ipv4Addr,
+    port: u16,
+    id: u16,
+}
+
+impl Outer {
+    /// `mac` is the interface's Ethernet address, `ip` its IPv4 address.
+    pub fn new(mac: MacAddr, ip: Ipv4Addr, port: u16) -> Outer {
+        Outer { mac, ip, port, id: 0 }
+    }
+
+    /// Our IPv4 identity: the address the engine above is known by.
+    pub fn identity(&self) -> MacAddr {
+        MacAddr::for_ipv4(self.ip)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Writes the outer headers of a datagram to `dst` through the
+    /// Ethernet address `next_hop`, carrying `payload` bytes (the VIA
+    /// frame past its Ethernet header).
+    pub fn emit(&mut self, h: &mut [u8; OUTER_LEN], next_hop: MacAddr, dst: Ipv4Addr, payload: usize) {
+        h[0..6].copy_from_slice(&next_hop.0);
+        h[6..12].copy_from_slice(&self.mac.0);
+        h[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        let ip = &mut h[IPV4_START..IPV4_START + IPV4_LEN];
+        ip[0] = 0x45; // version 4, 5 words
+        ip[1] = 0;
+        ip[2..4].copy_from_slice(&((ENCAP_LEN + payload) as u16).to_be_bytes());
+        ip[4..6].copy_from_slice(&self.id.to_be_bytes());
+        self.id = self.id.wrapping_add(1);
+        ip[6..8].copy_from_slice(&DONT_FRAGMENT.to_be_bytes());
+        ip[8] = TTL;
+        ip[9] = PROTO_UDP;
+        ip[10..12].fill(0);
+        ip[12..16].copy_from_slice(&self.ip.octets());
+        ip[16..20].copy_from_slice(&dst.octets());
+        let sum = ipv4_checksum(ip);
+        ip[10..12].copy_from_slice(&sum.to_be_bytes());
+        let udp = &mut h[IPV4_START + IPV4_LEN..];
+        udp[0..2].copy_from_slice(&self.port.to_be_bytes());
+        udp[2..4].copy_from_slice(&self.port.to_be_bytes());
+        udp[4..6].copy_from_slice(&((UDP_LEN + payload) as u16).to_be_bytes());
+        udp[6..8].fill(0); // no checksum (allowed over IPv4)
+    }
+
+    /// Checks that `frame` (as received, from its Ethernet header) is a
+    /// VIA datagram for our port and turns it into the raw VIA frame the
+    /// engine reads: an Ethernet header of identities (destination ours or
+    /// broadcast, source the sender's), written in place just before the
+    /// VIA header, and what follows. Trailing Ethernet padding is cut off.
+    pub fn unwrap<'a>(&self, frame: &'a mut [u8]) -> Result<&'a [u8], NotOurs> {
+        if frame.len() < OUTER_LEN || frame[12..14] != [0x08, 0x00] {
+            return Err(NotOurs::Other);
+        }
+        let ip = &frame[IPV4_START..IPV4_START + IPV4_LEN];
+        let be16 = |b: &[u8], at: usize| u16::from_be_bytes([b[at], b[at + 1]]);
+        if ip[0] != 0x45 || ip[9] != PROTO_UDP || be16(ip, 6) & 0x3fff != 0 || be16(&frame[IPV4_START + IPV4_LEN..], 2) != self.port {
+            return Err(NotOurs::Other);
+        }
+        let total = usize::from(be16(ip, 2));
+        let udp_len = usize::from(be16(&frame[IPV4_START + IPV4_LEN..], 4));
+        if total < ENCAP_LEN || IPV4_START + total > frame.len() || udp_len != total - IPV4_LEN || ipv4_checksum(ip) != 0 {
+            return Err(NotOurs::Malformed);
+        }
+        if total == ENCAP_LEN {
+            return Err(NotOurs::Probe);
+        }
+        let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+        let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+        let to = if dst == self.ip {
+            self.identity()
+        } else if dst.is_broadcast() || MacAddr(frame[0..6].try_into().unwrap()).is_broadcast() {
+            MacAddr::BROADCAST
+        } else {
+            MacAddr::for_ipv4(dst)
+        };
+        let start = OUTER_LEN - ETH_HEADER_LEN;
+        let raw = &mut frame[start..IPV4_START + total];
+        raw[0..6].copy_from_slice(&to.0);
+        raw[6..12].copy_from_slice(&MacAddr::for_ipv4(src).0);
+        raw[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
+        Ok(raw)
+    }
+}
+
+/// The Internet checksum of an IPv4 header (RFC 791 §3.1, RFC 1071): 0
+/// over a header whose checksum field is right.
+fn ipv4_checksum(h: &[u8]) -> u16 {
+    let mut sum: u32 = h.chunks_exact(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: Ipv4Addr = Ipv4Addr::new(10, 0, 1, 2);
+    const B: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+
+    /// A datagram from `from` (its outer headers) carrying `via` (a raw
+    /// VIA frame past its Ethernet header) to `to`.
+    fn datagram(from: &mut Outer, to: Ipv4Addr, via: &[u8]) -> Vec<u8> {
+        let mut h = [0u8; OUTER_LEN];
+        from.emit(&mut h, MacAddr([2, 0, 0, 0, 0, 0xee]), to, via.len());
+        [&h[..], via].concat()
+    }
+
+    #[test]
+    fn a_datagram_unwraps_into_the_raw_frame_between_identities() {
+        let mut a = Outer::new(MacAddr([2, 0, 0, 0, 0, 1]), A, VIA_UDP_PORT);
+        let b = Outer::new(MacAddr([2, 0, 0, 0, 0, 2]), B, VIA_UDP_PORT);
+        let via: Vec<u8> = (0..100u8).collect();
+        let mut d = datagram(&mut a, B, &via);
+        // Known fields of the outer headers, and a checksum that checks.
+        assert_eq!(d[..6], [2, 0, 0, 0, 0, 0xee]);
+        assert_eq!(d[6..12], [2, 0, 0, 0, 0, 1]);
+        assert_eq!(ipv4_checksum(&d[14..34]), 0);
+        assert_eq!(u16::from_be_bytes([d[16], d[17]]) as usize, 28 + via.len());
+        assert_eq!(u16::from_be_bytes([d[36], d[37]]), VIA_UDP_PORT);
+        d.extend_from_slice(&[0; 7]); // Ethernet padding
+        let raw = b.unwrap(&mut d).unwrap();
+        assert_eq!(raw[0..6], MacAddr::for_ipv4(B).0);
+        assert_eq!(raw[6..12], MacAddr::for_ipv4(A).0);
+        assert_eq!(raw[12..14], ETHERTYPE.to_be_bytes());
+        assert_eq!(&raw[14..], &via[..]);
+        // The identification advances per datagram.
+        let d2 = datagram(&mut a, B, &via);
+        assert_ne!(d2[18..20], datagram(&mut a, B, &via)[18..20]);
+    }
+
+    #[test]
+    fn broadcasts_unwrap_to_the_broadcast_address() {
+        let mut a = Outer::new(MacAddr([2, 0, 0, 0, 0, 1]), A, VIA_UDP_PORT);
+        let b = Outer::new(MacAddr([2, 0, 0, 0, 0, 2]), B, VIA_UDP_PORT);
+        let mut d = datagram(&mut a, Ipv4Addr::BROADCAST, &[1; 70]);
+        assert_eq!(b.unwrap(&mut d).unwrap()[..6], MacAddr::BROADCAST.0);
+    }
+
+    #[test]
+    fn what_is_not_a_via_datagram_is_refused_with_its_reason() {
+        let mut a = Outer::new(MacAddr([2, 0, 0, 0, 0, 1]), A, VIA_UDP_PORT);
+        let b = Outer::new(MacAddr([2, 0, 0, 0, 0, 2]), B, VIA_UDP_PORT);
+        let good = datagram(&mut a, B, &[7; 80]);
+        let spoiled = |at: usize, v: u8| {
+            let mut d = good.clone();
+            d[at] = v;
+            d
+        };
+        assert_eq!(b.unwrap(&mut spoiled(12, 0x86)), Err(NotOurs::Other));
+        assert_eq!(b.unwrap(&mut spoiled(23, 6)), Err(NotOurs::Other));
+        assert_eq!(b.unwrap(&mut spoiled(37, 0)), Err(NotOurs::Other));
+        assert_eq!(b.unwrap(&mut spoiled(21, 8)), Err(NotOurs::Other)); // a fragment
+        assert_eq!(b.unwrap(&mut spoiled(30, 99)), Err(NotOurs::Malformed)); // the checksum no longer checks
+        assert_eq!(b.unwrap(&mut spoiled(17, 200)), Err(NotOurs::Malformed)); // longer than the frame
+        assert_eq!(b.unwrap(&mut good[..40].to_vec()), Err(NotOurs::Other));
+        let mut probe = datagram(&mut a, B, &[]);
+        assert_eq!(b.unwrap(&mut probe), Err(NotOurs::Probe));
+        // Every truncation is refused, never a panic.
+        for n in 0..good.len() {
+            assert!(b.unwrap(&mut good[..n].to_vec()).is_err());
+        }
+    }
+}
