@@ -27,12 +27,19 @@ pub mod rig;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
-/// Two network namespaces `a` and `b` joined by a veth pair `va` <-> `vb`.
+/// Two network namespaces `a` and `b` joined by a veth pair `va` <-> `vb`
+/// ([`TestNet::new`]); or each on a subnet of its own, joined through a
+/// third namespace that routes between them ([`TestNet::routed`]).
 pub struct TestNet {
     pub a: String,
     pub b: String,
     pub va: String,
     pub vb: String,
+    /// The router's namespace, when the hosts are on two subnets.
+    pub router: Option<String>,
+    /// Devices carry VIA in UDP/IPv4 (`udp:<ifname>`), hosts have IPv4
+    /// addresses ([`TestNet::ip_a`], [`TestNet::ip_b`]).
+    pub udp: bool,
 }
 
 
@@ -45,7 +52,7 @@ impl TestNet {
         }
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let tag = format!("{}x{n}", std::process::id());
-        let net = TestNet { a: format!("vta{tag}"), b: format!("vtb{tag}"), va: format!("va{tag}"), vb: format!("vb{tag}") };
+        let net = TestNet { a: format!("vta{tag}"), b: format!("vtb{tag}"), va: format!("va{tag}"), vb: format!("vb{tag}"), router: None, udp: false };
         let r = (|| {
             ip(&["netns", "add", &net.a])?;
             ip(&["netns", "add", &net.b])?;
@@ -64,12 +71,89 @@ impl TestNet {
         net
     }
 
+    /// The two hosts on one subnet, 10.1.0.0/24 (a is .2, b is .3), their
+    /// devices VIA in UDP/IPv4 (`udp:<ifname>`).
+    pub fn udp(mtu: usize) -> TestNet {
+        let mut net = TestNet::new(mtu);
+        net.udp = true;
+        let r = (|| {
+            ip(&["-n", &net.a, "addr", "add", "10.1.0.2/24", "dev", &net.va])?;
+            ip(&["-n", &net.b, "addr", "add", "10.1.0.3/24", "dev", &net.vb])
+        })();
+        if let Err(e) = r {
+            panic!("addressing the test hosts: {e}");
+        }
+        net
+    }
+
+    /// Host a on 10.1.0.0/24 (.2) and host b on 10.2.0.0/24 (.2), each
+    /// link with MTU `mtu`, joined by a router namespace (.1 on both) that
+    /// forwards between them; each host's default route goes through it.
+    /// Devices carry VIA in UDP/IPv4 (`udp:<ifname>`).
+    pub fn routed(mtu: usize) -> TestNet {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let tag = format!("{}x{n}", std::process::id());
+        let net = TestNet { a: format!("vta{tag}"), b: format!("vtb{tag}"), va: format!("va{tag}"), vb: format!("vb{tag}"), router: Some(format!("vtr{tag}")), udp: true };
+        let r = net.router.as_deref().unwrap();
+        let (ra, rb) = (format!("ra{tag}"), format!("rb{tag}"));
+        let m = mtu.to_string();
+        let made = (|| {
+            for ns in [&net.a, &net.b, r] {
+                ip(&["netns", "add", ns])?;
+                ip(&["-n", ns, "link", "set", "lo", "up"])?;
+            }
+            for (host, h_if, r_if, subnet) in [(&net.a, &net.va, &ra, "10.1.0"), (&net.b, &net.vb, &rb, "10.2.0")] {
+                ip(&["link", "add", h_if, "mtu", &m, "type", "veth", "peer", "name", r_if, "mtu", &m])?;
+                ip(&["link", "set", h_if, "netns", host])?;
+                ip(&["link", "set", r_if, "netns", r])?;
+                ip(&["-n", host, "addr", "add", &format!("{subnet}.2/24"), "dev", h_if])?;
+                ip(&["-n", r, "addr", "add", &format!("{subnet}.1/24"), "dev", r_if])?;
+                ip(&["-n", host, "link", "set", h_if, "up"])?;
+                ip(&["-n", r, "link", "set", r_if, "up"])?;
+                ip(&["-n", host, "route", "add", "default", "via", &format!("{subnet}.1")])?;
+            }
+            let out = Command::new("ip").args(["netns", "exec", r, "sysctl", "-qw", "net.ipv4.ip_forward=1"]).output().map_err(|e| e.to_string())?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!("enabling forwarding in the router: {}", String::from_utf8_lossy(&out.stderr)))
+            }
+        })();
+        if let Err(e) = made {
+            drop(net);
+            panic!("creating routed test hosts: {e}");
+        }
+        net
+    }
+
+    /// Host a's IPv4 address (UDP test nets).
+    pub fn ip_a(&self) -> &'static str {
+        "10.1.0.2"
+    }
+
+    /// Host b's IPv4 address (UDP test nets).
+    pub fn ip_b(&self) -> &'static str {
+        if self.router.is_some() {
+            "10.2.0.2"
+        } else {
+            "10.1.0.3"
+        }
+    }
+
+    fn dev(&self, ifname: &str) -> String {
+        if self.udp {
+            format!("udp:{ifname}")
+        } else {
+            format!("/dev/via_{ifname}")
+        }
+    }
+
     pub fn dev_a(&self) -> String {
-        format!("/dev/via_{}", self.va)
+        self.dev(&self.va)
     }
 
     pub fn dev_b(&self) -> String {
-        format!("/dev/via_{}", self.vb)
+        self.dev(&self.vb)
     }
 
     /// Joins the two hosts by one more veth pair, `<va>n` <-> `<vb>n`, with
@@ -119,6 +203,9 @@ impl Drop for TestNet {
         // Deleting a namespace deletes the veth end inside it and its peer.
         let _ = ip(&["netns", "del", &self.a]);
         let _ = ip(&["netns", "del", &self.b]);
+        if let Some(r) = &self.router {
+            let _ = ip(&["netns", "del", r]);
+        }
     }
 }
 

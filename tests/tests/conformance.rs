@@ -1,7 +1,9 @@
 //! The VIA 1.0 conformance suite: one test per rule, each run across two
 //! real hosts (network namespaces joined by a veth pair), one process per
 //! side; and again (`through_composite::`) through composite devices, with
-//! peers on the same host and on the other host at once. The rules, their
+//! peers on the same host and on the other host at once; and again
+//! (`through_router::`) over VIA in UDP/IPv4 between hosts on two subnets
+//! joined by a router namespace. The rules, their
 //! areas and texts are in `via_tests::conform` and listed in
 //! docs/CONFORMANCE.md. Needs root.
 
@@ -15,6 +17,16 @@ macro_rules! rules {
                 via_tests::conform::run(BIN, stringify!($name));
             }
         )*
+
+        mod through_router {
+            use super::BIN;
+            $(
+                #[test]
+                fn $name() {
+                    via_tests::conform::run_routed(BIN, stringify!($name));
+                }
+            )*
+        }
 
         mod through_composite {
             use super::BIN;

@@ -384,14 +384,15 @@ impl FrameDevice for PacketDevice {
     }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
-        let max = ETH_HEADER_LEN + self.mtu;
+        let mtu = FrameDevice::mtu(self);
+        let max = ETH_HEADER_LEN + mtu;
         for (i, f) in frames.iter().enumerate() {
             let len = f.len();
             if len > max || len < ETH_HEADER_LEN {
                 self.stats.tx_oversize += u64::from(len > max);
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    format!("frame {i} of the batch is {len} bytes; {} takes {ETH_HEADER_LEN}..={max} (MTU {} + {ETH_HEADER_LEN})", self.ifname, self.mtu),
+                    format!("frame {i} of the batch is {len} bytes; {} takes {ETH_HEADER_LEN}..={max} (MTU {mtu} + {ETH_HEADER_LEN})", self.ifname),
                 ));
             }
         }

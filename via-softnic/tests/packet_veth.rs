@@ -308,7 +308,7 @@ fn qdisc_bypass_skips_the_queueing_discipline() {
         let out = Command::new("tc").args(["qdisc", "replace", "dev", IFNAME, "root", "pfifo", "limit", "0"]).output().expect("running tc");
         assert!(out.status.success(), "tc: {}", String::from_utf8_lossy(&out.stderr));
     });
-    let (mut a, mut b) = pair.open_with(PacketOptions { qdisc_bypass: false });
+    let (mut a, mut b) = pair.open_with(PacketOptions { qdisc_bypass: false, ..PacketOptions::default() });
     assert!(!a.qdisc_bypass());
     b.set_filter(filter(ETHERTYPE, EP_B)).unwrap();
     let h = header(b.mac(), a.mac(), ETHERTYPE, EP_B, 64);
@@ -361,4 +361,55 @@ fn permission_denied_names_the_capability() {
     .unwrap();
     assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
     assert!(e.to_string().contains("CAP_NET_RAW"), "{e}");
+}
+
+/// VIA in UDP/IPv4 between two addressed hosts of one subnet: identities
+/// are IPv4 addresses, the MTU leaves room for the IPv4 and UDP headers,
+/// the first frame waits for the next hop's resolution (a probe), frames
+/// arrive with their identities, and frames that can go nowhere (no route,
+/// no IPv4 identity) are dropped and counted, not retried forever.
+#[test]
+fn udp_frames_cross_between_ipv4_identities() {
+    require_root();
+    let pair = VethPair::new("udp", 1500);
+    let port = via_softnic::VIA_UDP_PORT;
+    pair.within(0, || {
+        let e = PacketDevice::open_udp(IFNAME, port).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrNotAvailable, "{e}");
+        assert!(e.to_string().contains("no IPv4 address"), "{e}");
+    });
+    ip(&["-n", &pair.ns[0], "addr", "add", "10.9.0.1/24", "dev", IFNAME]);
+    ip(&["-n", &pair.ns[1], "addr", "add", "10.9.0.2/24", "dev", IFNAME]);
+    let (mut a, mut b) = std::thread::scope(|s| {
+        let a = s.spawn(|| pair.within(0, || PacketDevice::open_udp(IFNAME, port).unwrap()));
+        let b = s.spawn(|| pair.within(1, || PacketDevice::open_udp(IFNAME, port).unwrap()));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!(a.mac(), "10.9.0.1".parse().unwrap());
+    assert_eq!(b.mac().to_string(), "10.9.0.2");
+    a.set_filter(filter(ETHERTYPE, EP_A)).unwrap();
+    b.set_filter(filter(ETHERTYPE, EP_B)).unwrap();
+    assert_eq!(b.set_filter(filter(0x88b6, EP_B)).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+    // The first frame waits for ARP; then a full-MTU frame arrives whole.
+    check_mtu(&mut a, &mut b, 1500 - 28);
+    assert!(stat(&a, "tx_probes") >= 1, "a's first frame needed its next hop resolved");
+    assert_eq!(stat(&a, "udp_port_held"), 1);
+    // Another endpoint's frames stay out; ours come in with identities.
+    let other = header(b.mac(), a.mac(), ETHERTYPE, EP_A, 64);
+    let ours = header(b.mac(), a.mac(), ETHERTYPE, EP_B, 64);
+    send_all(&mut a, &[TxFrame::new(&other), TxFrame::new(&ours)]);
+    let got = recv_n(&mut b, 1);
+    assert_eq!(got, vec![ours.clone()]);
+    assert!(recv_pending(&mut b).is_empty());
+    // And back.
+    let back = header(a.mac(), b.mac(), ETHERTYPE, EP_A, 100);
+    send_all(&mut b, &[TxFrame::new(&back)]);
+    assert_eq!(recv_n(&mut a, 1), vec![back]);
+    // Nowhere to go: no route to 192.0.2.1, and a MAC is no IPv4 identity.
+    // Each is dropped and counted, and the batch goes on past it.
+    let lost = header("192.0.2.1".parse().unwrap(), a.mac(), ETHERTYPE, EP_B, 64);
+    let not_ip = header(MacAddr([2, 0, 0, 0, 0, 9]), a.mac(), ETHERTYPE, EP_B, 64);
+    assert_eq!(a.transmit(&[TxFrame::new(&lost), TxFrame::new(&not_ip), TxFrame::new(&ours)]).unwrap(), 3);
+    assert_eq!(stat(&a, "tx_unreachable"), 2);
+    assert_eq!(recv_n(&mut b, 1), vec![ours]);
 }

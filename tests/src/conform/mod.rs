@@ -301,6 +301,19 @@ pub fn run(bin: &str, name: &str) {
     }
 }
 
+/// Runs rule `name` over VIA in UDP/IPv4 (`udp:<ifname>`) between hosts on
+/// two subnets joined by a router namespace. Discovering a name asks the
+/// segment (a broadcast, which no router forwards, as with ARP): that rule
+/// runs between two hosts of one subnet, still over UDP.
+pub fn run_routed(bin: &str, name: &str) {
+    let net = if name == "name_service_discovers_a_host_not_in_the_hosts_file" { TestNet::udp(1500) } else { TestNet::routed(1500) };
+    let target = net.command(&net.a, bin, &["target", name, "--dev", &net.dev_a()]);
+    let initiator = |mac: &str| net.command(&net.b, bin, &["initiator", name, "--dev", &net.dev_b(), "--peer", mac]);
+    if let Err(report) = run_pair(name, target, initiator) {
+        panic!("{report}");
+    }
+}
+
 /// Runs rule `name` through composite devices (`<nic>+shm:<wire>`, one
 /// wire per host), two pairs at once (in turn for the name-service
 /// rules, see below), both initiators on host a: one with

@@ -48,6 +48,15 @@ fn query_nic_initiator(c: &mut Ctx) {
         // A tulip: Ethernet's MTU, and the unicast address from its SROM.
         check!(c, a.native_mtu == 1500, "NativeMTU {} on a tulip", a.native_mtu);
         check!(c, a.mac.0[0] & 1 == 0 && a.mac != via_user::MacAddr::ZERO, "station address {} is not a unicast address", a.mac);
+    } else if let Some(spec) = c.dev.strip_prefix("udp:") {
+        // VIA in UDP/IPv4: the interface's MTU less the IPv4 and UDP
+        // headers, and the interface's IPv4 address as the identity.
+        let ifname = spec.split(',').next().unwrap_or_default();
+        let mtu: usize = std::fs::read_to_string(format!("/sys/class/net/{ifname}/mtu")).map(|s| s.trim().parse().unwrap_or(0)).unwrap_or(0);
+        check!(c, a.native_mtu + 28 == mtu, "NativeMTU {} over UDP, but the interface's MTU is {mtu} (28 bytes of IPv4 and UDP headers)", a.native_mtu);
+        let out = std::process::Command::new("ip").args(["-o", "-4", "addr", "show", "dev", ifname]).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+        let ip = out.split_whitespace().skip_while(|w| *w != "inet").nth(1).and_then(|a| a.split('/').next()).unwrap_or_default().to_string();
+        check!(c, a.mac.to_string() == ip, "address {} but the interface's IPv4 address is {ip:?}", a.mac);
     } else {
         // A software NIC: its interface's MTU and address (a composite's
         // MTU is the smaller of the NIC's and the shared-memory wire's).
