@@ -58,7 +58,7 @@ impl Default for Options {
             discriminator: "pingpong".into(),
             plot: None,
             mtu: 1500,
-            transports: ["raw", "via", "via-auth", "via-shm", "via-unrel", "via-write", "via-read", "udp", "tcp"].map(String::from).to_vec(),
+            transports: ["raw", "via", "via-auth", "via-shm", "via-udp", "via-unrel", "via-write", "via-read", "udp", "tcp"].map(String::from).to_vec(),
             rounds: 5,
             cpu: None,
             rdma: None,

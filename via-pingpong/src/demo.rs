@@ -153,11 +153,14 @@ fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<
         ("via-shm-lent", _) => format!("+shm:{},lend=16384", shm_wire()),
         _ => String::new(),
     };
+    // via-udp: VIA in UDP/IPv4 datagrams (device udp:<ifname>), the
+    // routable encapsulation, on the same link.
+    let dev = |ifname: &str| if transport == "via-udp" { format!("udp:{ifname}{shm}") } else { format!("/dev/via_{ifname}{shm}") };
     let (t, rel, rdma) = match transport {
         "via-unrel" => ("via", "unreliable", None),
         // via-auth: reliable delivery with a cluster secret on both ends
         // (every frame carries a MAC in place of the CRC).
-        "via-shm" | "via-shm-lent" | "via-auth" => ("via", "reliable", None),
+        "via-shm" | "via-shm-lent" | "via-auth" | "via-udp" => ("via", "reliable", None),
         "via-write" => ("via", "reliable", Some("write")),
         "via-read" => ("via", "reliable", Some("read")),
         t => (t, "reliable", None),
@@ -168,7 +171,7 @@ fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<
         extra.extend(["--rdma".to_string(), m.to_string()]);
     }
     let mut sargs: Vec<String> = vec!["netns".into(), "exec".into(), h.a.clone(), exe.clone(), "server".into()];
-    sargs.extend(["--transport", t, "--reliability", rel, "--device", &format!("/dev/via_{}{shm}", h.va), "--bind-ip", &h.ip_a].map(String::from));
+    sargs.extend(["--transport", t, "--reliability", rel, "--device", &dev(&h.va), "--bind-ip", &h.ip_a].map(String::from));
     sargs.extend(extra.iter().cloned());
     let pinned = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
     if pinned {
@@ -195,7 +198,7 @@ fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<
     };
     let peer = if t == "udp" || t == "tcp" { h.ip_a.clone() } else { addr.to_string() };
     let mut cargs: Vec<String> = vec!["netns".into(), "exec".into(), h.b.clone(), exe, "client".into()];
-    cargs.extend(["--transport", t, "--reliability", rel, "--device", &format!("/dev/via_{}{shm}", h.vb), "--peer", &peer, "--json"].map(String::from));
+    cargs.extend(["--transport", t, "--reliability", rel, "--device", &dev(&h.vb), "--peer", &peer, "--json"].map(String::from));
     cargs.extend(extra);
     if pinned {
         cargs.extend(["--cpu".to_string(), "1".to_string()]);
@@ -405,6 +408,12 @@ fn print_ratios(rows: &[Row], rounds: Option<&Rounds>) {
     }
     if let Some((a, p, r)) = ratio("via-auth", "via", "bw") {
         println!("bandwidth 1 MiB auth/plain = {r:.3}  (medians {a:.1} / {p:.1} MB/s; via-auth against via)");
+    }
+    if let Some((u, v, r)) = ratio("via-udp", "via", "lat") {
+        println!("latency 64 B    UDP-encapsulated/raw VIA = {r:.3}  (medians {u:.2} / {v:.2} us; via-udp against via, the same link)");
+    }
+    if let Some((u, v, r)) = ratio("via-udp", "via", "bw") {
+        println!("bandwidth 1 MiB UDP-encapsulated/raw VIA = {r:.3}  (medians {u:.1} / {v:.1} MB/s)");
     }
     if let Some((s, v, r)) = ratio("via-shm", "via", "lat") {
         println!("latency 64 B    shared memory/software NIC = {r:.3}  (medians {s:.2} / {v:.2} us; via-shm against via)");

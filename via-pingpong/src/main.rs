@@ -45,10 +45,12 @@ USAGE:
                       Without root: VIA over the in-process loopback (/dev/via_lo) only.
     --transport T     via (default), raw (AF_PACKET frames, the floor), udp, tcp
     --transports L    the demo's transports, comma-separated (default
-                      raw,via,via-auth,via-shm,via-unrel,via-write,via-read,udp,tcp,
+                      raw,via,via-auth,via-shm,via-udp,via-unrel,via-write,via-read,udp,tcp,
                       and c-tcp,c-udp, the C probe, beside tcp and udp; via-auth is
                       VIA with a cluster secret on both ends (every frame carries a
-                      MAC); via-shm is VIA through composite devices joined by shared memory;
+                      MAC); via-udp is VIA in UDP/IPv4 datagrams (device udp:<ifname>,
+                      the routable encapsulation) on the same link; via-shm is VIA
+                      through composite devices joined by shared memory;
                       with via-shm, the rounds also time shm-floor, two processes
                       handing a cache line back and forth (the floor via-shm is held to),
                       and, where installed, ompi-shm, ucx-shm and ofi-shm, Open MPI's,
@@ -63,8 +65,10 @@ USAGE:
                       ib_write_lat style: one-way, memory polled) or read (RDMA
                       read; latency is the whole read, a round trip) and their
                       bandwidths (a 0-byte RDMA write latency writes the 1-byte tag)
-    --device DEV      VIA device name: /dev/via_<ifname> (default /dev/via_lo)
-    --peer ADDR       client: server MAC or host name (via, raw; names from $VIA_HOSTS) or IP (udp, tcp)
+    --device DEV      VIA device name: /dev/via_<ifname> (default /dev/via_lo), or
+                      udp:<ifname> for VIA in UDP/IPv4 datagrams (hosts named by IPv4 address)
+    --peer ADDR       client: server MAC, IPv4 address (udp: devices) or host name (via, raw;
+                      names from $VIA_HOSTS) or IP (udp, tcp)
     --bind-ip IP      server address for udp/tcp (default 0.0.0.0); --port N (default 18515)
     --reliability R   reliable (default; VIA reliable delivery) or unreliable (latency only)
     --sizes LIST      latency sizes in bytes (default 0,1,2,4,...,1048576)
