@@ -29,7 +29,7 @@
 //! | `/dev/via_lo`      | loopback device on the wire `lo`             |
 //! | `loop:<wire>`      | loopback device on the wire `<wire>`         |
 //! | `/dev/via_<ifname>`| [`PacketDevice`] on the interface `<ifname>` |
-//! | `udp:<ifname>[,port=<n>]` | [`PacketDevice`] on `<ifname>`, VIA in |
+//! | `udp:<ifname>[,port=<n>][,gso=off]` | [`PacketDevice`] on `<ifname>`, VIA in |
 //! |                    | UDP/IPv4 datagrams (port [`VIA_UDP_PORT`]),  |
 //! |                    | hosts named by IPv4 address ([`udp`])        |
 //! | `shm:<wire>[,lend=<bytes>]` | [`ShmDevice`] on the wire `<wire>`  |
@@ -116,25 +116,28 @@ impl DeviceOpener for PacketOpener {
 pub struct UdpOpener;
 
 impl UdpOpener {
-    /// The interface and port a `udp:` name designates, if it is one.
-    pub fn parse(name: &str) -> Option<io::Result<(&str, u16)>> {
+    /// The interface, port and segmentation offload a `udp:` name
+    /// designates, if it is one.
+    pub fn parse(name: &str) -> Option<io::Result<(&str, u16, bool)>> {
         let spec = name.strip_prefix("udp:")?;
         let bad = |why: String| io::Error::new(io::ErrorKind::InvalidInput, format!("device {name:?}: {why}"));
         let (ifname, opts) = spec.split_once(',').unwrap_or((spec, ""));
-        let mut port = VIA_UDP_PORT;
+        let (mut port, mut gso) = (VIA_UDP_PORT, true);
         for opt in opts.split(',').filter(|o| !o.is_empty()) {
             match opt.split_once('=') {
+                Some(("gso", "on")) => gso = true,
+                Some(("gso", "off")) => gso = false,
                 Some(("port", n)) => match n.parse::<u16>() {
                     Ok(p) if p != 0 => port = p,
                     _ => return Some(Err(bad(format!("port={n}: want a UDP port, 1-65535")))),
                 },
-                _ => return Some(Err(bad(format!("unknown option {opt:?} (known: port=<n>)")))),
+                _ => return Some(Err(bad(format!("unknown option {opt:?} (known: port=<n>, gso=on|off)")))),
             }
         }
         if ifname.is_empty() {
-            return Some(Err(bad("want udp:<ifname>[,port=<n>]".into())));
+            return Some(Err(bad("want udp:<ifname>[,port=<n>][,gso=on|off]".into())));
         }
-        Some(Ok((ifname, port)))
+        Some(Ok((ifname, port, gso)))
     }
 }
 
@@ -144,7 +147,7 @@ impl DeviceOpener for UdpOpener {
     }
 
     fn open(&self, name: &str, _routes: &[HostRoute]) -> Option<io::Result<Box<dyn FrameDevice>>> {
-        Some(Self::parse(name)?.and_then(|(ifname, port)| PacketDevice::open_udp(ifname, port)).map(|d| Box::new(d) as Box<dyn FrameDevice>))
+        Some(Self::parse(name)?.and_then(|(ifname, port, gso)| PacketDevice::open_udp(ifname, port, gso)).map(|d| Box::new(d) as Box<dyn FrameDevice>))
     }
 }
 
@@ -219,8 +222,8 @@ mod tests {
         assert_eq!(LoopbackOpener::wire_of("/dev/via_eth0"), None);
         assert!(PacketOpener.open("loop:x", &[]).is_none());
         assert!(PacketOpener.open("eth0", &[]).is_none());
-        assert_eq!(UdpOpener::parse("udp:eth0").unwrap().unwrap(), ("eth0", VIA_UDP_PORT));
-        assert_eq!(UdpOpener::parse("udp:eth0,port=4000").unwrap().unwrap(), ("eth0", 4000));
+        assert_eq!(UdpOpener::parse("udp:eth0").unwrap().unwrap(), ("eth0", VIA_UDP_PORT, true));
+        assert_eq!(UdpOpener::parse("udp:eth0,port=4000,gso=off").unwrap().unwrap(), ("eth0", 4000, false));
         for bad in ["udp:", "udp:eth0,port=0", "udp:eth0,port=x", "udp:eth0,mtu=9000"] {
             assert_eq!(UdpOpener::parse(bad).unwrap().unwrap_err().kind(), io::ErrorKind::InvalidInput, "{bad}");
         }

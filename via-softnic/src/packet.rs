@@ -16,10 +16,10 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use via_device::MAX_GATHER;
-use via_device::{ETHERTYPE, ETH_HEADER_LEN};
+use via_device::{DST_EP_OFFSET, ETHERTYPE, ETH_HEADER_LEN};
 use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
 use crate::bpf;
-use crate::udp::{Hop, NextHops, NotOurs, Outer, ENCAP_LEN, OUTER_LEN};
+use crate::udp::{vnet_header, vnet_unit, Hop, NextHops, NotOurs, Outer, ENCAP_LEN, MAX_PAYLOAD, OUTER_LEN, VNET_LEN};
 use std::net::Ipv4Addr;
 
 /// Frames handed to the kernel per `sendmmsg` call.
@@ -85,11 +85,18 @@ pub struct PacketOptions {
     /// frames. The interface needs an IPv4 address, and hosts are named
     /// by their IPv4 identities. Off by default.
     pub udp_port: Option<u16>,
+    /// UDP mode: send runs of full-size frames to one host as superframes
+    /// of up to 64 KiB that the kernel or the NIC cuts into datagrams
+    /// (UDP segmentation offload, `PACKET_VNET_HDR`), and take superframes
+    /// that arrive whole (veth) apart again. Both ends need it (a peer
+    /// without it cannot take superframes whole). On by default;
+    /// `udp:<ifname>,gso=off` turns it off.
+    pub udp_gso: bool,
 }
 
 impl Default for PacketOptions {
     fn default() -> Self {
-        PacketOptions { qdisc_bypass: true, udp_port: None }
+        PacketOptions { qdisc_bypass: true, udp_port: None, udp_gso: true }
     }
 }
 
@@ -119,6 +126,10 @@ struct Stats {
     rx_malformed: u64,
     rx_probes: u64,
     tx_unreachable: u64,
+    /// UDP mode with segmentation offload: superframes sent, and received
+    /// whole.
+    tx_superframes: u64,
+    rx_superframes: u64,
     /// The kernel's PACKET_STATISTICS, which reset on every read.
     kernel_packets: Cell<u64>,
     kernel_drops: Cell<u64>,
@@ -147,8 +158,22 @@ pub struct PacketDevice {
 struct UdpMode {
     outer: Outer,
     hops: NextHops,
-    /// The outer headers of the batch being sent, one per frame.
+    gso: bool,
+    /// The batch being sent as datagrams: each one's virtio-net header
+    /// (with `gso`) and outer headers, and how many frames it carries.
+    plan: TxPlan,
+}
+
+/// How a batch of frames goes out: as messages of one or more frames
+/// each, with the headers that go in front of each message.
+#[derive(Default)]
+struct TxPlan {
+    vnets: Vec<[u8; VNET_LEN]>,
     heads: Vec<[u8; OUTER_LEN]>,
+    /// Frames per message.
+    frames: Vec<usize>,
+    /// Whether messages start with their virtio-net header.
+    vnet: bool,
 }
 
 impl fmt::Debug for PacketDevice {
@@ -176,8 +201,8 @@ impl PacketDevice {
 
     /// Opens `ifname` for VIA in UDP/IPv4 datagrams on `port`
     /// (`crate::udp`): [`PacketDevice::open`] with [`PacketOptions::udp_port`].
-    pub fn open_udp(ifname: &str, port: u16) -> io::Result<PacketDevice> {
-        Self::open_with(ifname, PacketOptions { udp_port: Some(port), ..PacketOptions::from_env() })
+    pub fn open_udp(ifname: &str, port: u16, gso: bool) -> io::Result<PacketDevice> {
+        Self::open_with(ifname, PacketOptions { udp_port: Some(port), udp_gso: gso, ..PacketOptions::from_env() })
     }
 
     /// [`PacketDevice::open`] with explicit options.
@@ -213,7 +238,8 @@ impl PacketDevice {
                 if mtu <= ENCAP_LEN {
                     return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("interface {ifname} has MTU {mtu}: no room for a VIA frame in a UDP datagram")));
                 }
-                Some(UdpMode { outer: Outer::new(mac, ip, port), hops: NextHops::open(ifname, port)?, heads: vec![[0; OUTER_LEN]; TX_BATCH] })
+                let plan = TxPlan { vnets: vec![[0; VNET_LEN]; TX_BATCH], heads: vec![[0; OUTER_LEN]; TX_BATCH], frames: Vec::with_capacity(TX_BATCH), vnet: options.udp_gso };
+                Some(UdpMode { outer: Outer::new(mac, ip, port), hops: NextHops::open(ifname, port)?, gso: options.udp_gso, plan })
             }
         };
 
@@ -221,7 +247,14 @@ impl PacketDevice {
         // (protocol 0) receives nothing, so no frame lands in the ordinary
         // receive queue where the ring would never see it.
         sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_VERSION, &TPACKET_V2).map_err(|e| context("selecting TPACKET_V2", e))?;
-        let geometry = RingGeometry::for_mtu(mtu, sys::page_size());
+        // Superframes arrive whole on some links (veth): slots for the
+        // largest datagram, and each frame's virtio-net header in front of
+        // it (set before the ring, as the kernel requires).
+        let vnet = udp.as_ref().is_some_and(|u| u.gso);
+        if vnet {
+            sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &(1 as c_int)).map_err(|e| context("asking for virtio-net headers (PACKET_VNET_HDR)", e))?;
+        }
+        let geometry = RingGeometry::for_mtu(if vnet { MAX_MTU } else { mtu }, sys::page_size());
         let req = libc::tpacket_req {
             tp_block_size: geometry.block_size as u32,
             tp_block_nr: geometry.block_nr as u32,
@@ -229,7 +262,7 @@ impl PacketDevice {
             tp_frame_nr: geometry.frame_nr as u32,
         };
         sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_RX_RING, &req).map_err(|e| context(&format!("setting up the receive ring {geometry:?}"), e))?;
-        let ring = Ring::map(raw, geometry)?;
+        let ring = Ring::map(raw, geometry, vnet)?;
 
         // Our own transmissions must not come back to us. Kernels before 4.20
         // lack the option; receive then skips PACKET_OUTGOING slots itself.
@@ -348,30 +381,39 @@ impl FrameDevice for PacketDevice {
             }
             walked += 1;
             match ring.frame(i) {
-                Slot::Frame(frame) => {
-                    let frame = match &self.udp {
-                        None => &*frame,
-                        Some(u) => match u.outer.unwrap(frame) {
-                            Ok(raw) => raw,
-                            Err(why) => {
-                                *match why {
-                                    NotOurs::Other => &mut st.rx_not_ours,
-                                    NotOurs::Malformed => &mut st.rx_malformed,
-                                    NotOurs::Probe => &mut st.rx_probes,
-                                } += 1;
-                                &[][..]
-                            }
-                        },
-                    };
-                    if frame.is_empty() {
-                        // Not a VIA datagram (counted above).
-                    } else if self.filter.is_some_and(|f| !f.matches(frame)) {
+                Slot::Frame(frame, _) if self.udp.is_none() => {
+                    if self.filter.is_some_and(|f| !f.matches(frame)) {
                         st.rx_filtered_in_software += 1;
                     } else {
                         sink(frame);
                         delivered += 1;
                     }
                 }
+                Slot::Frame(frame, unit) => match self.udp.as_ref().unwrap().outer.open(frame) {
+                    // A datagram's payload is one raw frame, or a
+                    // superframe's units of `unit` bytes, each handed on
+                    // with its Ethernet header written in front of it.
+                    Ok(d) => {
+                        st.rx_superframes += u64::from(unit.is_some_and(|u| u < d.payload.len()));
+                        let step = unit.unwrap_or(d.payload.len()).max(1);
+                        for at in d.payload.clone().step_by(step) {
+                            let raw = d.unit(frame, at..d.payload.end.min(at + step));
+                            if self.filter.is_some_and(|f| !f.matches(raw)) {
+                                st.rx_filtered_in_software += 1;
+                            } else {
+                                sink(raw);
+                                delivered += 1;
+                            }
+                        }
+                    }
+                    Err(why) => {
+                        *match why {
+                            NotOurs::Other => &mut st.rx_not_ours,
+                            NotOurs::Malformed => &mut st.rx_malformed,
+                            NotOurs::Probe => &mut st.rx_probes,
+                        } += 1
+                    }
+                },
                 Slot::Outgoing => st.rx_outgoing_skipped += 1,
                 Slot::Truncated => st.rx_truncated += 1,
                 Slot::Bad => st.rx_bad_slot += 1,
@@ -406,9 +448,12 @@ impl FrameDevice for PacketDevice {
                 Some(u) => u.address(chunk),
             };
             if ready > 0 {
-                let heads = self.udp.as_ref().map(|u| &u.heads[..ready]);
-                match self.tx.send(self.fd.as_raw_fd(), &chunk[..ready], heads) {
+                let plan = self.udp.as_ref().map(|u| &u.plan);
+                match self.tx.send(self.fd.as_raw_fd(), &chunk[..ready], plan) {
                     Ok(n) => {
+                        if let Some(u) = &self.udp {
+                            self.stats.tx_superframes += u.plan.superframes_in(n) as u64;
+                        }
                         sent += n;
                         if n < ready {
                             break;
@@ -454,6 +499,8 @@ impl FrameDevice for PacketDevice {
             ("rx_malformed", s.rx_malformed),
             ("rx_probes", s.rx_probes),
             ("tx_unreachable", s.tx_unreachable),
+            ("tx_superframes", s.tx_superframes),
+            ("rx_superframes", s.rx_superframes),
             ("kernel_rx_packets", s.kernel_packets.get()),
             ("kernel_rx_drops", s.kernel_drops.get()),
         ];
@@ -477,25 +524,72 @@ enum Stop {
 }
 
 impl UdpMode {
-    /// Writes the outer headers of `chunk`'s frames into `heads`, in order,
-    /// up to the first frame that cannot go now: how many have them, and
-    /// why it stopped.
+    /// Plans `chunk` as datagrams (`self.plan`), in order, up to the first
+    /// frame that cannot go now: how many frames are planned, and why it
+    /// stopped. With `gso`, a run of frames to one endpoint of one host,
+    /// all of the first's length but the last (a message's fragments), goes
+    /// as one superframe of up to [`MAX_PAYLOAD`] bytes. (To one endpoint:
+    /// the receiver's kernel filter looks at the first unit's endpoint
+    /// only.)
     fn address(&mut self, chunk: &[TxFrame<'_>]) -> (usize, Stop) {
-        for (i, f) in chunk.iter().enumerate() {
+        let p = &mut self.plan;
+        p.frames.clear();
+        let mut i = 0;
+        while i < chunk.len() {
+            let f = &chunk[i];
             let dst = MacAddr(f.header[..6].try_into().unwrap());
             let ip = match dst.ipv4() {
                 _ if dst.is_broadcast() => Ipv4Addr::BROADCAST,
                 Some(ip) => ip,
                 None => return (i, Stop::Unreachable(dst)),
             };
-            match self.hops.lookup(ip) {
-                Hop::Ready(mac) => self.outer.emit(&mut self.heads[i], mac, ip, f.len() - ETH_HEADER_LEN),
+            let next_hop = match self.hops.lookup(ip) {
+                Hop::Ready(mac) => mac,
                 Hop::Pending => return (i, Stop::Pending),
                 Hop::Unreachable => return (i, Stop::Unreachable(dst)),
+            };
+            let unit = f.len() - ETH_HEADER_LEN;
+            let (mut j, mut payload) = (i + 1, unit);
+            while self.gso && j < chunk.len() {
+                let g = &chunk[j];
+                if !same_endpoint(g, f) || g.len() > f.len() || chunk[j - 1].len() != f.len() || payload + g.len() - ETH_HEADER_LEN > MAX_PAYLOAD {
+                    break;
+                }
+                payload += g.len() - ETH_HEADER_LEN;
+                j += 1;
             }
+            let m = p.frames.len();
+            if j - i > 1 {
+                self.outer.emit_super(&mut p.vnets[m], &mut p.heads[m], next_hop, ip, payload, unit);
+            } else {
+                self.outer.emit(&mut p.heads[m], next_hop, ip, unit);
+                vnet_header(&mut p.vnets[m], None);
+            }
+            p.frames.push(j - i);
+            i = j;
         }
         (chunk.len(), Stop::No)
     }
+}
+
+impl TxPlan {
+    /// Superframes among the messages that carry the plan's first
+    /// `frames` frames.
+    fn superframes_in(&self, frames: usize) -> usize {
+        let mut left = frames;
+        self.frames.iter().take_while(|&&c| {
+            let whole = c <= left;
+            left = left.saturating_sub(c);
+            whole
+        }).filter(|&&c| c > 1).count()
+    }
+}
+
+/// Do two frames go to the same endpoint of the same host (destination
+/// address and endpoint word)?
+fn same_endpoint(a: &TxFrame<'_>, b: &TxFrame<'_>) -> bool {
+    const KEY: [std::ops::Range<usize>; 2] = [0..6, DST_EP_OFFSET..DST_EP_OFFSET + 4];
+    KEY.into_iter().all(|r| matches!((a.header.get(r.clone()), b.header.get(r)), (Some(x), Some(y)) if x == y))
 }
 
 fn is_backpressure(e: &io::Error) -> bool {
@@ -509,8 +603,9 @@ fn context(what: &str, e: io::Error) -> io::Error {
 /// What one ring slot holds, once checked.
 enum Slot<'a> {
     /// Ours to read, and to rewrite in place (UDP mode does), until the
-    /// slot goes back to the kernel.
-    Frame(&'a mut [u8]),
+    /// slot goes back to the kernel; with the unit size of a superframe
+    /// that arrived whole (from its virtio-net header).
+    Frame(&'a mut [u8], Option<usize>),
     /// One of our own transmissions (kernels without PACKET_IGNORE_OUTGOING).
     Outgoing,
     /// Larger than the slot; the kernel kept only a prefix.
@@ -525,6 +620,8 @@ struct Ring {
     geometry: RingGeometry,
     /// The next slot the kernel will fill, in order.
     next: usize,
+    /// Frames are preceded by a virtio-net header (PACKET_VNET_HDR).
+    vnet: bool,
 }
 
 // SAFETY: the ring is a private shared mapping of our own socket; nothing
@@ -533,9 +630,9 @@ struct Ring {
 unsafe impl Send for Ring {}
 
 impl Ring {
-    fn map(fd: RawFd, geometry: RingGeometry) -> io::Result<Ring> {
+    fn map(fd: RawFd, geometry: RingGeometry, vnet: bool) -> io::Result<Ring> {
         let base = sys::mmap_ring(fd, geometry.bytes()).map_err(|e| context("mapping the receive ring", e))?;
-        Ok(Ring { base, geometry, next: 0 })
+        Ok(Ring { base, geometry, next: 0, vnet })
     }
 
     fn slot(&self, i: usize) -> *mut u8 {
@@ -575,11 +672,23 @@ impl Ring {
         if snap < len {
             return Slot::Truncated;
         }
+        let unit = if self.vnet {
+            if mac < size_of::<libc::tpacket2_hdr>() + VNET_LEN {
+                return Slot::Bad;
+            }
+            let mut v = [0u8; VNET_LEN];
+            // SAFETY: the kernel wrote the virtio-net header just before the
+            // frame, inside this slot (mac was checked to leave room for it).
+            unsafe { std::ptr::copy_nonoverlapping(slot.add(mac - VNET_LEN), v.as_mut_ptr(), VNET_LEN) };
+            vnet_unit(&v)
+        } else {
+            None
+        };
         // SAFETY: mac + snap ≤ frame_size was checked, so the bytes lie in
         // this slot, which the kernel does not touch until we hand it back
         // (after the returned borrow of `self` ends, which is exclusive:
         // no other view of the slot exists meanwhile).
-        Slot::Frame(unsafe { std::slice::from_raw_parts_mut(slot.add(mac), snap) })
+        Slot::Frame(unsafe { std::slice::from_raw_parts_mut(slot.add(mac), snap) }, unit)
     }
 }
 
@@ -596,7 +705,9 @@ struct TxScratch {
     iovs: Vec<libc::iovec>,
 }
 
-const IOVS_PER_FRAME: usize = 2 + MAX_GATHER;
+/// A frame's header and pieces, and at most two more for the message it
+/// starts (UDP mode: the virtio-net and outer headers).
+const IOVS_PER_FRAME: usize = 3 + MAX_GATHER;
 
 // SAFETY: the raw pointers inside are rewritten from the caller's borrowed
 // frames at the start of every `send` and not used after it returns; they
@@ -609,28 +720,46 @@ impl TxScratch {
     }
 
     /// Sends up to [`TX_BATCH`] frames with one `sendmmsg`; how many went.
-    /// With `outer`, frame i goes as `outer[i]` and the frame past its
-    /// Ethernet header (UDP mode).
-    fn send(&mut self, fd: RawFd, frames: &[TxFrame<'_>], outer: Option<&[[u8; OUTER_LEN]]>) -> io::Result<usize> {
-        let n = frames.len().min(TX_BATCH);
-        for (i, f) in frames[..n].iter().enumerate() {
-            let iovs = &mut self.iovs[i * IOVS_PER_FRAME..(i + 1) * IOVS_PER_FRAME];
-            let mut used = 0;
-            let (first, header): (&[u8], &[u8]) = match outer {
-                Some(o) => (&o[i], &f.header[ETH_HEADER_LEN..]),
-                None => (&[], f.header),
-            };
-            for part in [first, header].into_iter().chain(f.pieces().iter().copied()).filter(|p| !p.is_empty()) {
-                // The kernel only reads through iov_base on send.
-                iovs[used] = libc::iovec { iov_base: part.as_ptr() as *mut c_void, iov_len: part.len() };
-                used += 1;
+    /// With a `plan` (UDP mode) the frames go as its messages: each its
+    /// virtio-net header (if the plan has them), its outer headers, and its
+    /// frames past their Ethernet headers; else one message per frame.
+    fn send(&mut self, fd: RawFd, frames: &[TxFrame<'_>], plan: Option<&TxPlan>) -> io::Result<usize> {
+        let one = [1usize; TX_BATCH];
+        let counts: &[usize] = plan.map_or(&one[..frames.len().min(TX_BATCH)], |p| &p.frames[..]);
+        let (mut used, mut at) = (0, 0);
+        let mut n = 0;
+        for (m, &count) in counts.iter().enumerate() {
+            if at + count > frames.len().min(TX_BATCH) {
+                break;
             }
-            let m = &mut self.msgs[i];
-            m.msg_hdr.msg_name = std::ptr::null_mut(); // the bound interface and protocol
-            m.msg_hdr.msg_namelen = 0;
-            m.msg_hdr.msg_iov = iovs.as_mut_ptr();
-            m.msg_hdr.msg_iovlen = used as _;
-            m.msg_len = 0;
+            let first = used;
+            let mut push = |part: &[u8]| {
+                if !part.is_empty() {
+                    // The kernel only reads through iov_base on send.
+                    self.iovs[used] = libc::iovec { iov_base: part.as_ptr() as *mut c_void, iov_len: part.len() };
+                    used += 1;
+                }
+            };
+            if let Some(p) = plan {
+                if p.vnet {
+                    push(&p.vnets[m]);
+                }
+                push(&p.heads[m]);
+            }
+            for f in &frames[at..at + count] {
+                push(if plan.is_some() { &f.header[ETH_HEADER_LEN..] } else { f.header });
+                for piece in f.pieces() {
+                    push(piece);
+                }
+            }
+            let msg = &mut self.msgs[m];
+            msg.msg_hdr.msg_name = std::ptr::null_mut(); // the bound interface and protocol
+            msg.msg_hdr.msg_namelen = 0;
+            msg.msg_hdr.msg_iov = self.iovs[first..].as_mut_ptr();
+            msg.msg_hdr.msg_iovlen = (used - first) as _;
+            msg.msg_len = 0;
+            at += count;
+            n += 1;
         }
         // SAFETY: msgs[..n] are initialised message headers whose iovecs
         // point into `frames`, borrowed for the whole call; the kernel reads
@@ -639,7 +768,7 @@ impl TxScratch {
         if r < 0 {
             Err(io::Error::last_os_error())
         } else {
-            Ok(r as usize)
+            Ok(counts[..r as usize].iter().sum())
         }
     }
 }

@@ -106,12 +106,31 @@ impl Outer {
         udp[6..8].fill(0); // no checksum (allowed over IPv4)
     }
 
+    /// Writes the outer headers of a superframe: `payload` bytes of units
+    /// of `unit` bytes each (the last may be shorter) that the kernel or
+    /// the NIC cuts into one datagram per unit (UDP segmentation offload),
+    /// and the virtio-net header that asks for it (`vnet`). Carried whole
+    /// (veth), the receiver cuts it at the same `unit`.
+    pub fn emit_super(&mut self, vnet: &mut [u8; VNET_LEN], h: &mut [u8; OUTER_LEN], next_hop: MacAddr, dst: Ipv4Addr, payload: usize, unit: usize) {
+        self.emit(h, next_hop, dst, payload);
+        // Segmentation needs the UDP checksum offloaded: the field holds
+        // the pseudo-header's sum, which the segmenter finishes per unit.
+        let udp_len = (UDP_LEN + payload) as u32;
+        let words = [&self.ip.octets()[..], &dst.octets()[..]].concat();
+        let mut sum: u32 = words.chunks_exact(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum::<u32>() + u32::from(PROTO_UDP) + udp_len;
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        h[IPV4_START + IPV4_LEN + 6..OUTER_LEN].copy_from_slice(&(sum as u16).to_be_bytes());
+        vnet_header(vnet, Some(unit));
+    }
+
     /// Checks that `frame` (as received, from its Ethernet header) is a
-    /// VIA datagram for our port and turns it into the raw VIA frame the
-    /// engine reads: an Ethernet header of identities (destination ours or
-    /// broadcast, source the sender's), written in place just before the
-    /// VIA header, and what follows. Trailing Ethernet padding is cut off.
-    pub fn unwrap<'a>(&self, frame: &'a mut [u8]) -> Result<&'a [u8], NotOurs> {
+    /// VIA datagram for our port: where its payload (one unit, or a
+    /// superframe's units) lies, and the Ethernet header of identities
+    /// (destination ours or broadcast, source the sender's) that the raw
+    /// frames it carries get. Trailing Ethernet padding is left out.
+    pub fn open(&self, frame: &[u8]) -> Result<Datagram, NotOurs> {
         if frame.len() < OUTER_LEN || frame[12..14] != [0x08, 0x00] {
             return Err(NotOurs::Other);
         }
@@ -137,14 +156,75 @@ impl Outer {
         } else {
             MacAddr::for_ipv4(dst)
         };
-        let start = OUTER_LEN - ETH_HEADER_LEN;
-        let raw = &mut frame[start..IPV4_START + total];
-        raw[0..6].copy_from_slice(&to.0);
-        raw[6..12].copy_from_slice(&MacAddr::for_ipv4(src).0);
-        raw[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
-        Ok(raw)
+        let mut eth = [0u8; ETH_HEADER_LEN];
+        eth[0..6].copy_from_slice(&to.0);
+        eth[6..12].copy_from_slice(&MacAddr::for_ipv4(src).0);
+        eth[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
+        Ok(Datagram { payload: OUTER_LEN..IPV4_START + total, eth })
+    }
+
+    /// [`Outer::open`], and the datagram's payload as one raw VIA frame,
+    /// its Ethernet header written in place just before the payload.
+    #[cfg(test)]
+    pub fn unwrap<'a>(&self, frame: &'a mut [u8]) -> Result<&'a [u8], NotOurs> {
+        let d = self.open(frame)?;
+        Ok(d.unit(frame, d.payload.clone()))
     }
 }
+
+/// A VIA datagram found in a received frame.
+#[derive(Clone, Debug)]
+pub(crate) struct Datagram {
+    /// Where its UDP payload lies in the frame.
+    pub payload: std::ops::Range<usize>,
+    /// The Ethernet header its raw frames get.
+    pub eth: [u8; ETH_HEADER_LEN],
+}
+
+impl Datagram {
+    /// The raw VIA frame of the unit at `at` (inside the payload, past its
+    /// first [`ETH_HEADER_LEN`] bytes of outer headers or of the unit
+    /// before, which this overwrites): its Ethernet header is written just
+    /// before it.
+    pub fn unit<'a>(&self, frame: &'a mut [u8], at: std::ops::Range<usize>) -> &'a [u8] {
+        let raw = &mut frame[at.start - ETH_HEADER_LEN..at.end];
+        raw[..ETH_HEADER_LEN].copy_from_slice(&self.eth);
+        raw
+    }
+}
+
+/// Bytes of a virtio-net header (`struct virtio_net_hdr`), which frames
+/// carry in front of their Ethernet header on a socket with
+/// `PACKET_VNET_HDR`.
+pub(crate) const VNET_LEN: usize = 10;
+/// virtio-net header fields (virtio spec §5.1.6; little-endian).
+const VNET_F_NEEDS_CSUM: u8 = 1;
+const VNET_GSO_UDP_L4: u8 = 5;
+
+/// A virtio-net header: for a superframe of `unit`-byte units (UDP
+/// segmentation, the checksum offloaded), or for a plain frame (zeros).
+pub(crate) fn vnet_header(v: &mut [u8; VNET_LEN], unit: Option<usize>) {
+    v.fill(0);
+    if let Some(unit) = unit {
+        v[0] = VNET_F_NEEDS_CSUM;
+        v[1] = VNET_GSO_UDP_L4;
+        v[2..4].copy_from_slice(&(OUTER_LEN as u16).to_le_bytes()); // hdr_len
+        v[4..6].copy_from_slice(&(unit as u16).to_le_bytes()); // gso_size
+        v[6..8].copy_from_slice(&((IPV4_START + IPV4_LEN) as u16).to_le_bytes()); // csum_start: the UDP header
+        v[8..10].copy_from_slice(&6u16.to_le_bytes()); // csum_offset: its checksum field
+    }
+}
+
+/// The unit size a received frame's virtio-net header gives, if it is a
+/// superframe carried whole.
+pub(crate) fn vnet_unit(v: &[u8; VNET_LEN]) -> Option<usize> {
+    let size = usize::from(u16::from_le_bytes([v[4], v[5]]));
+    (v[1] == VNET_GSO_UDP_L4 && size > 0).then_some(size)
+}
+
+/// The most UDP payload one datagram carries (an IPv4 total length of
+/// 65,535).
+pub(crate) const MAX_PAYLOAD: usize = 65535 - ENCAP_LEN;
 
 /// The Internet checksum of an IPv4 header (RFC 791 §3.1, RFC 1071): 0
 /// over a header whose checksum field is right.
