@@ -201,6 +201,9 @@ fn an_ack_completes_the_send_and_stops_the_timer() {
 #[test]
 fn the_window_holds_frames_back_until_acknowledged() {
     let mut rig = tapped(Reliability::ReliableDelivery);
+    // A window of 32 frames (the engine's is 2 MiB of frames, up to
+    // 1,024: more than the rig's buffers and queues send at once).
+    rig.b.engine.core.window = 32;
     let window = rig.b.engine.core.window;
     let first = b_next_psn(&rig);
     // Sixteen messages of 8000 bytes (one buffer, sent again and again):

@@ -1,7 +1,9 @@
 //! The name service: host names to MAC addresses, from a hosts file.
 //!
 //! The file named by `VIA_HOSTS` (default [`DEFAULT_HOSTS`]) holds lines of
-//! `name MAC [DEVICE=MAC ...]`; `#` starts a comment. `VipNSGetHostByName`
+//! `name MAC [DEVICE=MAC ...]`; `#` starts a comment. In place of a MAC an
+//! IPv4 address names a host reached over UDP/IPv4 (device `udp:<ifname>`):
+//! its IPv4 identity ([`MacAddr::for_ipv4`]). `VipNSGetHostByName`
 //! looks names up here; a MAC written in place of a name resolves to itself.
 //! The optional `DEVICE=MAC` fields are routes for composite devices: the
 //! host whose identity is the first MAC is reached through the member
@@ -119,6 +121,15 @@ mod tests {
         assert!(e.contains("line 1"), "{e}");
         let e = NameService::parse("a 02:00:00:00:00:01\nb zz\n").unwrap_err();
         assert!(e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn ipv4_addresses_name_hosts_reached_over_udp() {
+        let ns = NameService::parse("far 10.2.0.2\n").unwrap();
+        let id = MacAddr::for_ipv4(std::net::Ipv4Addr::new(10, 2, 0, 2));
+        assert_eq!(ns.lookup("far"), Some(id));
+        assert_eq!(ns.lookup("10.2.0.2"), Some(id));
+        assert_eq!(ns.name_of(id), Some("far"));
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub struct Options {
     pub discriminator: String,
     pub plot: Option<String>,
     pub mtu: usize,
+    /// Demo: frames of every kind the kernel drops on both hosts'
+    /// interfaces, per thousand (an nftables netdev ingress rule).
+    pub kernel_loss: u32,
     pub transports: Vec<String>,
     /// Demo: alternating rounds for the headline ratios.
     pub rounds: usize,
@@ -58,6 +61,7 @@ impl Default for Options {
             discriminator: "pingpong".into(),
             plot: None,
             mtu: 1500,
+            kernel_loss: 0,
             transports: ["raw", "via", "via-auth", "via-shm", "via-udp", "via-unrel", "via-write", "via-read", "udp", "tcp"].map(String::from).to_vec(),
             rounds: 5,
             cpu: None,

@@ -91,6 +91,32 @@ impl Hosts {
     }
 }
 
+impl Hosts {
+    /// Makes the kernel drop `per_mille` frames in a thousand arriving on
+    /// either host's interface, whatever they carry: an nftables netdev
+    /// ingress rule (this kernel has no netem), so VIA, TCP and UDP meet
+    /// the same loss.
+    fn drop_frames(&self, per_mille: u32) -> Result<(), String> {
+        if per_mille == 0 {
+            return Ok(());
+        }
+        for (ns, dev) in [(&self.a, &self.va), (&self.b, &self.vb)] {
+            let chain = format!("{{ type filter hook ingress device {dev} priority 0; }}");
+            let n = per_mille.to_string();
+            for args in [vec!["add", "table", "netdev", "via_loss"], vec!["add", "chain", "netdev", "via_loss", "in", &chain], vec!["add", "rule", "netdev", "via_loss", "in", "numgen", "random", "mod", "1000", "<", &n, "drop"]] {
+                let out = Command::new("ip").args(["netns", "exec", ns, "nft"]).args(&args).output().map_err(|e| format!("running nft: {e}"))?;
+                if !out.status.success() {
+                    let err = String::from_utf8_lossy(&out.stderr);
+                    let hint = if err.contains("No such file") || err.contains("exec of \"nft\" failed") { " (apt-get install nftables)" } else { "" };
+                    return Err(format!("nft {}: {}{hint}", args.join(" "), err.trim()));
+                }
+            }
+        }
+        eprintln!("via-pingpong --demo: the kernel drops {per_mille} in 1000 frames arriving on either host");
+        Ok(())
+    }
+}
+
 impl Drop for Hosts {
     fn drop(&mut self) {
         cleanup();
@@ -371,7 +397,7 @@ fn alternating_rounds(o: &Options, h: &Hosts, probe: Option<&Probe>) -> (Vec<Row
 /// each ratio is the median of the per-round ratios (the two transports of
 /// a pair measured in the same round); the medians of each transport's
 /// rounds are shown beside it. Without rounds, the sweep's figures.
-fn print_ratios(rows: &[Row], rounds: Option<&Rounds>) {
+fn print_ratios(rows: &[Row], sweeps: &[Row], rounds: Option<&Rounds>) {
     let paired = rounds.is_some();
     println!("\n=== VIA against the baselines (same run; {}) ===", if paired { "median of per-round ratios of alternating rounds" } else { "sweep figures" });
     if !rows.iter().any(|r| !r.transport.starts_with("via") || r.transport.starts_with("via?")) && !rows.iter().any(|r| r.transport == "via-write" || r.transport == "via-auth") {
@@ -408,6 +434,20 @@ fn print_ratios(rows: &[Row], rounds: Option<&Rounds>) {
     }
     if let Some((a, p, r)) = ratio("via-auth", "via", "bw") {
         println!("bandwidth 1 MiB auth/plain = {r:.3}  (medians {a:.1} / {p:.1} MB/s; via-auth against via)");
+    }
+    if let Some((u, t, r)) = ratio("via-udp", "tcp", "bw") {
+        println!("bandwidth 1 MiB via-udp/tcp = {r:.3}  (medians {u:.1} / {t:.1} MB/s; target >= 1) {}", verdict(r >= 1.0));
+    }
+    // Large messages from the sweeps (one run each, not rounds).
+    for bytes in [65536, 1 << 20] {
+        let (Some(u), Some(t)) = (find(sweeps, "via-udp", "lat", bytes), find(sweeps, "tcp", "lat", bytes)) else { continue };
+        let r = u.t_typical_us / t.t_typical_us;
+        println!("latency {:>4} KiB via-udp/tcp = {r:.3}  (typical {:.1} / {:.1} us, the sweeps; target <= 1) {}", bytes / 1024, u.t_typical_us, t.t_typical_us, verdict(r <= 1.0));
+    }
+    for bytes in [65536] {
+        let (Some(u), Some(t)) = (find(sweeps, "via-udp", "bw", bytes), find(sweeps, "tcp", "bw", bytes)) else { continue };
+        let r = u.mb_per_s / t.mb_per_s;
+        println!("bandwidth {:>3} KiB via-udp/tcp = {r:.3}  ({:.1} / {:.1} MB/s, the sweeps; target >= 1) {}", bytes / 1024, u.mb_per_s, t.mb_per_s, verdict(r >= 1.0));
     }
     if let Some((u, v, r)) = ratio("via-udp", "via", "lat") {
         println!("latency 64 B    UDP-encapsulated/raw VIA = {r:.3}  (medians {u:.2} / {v:.2} us; via-udp against via, the same link)");
@@ -475,7 +515,7 @@ pub fn run(o: &Options) -> i32 {
         return run_loopback(o);
     }
     install_signal_thread();
-    let h = match Hosts::create(o.mtu) {
+    let h = match Hosts::create(o.mtu).and_then(|h| h.drop_frames(o.kernel_loss).map(|()| h)) {
         Ok(h) => h,
         Err(e) => {
             eprintln!("via-pingpong --demo: cannot create the test hosts: {e}");
@@ -559,7 +599,7 @@ fn report(o: &Options, rows: &[Row], headline: &[Row], rounds: Option<&Rounds>) 
                 print_tables(&r.transport, rows);
             }
         }
-        print_ratios(headline, rounds);
+        print_ratios(headline, rows, rounds);
     }
     if let Some(dir) = &o.plot {
         match crate::plot::write(std::path::Path::new(dir), rows) {

@@ -90,6 +90,9 @@ USAGE:
     --cpu N           run on CPU N only (the demo pins the server to CPU 0 and the client
                       to CPU 1 when there are two or more, for every transport alike)
     --mtu N           demo: veth MTU (default 1500); udp: datagrams fit this MTU
+    --kernel-loss N   demo: the kernel drops N frames in a thousand, of every kind (VIA's, TCP's,
+                      UDP's alike), arriving on either host (an nftables netdev ingress rule,
+                      `numgen random mod 1000 < N drop`; needs nft): goodput under the same loss
     --rounds N        demo: after the sweeps, N alternating rounds of every transport at 64 B
                       latency and 1 MiB bandwidth; the ratios use their medians (default 5)
     --discriminator S VIA connection discriminator (default pingpong)
@@ -138,6 +141,7 @@ fn parse() -> Result<(String, Options), String> {
             "--cpu" => o.cpu = Some(val()?.parse().map_err(|_| "bad --cpu")?),
             "--rounds" => o.rounds = val()?.parse().map_err(|_| "bad --rounds")?,
             "--mtu" => o.mtu = val()?.parse().map_err(|_| "bad --mtu")?,
+            "--kernel-loss" => o.kernel_loss = val()?.parse().ok().filter(|n| *n < 1000).ok_or("bad --kernel-loss (want frames per thousand, 0-999)")?,
             "--discriminator" => o.discriminator = val()?,
             "--rdma" => {
                 let m = val()?;

@@ -635,13 +635,15 @@ impl Bench for Client {
 /// The transport's name in tables: `via` (reliable delivery), `via-unrel`,
 /// the RDMA modes `via-write` and `via-read`, or `via-shm` (reliable
 /// delivery through a composite device, `<nic>+shm:<wire>`; `via-shm-lent`
-/// with lending on).
+/// with lending on), or `via-udp` (reliable delivery in UDP/IPv4
+/// datagrams, `udp:<ifname>`).
 pub fn name(o: &Options) -> &'static str {
     match (o.rdma.as_deref(), o.reliability.is_reliable()) {
         (Some("write"), _) => "via-write",
         (Some(_), _) => "via-read",
         (None, true) if o.device.contains("+shm:") && o.device.contains(",lend=") => "via-shm-lent",
         (None, true) if o.device.contains("+shm:") => "via-shm",
+        (None, true) if o.device.starts_with("udp:") => "via-udp",
         (None, true) => "via",
         (None, false) => "via-unrel",
     }

@@ -2,7 +2,9 @@
 //! that arrived ahead of a gap (up to [`REORDER_SPAN`] PSNs past the one
 //! expected) are kept as copies until the gap fills, and then replayed in
 //! order; the selective-acknowledgement bitmap built from them tells the
-//! sender which frames it need not send again.
+//! sender which of the [`SACK_BITS`] frames past the gap it need not send
+//! again. Holes further on are reported when the expected PSN reaches
+//! them (the receiver NAKs every new gap it replays up to).
 //!
 //! Frames in order, the common case, never come here: they are placed
 //! straight from the device. The sender keeps at most `REORDER_SPAN`
@@ -10,9 +12,14 @@
 
 use via_wire::seq_lt;
 
-/// How far past the expected PSN frames are kept, and the width of the
-/// SACK bitmap (bit `i`: PSN `expected + 1 + i` is held).
-pub const REORDER_SPAN: u32 = 64;
+/// How far past the expected PSN frames are kept: the most frames a
+/// sender keeps in flight. 1,024 frames of 1,472 bytes are 1.5 MB, what a
+/// link of several GB/s needs in flight over a few hundred microseconds
+/// of round trip (the slots are made at the first frame out of order).
+pub const REORDER_SPAN: u32 = 1024;
+/// The width of the SACK bitmap on the wire (bit `i`: PSN `expected + 1 +
+/// i` is held).
+pub const SACK_BITS: u32 = 64;
 
 /// Emptied frame buffers kept for reuse.
 const SPARE: usize = 8;
@@ -103,7 +110,7 @@ impl ReorderBuffer {
             return 0;
         }
         let mut bits = 0u64;
-        for i in 0..REORDER_SPAN {
+        for i in 0..SACK_BITS {
             let psn = expected.wrapping_add(1 + i);
             if self.slots[(psn % REORDER_SPAN) as usize].as_ref().is_some_and(|(p, _)| *p == psn) {
                 bits |= 1 << i;
@@ -153,6 +160,17 @@ mod tests {
         assert!(!r.is_empty());
         r.clear();
         assert!(r.is_empty() && r.bitmap(15) == 0);
+    }
+
+    #[test]
+    fn frames_past_the_sack_bitmap_are_kept_and_reported_once_reached() {
+        let mut r = ReorderBuffer::default();
+        let far = 10 + SACK_BITS + 100;
+        assert_eq!(r.store(10, 11, b"a"), Stored::Kept { new_hole: true });
+        assert_eq!(r.store(10, far, b"z"), Stored::Kept { new_hole: true });
+        assert_eq!(r.bitmap(10), 1, "only 11 lies inside the bitmap");
+        assert_eq!(r.bitmap(far - 2), 1 << 1, "reached: far is expected + 2");
+        assert_eq!(r.take(far).as_deref(), Some(&b"z"[..]));
     }
 
     #[test]

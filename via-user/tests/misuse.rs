@@ -182,39 +182,42 @@ fn a_receive_whose_memory_is_deregistered_completes_with_a_protection_error() {
 
 #[test]
 fn a_send_whose_buffer_is_deregistered_completes_alone_with_a_protection_error() {
-    // No progress threads: the sends behind a 1 MiB message (which fills
-    // the window at once) are still unsent when their buffer goes.
+    // No progress threads: the sends behind two 1 MiB messages (which
+    // fill the window at once: 1,024 frames) are still unsent when their
+    // buffer goes.
     let a = Side::open("misuse-send", false);
     let b = Side::open("misuse-send", false);
     const BIG: usize = 1 << 20;
     fill(b.desc(0), b.mem.at(BIG), b.mh, BIG as u32);
+    fill(b.desc(4), b.mem.at(BIG), b.mh, BIG as u32);
     fill(b.desc(1), b.buf(1), b.mh, BUF as u32);
     fill(b.desc(2), b.buf(2), b.mh, BUF as u32);
-    for i in 0..3 {
+    for i in [0, 4, 1, 2] {
         b.nic.raw().vi_post(b.vi, b.desc(i), b.mh, false).unwrap();
     }
     connect(&a, &b);
     let gone = Mapping::new(BUF);
     let mgone = a.register(&gone);
+    fill(a.desc(4), a.mem.at(BIG), a.mh, BIG as u32);
     fill(a.desc(1), a.mem.at(BIG), a.mh, BIG as u32);
     fill(a.desc(2), gone.at(0), mgone, 5);
     fill(a.desc(3), a.buf(3), a.mh, 6);
-    for i in 1..=3 {
+    for i in [4, 1, 2, 3] {
         a.nic.raw().vi_post(a.vi, a.desc(i), a.mh, true).unwrap();
     }
     a.nic.raw().deregister(gone.at(0), mgone).unwrap();
     gone.unmap();
 
     let (mut sent, mut got) = (Vec::new(), Vec::new());
-    while sent.len() < 3 || got.len() < 2 {
+    while sent.len() < 4 || got.len() < 3 {
         sent.extend(a.nic.raw().vi_done(a.vi, true).unwrap());
         got.extend(b.nic.raw().vi_done(b.vi, false).unwrap());
     }
-    assert_eq!(sent, vec![a.desc(1), a.desc(2), a.desc(3)]);
+    assert_eq!(sent, vec![a.desc(4), a.desc(1), a.desc(2), a.desc(3)]);
     assert_eq!(status_at(a.desc(1)), status::DONE | status::OP_SEND);
     assert_eq!(status_at(a.desc(2)), status::DONE | status::OP_SEND | status::PROTECTION_ERROR);
     assert_eq!(status_at(a.desc(3)), status::DONE | status::OP_SEND);
-    assert_eq!(got, vec![b.desc(0), b.desc(1)], "the refused send sent nothing");
+    assert_eq!(got, vec![b.desc(0), b.desc(4), b.desc(1)], "the refused send sent nothing");
     assert_eq!(status_at(b.desc(1)), status::DONE | status::OP_RECEIVE);
     assert_eq!(a.nic.raw().vi_query(a.vi).unwrap().0, ViPhase::Connected);
     a.close();
