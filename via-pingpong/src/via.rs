@@ -251,6 +251,10 @@ impl End {
 
     /// Sends `data` (copied into the send buffer).
     fn send_bytes(&mut self, data: &[u8]) -> io::Result<()> {
+        // The send buffer is the provider's until every send from it has
+        // completed: a send still unacknowledged may go again (a lost
+        // frame), and would carry what is written now.
+        self.drain_sends()?;
         self.sbuf.write(0, data).map_err(err)?;
         self.send(data.len())
     }
@@ -286,8 +290,7 @@ impl End {
 
     fn send_words(&mut self, w: &[u32]) -> io::Result<()> {
         let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
-        self.sbuf.write(0, &bytes).unwrap();
-        self.send(bytes.len())
+        self.send_bytes(&bytes)
     }
 }
 
@@ -297,6 +300,15 @@ pub fn serve(device: &str, level: Reliability, discriminator: &[u8], max: usize,
     ready(&s.nic);
     let req = s.nic.connect_wait(discriminator, None).map_err(err)?;
     s.nic.accept(&req, &s.vi).map_err(err)?;
+    let r = serve_connected(&mut s);
+    if r.is_err() && std::env::var_os("VIA_PINGPONG_STATS").is_some() {
+        print_stats(&s.nic);
+    }
+    r
+}
+
+/// The server's loop over the client's control messages.
+fn serve_connected(s: &mut End) -> io::Result<()> {
     loop {
         let (n, [op, size, count, a0, a1, h, l0, l1]) = s.recv::<8>()?;
         if n != 12 && !(op == OP_XCHG && n == 32) {
@@ -419,7 +431,7 @@ impl Client {
         e.send_words(&[op, size as u32, count as u32])?;
         let (n, [answer]) = e.recv::<1>()?;
         if n != 4 || answer != op {
-            return Err(io::Error::other("bad control answer"));
+            return Err(io::Error::other(format!("bad control answer: asked {op} ({size} B x {count}), got {n} bytes starting {answer}")));
         }
         Ok(())
     }
@@ -670,7 +682,15 @@ pub fn client(o: &Options) -> io::Result<Vec<Row>> {
         }
         return r.c.finish().map(|()| rows);
     }
-    let rows = sweep(o, name(o), &mut c, o.reliability.is_reliable())?;
+    let rows = match sweep(o, name(o), &mut c, o.reliability.is_reliable()) {
+        Ok(rows) => rows,
+        Err(e) => {
+            if o.stats {
+                print_stats(&c.end.nic);
+            }
+            return Err(e);
+        }
+    };
     if o.verify {
         c.verify_all(o, CHECK_SEND)?;
     }
