@@ -200,6 +200,12 @@ impl ConnectionManager {
         &mut self.out
     }
 
+    /// Are frames waiting to be transmitted (the device took only part of
+    /// a batch: they go with the next progress)?
+    pub fn has_outgoing(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     // ---- server side ----
 
     /// Starts a `ConnectWait` on `discriminator`; returns its id.

@@ -84,6 +84,19 @@ impl VethPair {
         self.open_with(PacketOptions::default())
     }
 
+    /// Gives the two ends 10.9.0.1/24 and 10.9.0.2/24 and opens them for
+    /// VIA in UDP/IPv4 (segmentation offload on).
+    fn open_udp(&self) -> (PacketDevice, PacketDevice) {
+        ip(&["-n", &self.ns[0], "addr", "add", "10.9.0.1/24", "dev", IFNAME]);
+        ip(&["-n", &self.ns[1], "addr", "add", "10.9.0.2/24", "dev", IFNAME]);
+        let port = via_softnic::VIA_UDP_PORT;
+        std::thread::scope(|s| {
+            let a = s.spawn(|| self.within(0, || PacketDevice::open_udp(IFNAME, port, true).unwrap()));
+            let b = s.spawn(|| self.within(1, || PacketDevice::open_udp(IFNAME, port, true).unwrap()));
+            (a.join().unwrap(), b.join().unwrap())
+        })
+    }
+
     fn open_with(&self, options: PacketOptions) -> (PacketDevice, PacketDevice) {
         std::thread::scope(|s| {
             let a = s.spawn(|| self.within(0, || PacketDevice::open_with(IFNAME, options).unwrap()));
@@ -378,13 +391,7 @@ fn udp_frames_cross_between_ipv4_identities() {
         assert_eq!(e.kind(), io::ErrorKind::AddrNotAvailable, "{e}");
         assert!(e.to_string().contains("no IPv4 address"), "{e}");
     });
-    ip(&["-n", &pair.ns[0], "addr", "add", "10.9.0.1/24", "dev", IFNAME]);
-    ip(&["-n", &pair.ns[1], "addr", "add", "10.9.0.2/24", "dev", IFNAME]);
-    let (mut a, mut b) = std::thread::scope(|s| {
-        let a = s.spawn(|| pair.within(0, || PacketDevice::open_udp(IFNAME, port, true).unwrap()));
-        let b = s.spawn(|| pair.within(1, || PacketDevice::open_udp(IFNAME, port, true).unwrap()));
-        (a.join().unwrap(), b.join().unwrap())
-    });
+    let (mut a, mut b) = pair.open_udp();
     assert_eq!(a.mac(), "10.9.0.1".parse().unwrap());
     assert_eq!(b.mac().to_string(), "10.9.0.2");
     a.set_filter(filter(ETHERTYPE, EP_A)).unwrap();
@@ -424,14 +431,7 @@ fn udp_frames_cross_between_ipv4_identities() {
 fn udp_superframes_arrive_as_the_frames_they_carry() {
     require_root();
     let pair = VethPair::new("gso", 1500);
-    let port = via_softnic::VIA_UDP_PORT;
-    ip(&["-n", &pair.ns[0], "addr", "add", "10.9.0.1/24", "dev", IFNAME]);
-    ip(&["-n", &pair.ns[1], "addr", "add", "10.9.0.2/24", "dev", IFNAME]);
-    let (mut a, mut b) = std::thread::scope(|s| {
-        let a = s.spawn(|| pair.within(0, || PacketDevice::open_udp(IFNAME, port, true).unwrap()));
-        let b = s.spawn(|| pair.within(1, || PacketDevice::open_udp(IFNAME, port, true).unwrap()));
-        (a.join().unwrap(), b.join().unwrap())
-    });
+    let (mut a, mut b) = pair.open_udp();
     b.set_filter(RxFilter { ethertype: ETHERTYPE, offset: DST_EP_OFFSET, accept: [EP_B, EP_A] }).unwrap();
     let mtu = a.mtu();
     let full = |i: usize, ep: u32| {

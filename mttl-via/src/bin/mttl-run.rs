@@ -1,4 +1,4 @@
-//! `mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--timeout SECONDS] [--no-auth] -- PROGRAM ARGS`
+//! `mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--udp] [--timeout SECONDS] [--no-auth] -- PROGRAM ARGS`
 //!
 //! Each run makes a cluster secret of its own (32 random bytes, mode 0600
 //! in a directory only root can enter, removed at exit) and hands it to
@@ -22,9 +22,12 @@
 //!
 //! The links are veth pairs on one host, so they carry frames of up to
 //! 65 000 bytes (`--mtu` says otherwise): the VIA layer sends a message of
-//! up to its 64 KiB slot as one frame, and each frame is a trip through the
-//! kernel on a software NIC, while TCP hands the kernel 64 KB segments
-//! whatever the MTU (docs/BENCHMARKS.md compares MTUs 9000 and 65000).
+//! up to its 64 KiB slot as one raw frame (`/dev/via_eth0`), and each frame
+//! is a trip through the kernel on a software NIC, while TCP hands the
+//! kernel 64 KB segments whatever the MTU. `--udp` gives the VIA layer VIA
+//! in UDP/IPv4 datagrams instead (`udp:eth0`), whose superframes take a
+//! message's fragments to the kernel in one trip at any MTU, Ethernet's
+//! 1500 included (`--udp --mtu 1500`; docs/BENCHMARKS.md compares them).
 //!
 //! The ranks share this host, so over VIA each opens a composite device:
 //! its `eth0` for the network and a shared-memory wire of the run for the
@@ -58,6 +61,8 @@ struct Opts {
     timeout: Option<Duration>,
     mtu: u32,
     nic_only: bool,
+    /// VIA in UDP/IPv4 (`udp:eth0`) rather than raw VIA frames.
+    udp: bool,
     /// No cluster secret: frames carry the CRC alone (`--no-auth`).
     no_auth: bool,
     hosts: usize,
@@ -65,19 +70,20 @@ struct Opts {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--timeout SECONDS] [--no-auth] -- PROGRAM [ARGS...]");
+    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--udp] [--timeout SECONDS] [--no-auth] -- PROGRAM [ARGS...]");
     std::process::exit(2)
 }
 
 fn parse() -> Opts {
     let mut a = std::env::args().skip(1);
-    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: DEFAULT_MTU, nic_only: false, no_auth: false, hosts: 1, cmd: Vec::new() };
+    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: DEFAULT_MTU, nic_only: false, udp: false, no_auth: false, hosts: 1, cmd: Vec::new() };
     while let Some(x) = a.next() {
         match x.as_str() {
             "-n" | "--np" => o.n = a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
             "--transport" => o.transport = a.next().unwrap_or_else(|| usage()),
             "--mtu" => o.mtu = a.next().and_then(|v| v.parse().ok()).filter(|m| (576..=65000).contains(m)).unwrap_or_else(|| usage()),
             "--nic-only" => o.nic_only = true,
+            "--udp" => o.udp = true,
             "--no-auth" => o.no_auth = true,
             "--hosts" => o.hosts = a.next().and_then(|v| v.parse().ok()).filter(|&k| k >= 1).unwrap_or_else(|| usage()),
             "--timeout" => o.timeout = Some(Duration::from_secs(a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()))),
@@ -285,7 +291,8 @@ fn main() -> ExitCode {
     let root = "10.77.0.1:47000";
     // Rank i's host when the ranks are dealt out in blocks to o.hosts hosts.
     let host = |i: usize| i * o.hosts / o.n;
-    let device = |i: usize| if o.nic_only || o.n == 1 { "/dev/via_eth0".to_string() } else { format!("/dev/via_eth0+shm:{}", net.shm_wire(host(i))) };
+    let nic = if o.udp { "udp:eth0" } else { "/dev/via_eth0" };
+    let device = |i: usize| if o.nic_only || o.n == 1 { nic.to_string() } else { format!("{nic}+shm:{}", net.shm_wire(host(i))) };
     let mut children: Vec<Option<Child>> = Vec::new();
     let mut pumps = Vec::new();
     // With no more ranks than CPUs, rank i runs on CPU i (MTTL_PIN=0 turns

@@ -46,6 +46,9 @@ use via_device::{FrameDevice, MacAddr, RxFilter};
 
 /// Frames built and handed to the device per doorbell.
 pub const BATCH: usize = 32;
+/// How soon a waiting engine tries again to send control frames its device
+/// did not take.
+const CONTROL_RETRY: Duration = Duration::from_micros(500);
 /// Most VIs one NIC handle can hold.
 pub const MAX_VI: usize = 1024;
 /// Most CQs one NIC handle can hold.
@@ -454,7 +457,9 @@ impl Engine {
     pub fn next_deadline(&self) -> Option<Instant> {
         let c = &self.core;
         let vi_timers = c.timer_at.map(|t| c.clock.instant(t));
-        [vi_timers, c.cm.next_deadline(), c.peers.next_deadline(), c.resolver.next_deadline()].into_iter().flatten().min()
+        // Control frames the device did not take: try again shortly.
+        let unsent = c.cm.has_outgoing().then(|| Instant::now() + CONTROL_RETRY);
+        [vi_timers, c.cm.next_deadline(), c.peers.next_deadline(), c.resolver.next_deadline(), unsent].into_iter().flatten().min()
     }
 }
 

@@ -109,9 +109,13 @@ impl Engine {
             let n = core.build_control(hdrs, specs);
             let k = send_batch(dev.as_mut(), hdrs, core.sealer(), &specs[..n]);
             core.counters.tx_frames += k as u64;
+            // Only what the device took leaves the queue: the rest go with
+            // the next progress (a full ring, or a next hop still being
+            // resolved). A lost answer is not always asked for again.
+            core.cm.outgoing().drain(..k);
             if k < n {
                 core.counters.tx_ring_full += 1;
-                break; // connection management retransmits on its own
+                break;
             }
         }
 
@@ -733,13 +737,14 @@ impl Context {
         true
     }
 
-    /// Moves up to [`BATCH`] queued control frames into header slots.
+    /// Builds the first [`BATCH`] (at most) queued control frames into
+    /// header slots; they stay queued until the device takes them.
     fn build_control(&mut self, hdrs: &mut Headers, specs: &mut [Spec; BATCH]) -> usize {
         if self.bounce.len() < BATCH * CTL_PAYLOAD.max(self.frag as usize) {
             self.bounce = vec![0u8; BATCH * CTL_PAYLOAD.max(self.frag as usize)];
         }
         let take = self.cm.outgoing().len().min(BATCH);
-        let frames: Vec<CmFrame> = self.cm.outgoing().drain(..take).collect();
+        let frames: Vec<CmFrame> = self.cm.outgoing()[..take].to_vec();
         for (i, f) in frames.iter().enumerate() {
             let at = i * CTL_PAYLOAD;
             let n = f.conn.emit(&mut self.bounce[at..at + CTL_PAYLOAD]);
