@@ -234,12 +234,16 @@ fn keyed_a_forged_frame_steals_no_sequence_number() {
 const READ: usize = 8192;
 
 /// M sends `frame` (a read request) `times` times, each after B handled
-/// the one before (as a duplicate or as a frame failing its check; so
-/// none is merged with a response still going out). Returns B's response
-/// frames meanwhile and B's counters around.
+/// the one before (served again or dropped as a replayed or stale read
+/// request, or refused for its tag; so none is merged with a response
+/// still going out). Counted by those counters, not by duplicates: a
+/// genuine duplicate from A (a retransmission on a loaded machine) must
+/// not stand for a replay. Returns B's response frames meanwhile and B's
+/// counters around.
 fn replay(m: &Attacker, c: &Connected, frame: &[u8], times: u64) -> (u64, Handled) {
     let before = c.b.counters();
-    let handled = |k: &Counters| (k.rx_duplicate - before.rx_duplicate) + (k.rx_bad_auth - before.rx_bad_auth);
+    let served = |k: &Counters| k.read_requests_replayed + k.read_requests_stale + k.rx_bad_auth;
+    let handled = |k: &Counters| served(k) - served(&before);
     for i in 1..=times {
         m.send_raw(frame);
         c.b.wait_for("B handling a replayed read request", |k| handled(k) >= i);
