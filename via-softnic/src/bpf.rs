@@ -56,11 +56,12 @@ impl Program {
         Ok(self.test(JEQ_K, accept[1], To::Accept, To::Drop))
     }
 
-    /// The program, with `ret 0` (drop) and `ret -1` (accept the whole
-    /// frame) at its end.
+    /// The program, with `ret -1` (accept the whole frame) and `ret 0`
+    /// (drop) at its end: a program whose tests all pass falls through to
+    /// the accept.
     fn finish(&self) -> Vec<libc::sock_filter> {
         let n = self.ins.len();
-        let (drop_at, accept_at) = (n, n + 1);
+        let (accept_at, drop_at) = (n, n + 1);
         let rel = |pc: usize, to: To| -> u8 {
             let target = match to {
                 To::Next => pc + 1,
@@ -70,8 +71,8 @@ impl Program {
             (target - pc - 1) as u8
         };
         let mut out: Vec<libc::sock_filter> = self.ins.iter().enumerate().map(|(pc, &(code, yes, no, k))| libc::sock_filter { code, jt: rel(pc, yes), jf: rel(pc, no), k }).collect();
-        out.push(libc::sock_filter { code: RET_K, jt: 0, jf: 0, k: 0 });
         out.push(libc::sock_filter { code: RET_K, jt: 0, jf: 0, k: u32::MAX });
+        out.push(libc::sock_filter { code: RET_K, jt: 0, jf: 0, k: 0 });
         out
     }
 }
@@ -99,16 +100,11 @@ pub(crate) fn udp_program(port: u16, f: Option<&RxFilter>) -> io::Result<Vec<lib
     p.load(LDB_ABS, IPV4_START + 9)?.test(JEQ_K, 17, To::Next, To::Drop); // UDP
     p.load(LDH_ABS, IPV4_START + 6)?.test(JSET_K, 0x3fff, To::Drop, To::Next); // MF or an offset: a fragment
     p.load(LDH_ABS, IPV4_START + 22)?.test(JEQ_K, u32::from(port), To::Next, To::Drop); // destination port
-    match f {
-        Some(f) => {
-            if f.offset < ETH_HEADER_LEN {
-                return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("receive filter offset {} lies in the Ethernet header, which UDP frames do not carry", f.offset)));
-            }
-            p.endpoint(f.offset + ENCAP_LEN, f.accept)?;
+    if let Some(f) = f {
+        if f.offset < ETH_HEADER_LEN {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("receive filter offset {} lies in the Ethernet header, which UDP frames do not carry", f.offset)));
         }
-        None => {
-            p.test(JEQ_K, 0, To::Accept, To::Accept);
-        }
+        p.endpoint(f.offset + ENCAP_LEN, f.accept)?;
     }
     Ok(p.finish())
 }

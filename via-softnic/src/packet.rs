@@ -158,9 +158,9 @@ pub struct PacketDevice {
 struct UdpMode {
     outer: Outer,
     hops: NextHops,
-    gso: bool,
     /// The batch being sent as datagrams: each one's virtio-net header
-    /// (with `gso`) and outer headers, and how many frames it carries.
+    /// (with segmentation offload) and outer headers, and how many frames
+    /// it carries.
     plan: TxPlan,
 }
 
@@ -172,7 +172,8 @@ struct TxPlan {
     heads: Vec<[u8; OUTER_LEN]>,
     /// Frames per message.
     frames: Vec<usize>,
-    /// Whether messages start with their virtio-net header.
+    /// Segmentation offload is on: messages start with their virtio-net
+    /// header, and runs of fragments go as superframes.
     vnet: bool,
 }
 
@@ -239,7 +240,7 @@ impl PacketDevice {
                     return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("interface {ifname} has MTU {mtu}: no room for a VIA frame in a UDP datagram")));
                 }
                 let plan = TxPlan { vnets: vec![[0; VNET_LEN]; TX_BATCH], heads: vec![[0; OUTER_LEN]; TX_BATCH], frames: Vec::with_capacity(TX_BATCH), vnet: options.udp_gso };
-                Some(UdpMode { outer: Outer::new(mac, ip, port), hops: NextHops::open(ifname, port)?, gso: options.udp_gso, plan })
+                Some(UdpMode { outer: Outer::new(mac, ip, port), hops: NextHops::open(ifname, port)?, plan })
             }
         };
 
@@ -250,7 +251,7 @@ impl PacketDevice {
         // Superframes arrive whole on some links (veth): slots for the
         // largest datagram, and each frame's virtio-net header in front of
         // it (set before the ring, as the kernel requires).
-        let vnet = udp.as_ref().is_some_and(|u| u.gso);
+        let vnet = udp.as_ref().is_some_and(|u| u.plan.vnet);
         if vnet {
             sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &(1 as c_int)).map_err(|e| context("asking for virtio-net headers (PACKET_VNET_HDR)", e))?;
         }
@@ -550,7 +551,7 @@ impl UdpMode {
             };
             let unit = f.len() - ETH_HEADER_LEN;
             let (mut j, mut payload) = (i + 1, unit);
-            while self.gso && j < chunk.len() {
+            while p.vnet && j < chunk.len() {
                 let g = &chunk[j];
                 if !same_endpoint(g, f) || g.len() > f.len() || chunk[j - 1].len() != f.len() || payload + g.len() - ETH_HEADER_LEN > MAX_PAYLOAD {
                     break;
@@ -724,12 +725,14 @@ impl TxScratch {
     /// virtio-net header (if the plan has them), its outer headers, and its
     /// frames past their Ethernet headers; else one message per frame.
     fn send(&mut self, fd: RawFd, frames: &[TxFrame<'_>], plan: Option<&TxPlan>) -> io::Result<usize> {
-        let one = [1usize; TX_BATCH];
-        let counts: &[usize] = plan.map_or(&one[..frames.len().min(TX_BATCH)], |p| &p.frames[..]);
+        let n_frames = frames.len().min(TX_BATCH);
+        // Raw frames go one message each; a plan says how many per message.
+        let messages = plan.map_or(n_frames, |p| p.frames.len());
         let (mut used, mut at) = (0, 0);
         let mut n = 0;
-        for (m, &count) in counts.iter().enumerate() {
-            if at + count > frames.len().min(TX_BATCH) {
+        for m in 0..messages {
+            let count = plan.map_or(1, |p| p.frames[m]);
+            if at + count > n_frames {
                 break;
             }
             let first = used;
@@ -768,7 +771,7 @@ impl TxScratch {
         if r < 0 {
             Err(io::Error::last_os_error())
         } else {
-            Ok(counts[..r as usize].iter().sum())
+            Ok(plan.map_or(r as usize, |p| p.frames[..r as usize].iter().sum()))
         }
     }
 }
