@@ -279,6 +279,26 @@ impl Drop for Proc {
 }
 
 /// Asserts that a finished process succeeded, showing its output if not.
+/// Runs `f` on a thread inside network namespace `ns`: what it opens
+/// there (a VIA device, an AF_PACKET socket, the kernel's tables) stays
+/// bound to that host whichever thread uses it later.
+pub fn within<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let ns = std::fs::File::open(&path).unwrap_or_else(|e| panic!("opening {path}: {e}"));
+                // SAFETY: setns on a namespace fd we hold open; it changes
+                // only this thread's network namespace.
+                let r = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET) };
+                assert_eq!(r, 0, "entering {path}: {}", std::io::Error::last_os_error());
+                f()
+            })
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
 pub fn assert_ok(name: &str, out: &Output) {
     assert!(
         out.status.success(),

@@ -100,6 +100,11 @@ impl PeerConnector {
         self.requests.poll(|r| r.vi == vi, |r| r.state.clone()).unwrap_or(RequestState::TimedOut)
     }
 
+    /// Has the request of `vi` passed its deadline (or is there none)?
+    pub fn expired(&mut self, vi: u16, now: Instant) -> bool {
+        self.requests.find_scheduled_mut(|r| r.vi == vi).is_none_or(|(b, _)| b.expired(now))
+    }
+
     /// Abandons the request of `vi` and forgets accepts given for it.
     pub fn cancel(&mut self, vi: u16) {
         self.requests.remove_where(|r| r.vi == vi);

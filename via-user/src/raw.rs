@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 use via_kernel_agent::memory::MemAttributes;
 use via_wire::MacAddr;
 
+/// How long `VipConnectAccept` waits for its accept to leave: the
+/// kernel's neighbour resolution gives up after three one-second probes.
+const ANSWER_WAIT: Duration = Duration::from_secs(3);
 /// A long time standing for "no limit".
 const FOREVER: Duration = Duration::from_secs(3600 * 24 * 365);
 
@@ -213,7 +216,12 @@ impl RawNic {
     /// `VipConnectAccept` of request `conn` onto VI `id`.
     pub fn vi_accept(&self, conn: u32, id: u16) -> Result<()> {
         self.0.with(|e| e.core.accept(conn, id))?;
-        self.0.progress(); // send the accept now
+        // The client connects when the accept arrives: wait until it has
+        // left (at once, unless its next hop is being resolved), so that a
+        // server going on to block elsewhere does not keep it queued. Past
+        // ANSWER_WAIT it goes with later progress.
+        let left = |e: &mut crate::engine::Engine| Ok((!e.core.answer_queued(id, via_wire::Kind::ConnAccept)).then_some(()));
+        let _ = self.0.wait(Some(ANSWER_WAIT), "ConnectAccept", left);
         Ok(())
     }
 

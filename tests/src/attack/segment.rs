@@ -7,7 +7,6 @@
 //! sees each frame A and B exchange, at once and without any poisoning
 //! race, which makes the attacks deterministic.
 
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use via_kernel_agent::netns::ip;
 
@@ -96,20 +95,7 @@ impl Segment {
     /// Runs `f` on a thread inside host `s`'s namespace: what it opens
     /// there (a VIA device, an AF_PACKET socket) stays bound to that host.
     pub fn within<T: Send>(&self, s: Station, f: impl FnOnce() -> T + Send) -> T {
-        let path = format!("/var/run/netns/{}", self.namespace(s));
-        std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    let ns = std::fs::File::open(&path).unwrap_or_else(|e| panic!("opening {path}: {e}"));
-                    // SAFETY: setns on a namespace fd we hold open; it changes
-                    // only this thread's network namespace.
-                    let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-                    assert_eq!(r, 0, "entering {path}: {}", std::io::Error::last_os_error());
-                    f()
-                })
-                .join()
-                .unwrap_or_else(|p| std::panic::resume_unwind(p))
-        })
+        crate::within(&self.namespace(s), f)
     }
 }
 

@@ -7,9 +7,9 @@ use crate::error::{Result, ViaError, VipReturn};
 use crate::vi::{Reliability, ViAttributes, ViPhase};
 use std::time::Instant;
 use via_kernel_agent::auth::{ConnEnd, Nonce};
-use via_kernel_agent::conn::{Peer, RejectReason, RequestState};
+use via_kernel_agent::conn::{CmFrame, Peer, RejectReason, RequestState};
 use via_kernel_agent::peer::compatible;
-use via_wire::{ConnRepr, MAX_DISCRIMINATOR};
+use via_wire::{ConnRepr, Kind, MAX_DISCRIMINATOR};
 use via_wire::MacAddr;
 
 /// A connection request handed to a server by `ConnectWait`.
@@ -220,8 +220,24 @@ impl Core {
         if self.vi(id).ok()?.phase == ViPhase::Connected {
             return Some(Ok(())); // settled by an earlier poll
         }
-        let st = self.peers.poll(id, Instant::now());
+        let now = Instant::now();
+        // The deciding side is connected once its accept has left: the
+        // other side connects only when the accept arrives, and a program
+        // that goes on to block elsewhere (not driving the engine) would
+        // leave it queued for good (a next hop still being resolved). Up
+        // to the request's deadline.
+        if self.answer_queued(id, Kind::PeerAccept) && !self.peers.expired(id, now) {
+            return None;
+        }
+        let st = self.peers.poll(id, now);
         self.settle_request(id, st, "the peer")
+    }
+
+    /// Is VI `id`'s answer `kind` (a connection or peer accept) still
+    /// queued, not yet taken by the device?
+    pub fn answer_queued(&mut self, id: u16, kind: Kind) -> bool {
+        let ours = |f: &CmFrame| f.kind == kind && f.src_vi == id;
+        self.cm.outgoing().iter().any(ours) || self.peers.outgoing().iter().any(ours)
     }
 
     /// Abandons a pending request (the waiting call gave up).
