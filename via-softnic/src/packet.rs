@@ -17,9 +17,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use via_device::MAX_GATHER;
 use via_device::{DST_EP_OFFSET, ETHERTYPE, ETH_HEADER_LEN};
-use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_device::{Capabilities, FrameDevice, MacAddr, Path, RxFilter, RxMeta, TxFrame};
 use crate::bpf;
-use crate::udp::{vnet_header, vnet_unit, Hop, NextHops, NotOurs, Outer, ENCAP_LEN, MAX_PAYLOAD, OUTER_LEN, VNET_LEN};
+use crate::udp::{vnet_unit, Hop, NextHops, NotOurs, Outer, ENCAP_LEN, MAX_PAYLOAD, OUTER_LEN, VNET_LEN};
 use std::net::Ipv4Addr;
 
 /// Frames handed to the kernel per `sendmmsg` call.
@@ -125,6 +125,8 @@ struct Stats {
     rx_not_ours: u64,
     rx_malformed: u64,
     rx_probes: u64,
+    /// UDP datagrams whose checksum did not add up.
+    rx_bad_udp_checksum: u64,
     tx_unreachable: u64,
     /// UDP mode with segmentation offload: superframes sent, and received
     /// whole.
@@ -346,6 +348,12 @@ impl FrameDevice for PacketDevice {
         Capabilities { checksummed: false, needs_pinning: false }
     }
 
+    /// Datagrams with the UDP checksum offloaded need no CRC of their own
+    /// (the receiving device vouches for them); raw frames do.
+    fn path_to(&mut self, _head: &[u8]) -> Path {
+        Path { mtu: FrameDevice::mtu(self), checksummed: self.udp.as_ref().is_some_and(|u| u.plan.vnet) }
+    }
+
     fn wait_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
@@ -370,6 +378,12 @@ impl FrameDevice for PacketDevice {
     }
 
     fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        self.receive_lent(budget, &mut |f, _| sink(f))
+    }
+
+    /// Raw frames come unvouched for (no FCS is seen here); a UDP
+    /// datagram's frames are vouched for by its checksum (see `udp`).
+    fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
         let (ring, st) = (&mut self.ring, &mut self.stats);
         let mut delivered = 0;
         // Skipped slots do not count against the budget, but one lap is the
@@ -382,15 +396,15 @@ impl FrameDevice for PacketDevice {
             }
             walked += 1;
             match ring.frame(i) {
-                Slot::Frame(frame, _) if self.udp.is_none() => {
+                Slot::Frame(frame, _, _) if self.udp.is_none() => {
                     if self.filter.is_some_and(|f| !f.matches(frame)) {
                         st.rx_filtered_in_software += 1;
                     } else {
-                        sink(frame);
+                        sink(frame, RxMeta::default());
                         delivered += 1;
                     }
                 }
-                Slot::Frame(frame, unit) => match self.udp.as_ref().unwrap().outer.open(frame) {
+                Slot::Frame(frame, unit, checked) => match self.udp.as_ref().unwrap().outer.open(frame, checked, unit.is_some()) {
                     // A datagram's payload is one raw frame, or a
                     // superframe's units of `unit` bytes, each handed on
                     // with its Ethernet header written in front of it.
@@ -402,7 +416,7 @@ impl FrameDevice for PacketDevice {
                             if self.filter.is_some_and(|f| !f.matches(raw)) {
                                 st.rx_filtered_in_software += 1;
                             } else {
-                                sink(raw);
+                                sink(raw, RxMeta { vouched: d.vouched, ..RxMeta::default() });
                                 delivered += 1;
                             }
                         }
@@ -412,6 +426,7 @@ impl FrameDevice for PacketDevice {
                             NotOurs::Other => &mut st.rx_not_ours,
                             NotOurs::Malformed => &mut st.rx_malformed,
                             NotOurs::Probe => &mut st.rx_probes,
+                            NotOurs::BadChecksum => &mut st.rx_bad_udp_checksum,
                         } += 1
                     }
                 },
@@ -499,6 +514,7 @@ impl FrameDevice for PacketDevice {
             ("rx_not_ours", s.rx_not_ours),
             ("rx_malformed", s.rx_malformed),
             ("rx_probes", s.rx_probes),
+            ("rx_bad_udp_checksum", s.rx_bad_udp_checksum),
             ("tx_unreachable", s.tx_unreachable),
             ("tx_superframes", s.tx_superframes),
             ("rx_superframes", s.rx_superframes),
@@ -560,11 +576,11 @@ impl UdpMode {
                 j += 1;
             }
             let m = p.frames.len();
-            if j - i > 1 {
-                self.outer.emit_super(&mut p.vnets[m], &mut p.heads[m], next_hop, ip, payload, unit);
+            if p.vnet {
+                // The UDP checksum offloaded; a run as one superframe.
+                self.outer.emit_offloaded(&mut p.vnets[m], &mut p.heads[m], next_hop, ip, payload, (j - i > 1).then_some(unit));
             } else {
                 self.outer.emit(&mut p.heads[m], next_hop, ip, unit);
-                vnet_header(&mut p.vnets[m], None);
             }
             p.frames.push(j - i);
             i = j;
@@ -605,8 +621,10 @@ fn context(what: &str, e: io::Error) -> io::Error {
 enum Slot<'a> {
     /// Ours to read, and to rewrite in place (UDP mode does), until the
     /// slot goes back to the kernel; with the unit size of a superframe
-    /// that arrived whole (from its virtio-net header).
-    Frame(&'a mut [u8], Option<usize>),
+    /// that arrived whole (from its virtio-net header), and whether the
+    /// kernel vouches for its transport checksum (checked it, or made the
+    /// frame on this host).
+    Frame(&'a mut [u8], Option<usize>, bool),
     /// One of our own transmissions (kernels without PACKET_IGNORE_OUTGOING).
     Outgoing,
     /// Larger than the slot; the kernel kept only a prefix.
@@ -689,7 +707,8 @@ impl Ring {
         // this slot, which the kernel does not touch until we hand it back
         // (after the returned borrow of `self` ends, which is exclusive:
         // no other view of the slot exists meanwhile).
-        Slot::Frame(unsafe { std::slice::from_raw_parts_mut(slot.add(mac), snap) }, unit)
+        let checked = hdr.tp_status & (libc::TP_STATUS_CSUM_VALID | libc::TP_STATUS_CSUMNOTREADY) != 0;
+        Slot::Frame(unsafe { std::slice::from_raw_parts_mut(slot.add(mac), snap) }, unit, checked)
     }
 }
 

@@ -3,8 +3,18 @@
 //!
 //! On the wire a frame is an Ethernet header to the next hop, an IPv4
 //! header (20 bytes, don't-fragment), a UDP header (port [`VIA_UDP_PORT`]
-//! both ways, no UDP checksum: the VIA frame carries its own CRC or tag)
-//! and the VIA frame without its Ethernet header. The provider builds all
+//! both ways) and the VIA frame without its Ethernet header.
+//!
+//! The UDP checksum guards the frame. With the virtio-net header (the
+//! default) every datagram asks for it to be offloaded: the NIC fills it,
+//! or the kernel where the NIC cannot, and over veth nobody needs to, as
+//! nothing can corrupt it there. Such a path is `checksummed`, and the
+//! engine leaves out its own CRC-32C. On receive a datagram is vouched for
+//! when the kernel saw its checksum good or knows it was made on this
+//! host (the ring slot's `TP_STATUS_CSUM_VALID` / `TP_STATUS_CSUMNOTREADY`),
+//! else when its checksum adds up here; one that does not is dropped. A
+//! datagram without a checksum (`gso=off`: no offload, so the VIA frame
+//! carries its CRC) is not vouched for, and the engine checks the CRC. The provider builds all
 //! of it and sends it on the same AF_PACKET path as raw frames: no kernel
 //! socket carries data.
 //!
@@ -51,6 +61,8 @@ pub(crate) enum NotOurs {
     /// An empty datagram: the probe a sender makes the kernel send to
     /// resolve its next hop (`next_hop`).
     Probe,
+    /// A UDP checksum that does not add up: corrupted on the way.
+    BadChecksum,
 }
 
 /// This host's side of the encapsulation: its addresses and the IPv4
@@ -106,23 +118,19 @@ impl Outer {
         udp[6..8].fill(0); // no checksum (allowed over IPv4)
     }
 
-    /// Writes the outer headers of a superframe: `payload` bytes of units
-    /// of `unit` bytes each (the last may be shorter) that the kernel or
-    /// the NIC cuts into one datagram per unit (UDP segmentation offload),
-    /// and the virtio-net header that asks for it (`vnet`). Carried whole
+    /// Writes the outer headers of a datagram whose UDP checksum is
+    /// offloaded, and the virtio-net header that asks for it (`vnet`).
+    /// With `unit`, a superframe: `payload` bytes of units of `unit` bytes
+    /// each (the last may be shorter) that the kernel or the NIC cuts into
+    /// one datagram per unit (UDP segmentation offload); carried whole
     /// (veth), the receiver cuts it at the same `unit`.
-    pub fn emit_super(&mut self, vnet: &mut [u8; VNET_LEN], h: &mut [u8; OUTER_LEN], next_hop: MacAddr, dst: Ipv4Addr, payload: usize, unit: usize) {
+    pub fn emit_offloaded(&mut self, vnet: &mut [u8; VNET_LEN], h: &mut [u8; OUTER_LEN], next_hop: MacAddr, dst: Ipv4Addr, payload: usize, unit: Option<usize>) {
         self.emit(h, next_hop, dst, payload);
-        // Segmentation needs the UDP checksum offloaded: the field holds
-        // the pseudo-header's sum, which the segmenter finishes per unit.
-        let udp_len = (UDP_LEN + payload) as u32;
-        let words = [&self.ip.octets()[..], &dst.octets()[..]].concat();
-        let mut sum: u32 = words.chunks_exact(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum::<u32>() + u32::from(PROTO_UDP) + udp_len;
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        h[IPV4_START + IPV4_LEN + 6..OUTER_LEN].copy_from_slice(&(sum as u16).to_be_bytes());
-        vnet_header(vnet, Some(unit));
+        // The field holds the pseudo-header's sum, which whoever fills the
+        // checksum finishes (per unit, when segmenting).
+        let sum = fold(pseudo_header_sum(self.ip, dst, UDP_LEN + payload));
+        h[IPV4_START + IPV4_LEN + 6..OUTER_LEN].copy_from_slice(&sum.to_be_bytes());
+        vnet_header(vnet, unit);
     }
 
     /// Checks that `frame` (as received, from its Ethernet header) is a
@@ -130,7 +138,12 @@ impl Outer {
     /// superframe's units) lies, and the Ethernet header of identities
     /// (destination ours or broadcast, source the sender's) that the raw
     /// frames it carries get. Trailing Ethernet padding is left out.
-    pub fn open(&self, frame: &[u8]) -> Result<Datagram, NotOurs> {
+    ///
+    /// `checked`: the kernel vouches for the UDP checksum (the ring slot
+    /// says so), or `superframe`: it arrived whole, its checksum a partial
+    /// sum (only frames made on this host come so). Otherwise a nonzero
+    /// checksum is checked here.
+    pub fn open(&self, frame: &[u8], checked: bool, superframe: bool) -> Result<Datagram, NotOurs> {
         if frame.len() < OUTER_LEN || frame[12..14] != [0x08, 0x00] {
             return Err(NotOurs::Other);
         }
@@ -147,6 +160,14 @@ impl Outer {
         if total == ENCAP_LEN {
             return Err(NotOurs::Probe);
         }
+        let udp_sum = be16(&frame[IPV4_START + IPV4_LEN..], 6);
+        let vouched = checked
+            || match udp_sum {
+                0 => false, // none: the VIA frame carries its CRC
+                _ if superframe => false,
+                _ if udp_checksum(ip, &frame[IPV4_START + IPV4_LEN..IPV4_START + total]) == 0 => true,
+                _ => return Err(NotOurs::BadChecksum),
+            };
         let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
         let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
         let to = if dst == self.ip {
@@ -160,14 +181,14 @@ impl Outer {
         eth[0..6].copy_from_slice(&to.0);
         eth[6..12].copy_from_slice(&MacAddr::for_ipv4(src).0);
         eth[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
-        Ok(Datagram { payload: OUTER_LEN..IPV4_START + total, eth })
+        Ok(Datagram { payload: OUTER_LEN..IPV4_START + total, eth, vouched })
     }
 
     /// [`Outer::open`], and the datagram's payload as one raw VIA frame,
     /// its Ethernet header written in place just before the payload.
     #[cfg(test)]
     pub fn unwrap<'a>(&self, frame: &'a mut [u8]) -> Result<&'a [u8], NotOurs> {
-        let d = self.open(frame)?;
+        let d = self.open(frame, false, false)?;
         Ok(d.unit(frame, d.payload.clone()))
     }
 }
@@ -179,6 +200,8 @@ pub(crate) struct Datagram {
     pub payload: std::ops::Range<usize>,
     /// The Ethernet header its raw frames get.
     pub eth: [u8; ETH_HEADER_LEN],
+    /// Its UDP checksum vouches for it (see the module's doc).
+    pub vouched: bool,
 }
 
 impl Datagram {
@@ -201,17 +224,18 @@ pub(crate) const VNET_LEN: usize = 10;
 const VNET_F_NEEDS_CSUM: u8 = 1;
 const VNET_GSO_UDP_L4: u8 = 5;
 
-/// A virtio-net header: for a superframe of `unit`-byte units (UDP
-/// segmentation, the checksum offloaded), or for a plain frame (zeros).
+/// A virtio-net header that asks for the UDP checksum to be filled in,
+/// and with `unit` for a superframe of `unit`-byte units (UDP
+/// segmentation).
 pub(crate) fn vnet_header(v: &mut [u8; VNET_LEN], unit: Option<usize>) {
     v.fill(0);
+    v[0] = VNET_F_NEEDS_CSUM;
+    v[6..8].copy_from_slice(&((IPV4_START + IPV4_LEN) as u16).to_le_bytes()); // csum_start: the UDP header
+    v[8..10].copy_from_slice(&6u16.to_le_bytes()); // csum_offset: its checksum field
     if let Some(unit) = unit {
-        v[0] = VNET_F_NEEDS_CSUM;
         v[1] = VNET_GSO_UDP_L4;
         v[2..4].copy_from_slice(&(OUTER_LEN as u16).to_le_bytes()); // hdr_len
         v[4..6].copy_from_slice(&(unit as u16).to_le_bytes()); // gso_size
-        v[6..8].copy_from_slice(&((IPV4_START + IPV4_LEN) as u16).to_le_bytes()); // csum_start: the UDP header
-        v[8..10].copy_from_slice(&6u16.to_le_bytes()); // csum_offset: its checksum field
     }
 }
 
@@ -229,11 +253,49 @@ pub(crate) const MAX_PAYLOAD: usize = 65535 - ENCAP_LEN;
 /// The Internet checksum of an IPv4 header (RFC 791 §3.1, RFC 1071): 0
 /// over a header whose checksum field is right.
 fn ipv4_checksum(h: &[u8]) -> u16 {
-    let mut sum: u32 = h.chunks_exact(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+    !fold(ones_sum(h))
+}
+
+/// The UDP checksum (RFC 768) of datagram `udp` (header and payload) in
+/// the IPv4 packet whose header is `ip`: 0 over a datagram whose checksum
+/// field is right (or holds 0xffff for a sum of zero).
+fn udp_checksum(ip: &[u8], udp: &[u8]) -> u16 {
+    let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+    let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+    !fold(pseudo_header_sum(src, dst, udp.len()) + ones_sum(udp))
+}
+
+/// The sum of the UDP pseudo-header's 16-bit words (RFC 768).
+fn pseudo_header_sum(src: Ipv4Addr, dst: Ipv4Addr, udp_len: usize) -> u64 {
+    let (s, d) = (src.octets(), dst.octets());
+    [[s[0], s[1]], [s[2], s[3]], [d[0], d[1]], [d[2], d[3]]].iter().map(|w| u64::from(u16::from_be_bytes(*w))).sum::<u64>() + u64::from(PROTO_UDP) + udp_len as u64
+}
+
+/// The ones'-complement sum of `b` as big-endian 16-bit words (a last odd
+/// byte padded with zero), not yet folded: eight bytes at a time, as
+/// RFC 1071 §2(C) allows (the sum is the same in any word size, folded).
+fn ones_sum(b: &[u8]) -> u64 {
+    let mut sum: u64 = 0;
+    let mut words = b.chunks_exact(8);
+    for w in &mut words {
+        let v = u64::from_be_bytes(w.try_into().unwrap());
+        // Add the two 32-bit halves: no carry out of 64 bits is possible
+        // for any frame this device sees (under 2^32 of them).
+        sum += (v >> 32) + (v & 0xffff_ffff);
+    }
+    let rest = words.remainder();
+    for pair in rest.chunks(2) {
+        sum += u64::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)]));
+    }
+    sum
+}
+
+/// Folds a ones'-complement sum to 16 bits.
+fn fold(mut sum: u64) -> u16 {
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
     }
-    !(sum as u16)
+    sum as u16
 }
 
 #[cfg(test)]
@@ -305,5 +367,62 @@ mod tests {
         for n in 0..good.len() {
             assert!(b.unwrap(&mut good[..n].to_vec()).is_err());
         }
+    }
+
+    /// The UDP checksum by the book, 16 bits at a time (RFC 1071 §4.1):
+    /// what the fast sum is checked against.
+    fn udp_checksum_by_words(d: &[u8]) -> u16 {
+        let ip = &d[14..34];
+        let udp = &d[34..];
+        let mut pseudo = [&ip[12..20], &[0, PROTO_UDP], &(udp.len() as u16).to_be_bytes()[..]].concat();
+        pseudo.extend_from_slice(udp);
+        if pseudo.len() % 2 == 1 {
+            pseudo.push(0);
+        }
+        let mut sum: u32 = pseudo.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        !(sum as u16)
+    }
+
+    /// A datagram from `a` to `B` carrying `via`, its UDP checksum filled
+    /// in as a NIC (or the kernel) fills an offloaded one: the complement
+    /// of the sum that starts from the partial sum `emit_offloaded` left.
+    fn offloaded(a: &mut Outer, via: &[u8]) -> Vec<u8> {
+        let (mut h, mut v) = ([0u8; OUTER_LEN], [0u8; VNET_LEN]);
+        a.emit_offloaded(&mut v, &mut h, MacAddr([2, 0, 0, 0, 0, 0xee]), B, via.len(), None);
+        assert_eq!(v[0], VNET_F_NEEDS_CSUM, "the checksum is asked for");
+        assert_eq!((u16::from_le_bytes([v[6], v[7]]), u16::from_le_bytes([v[8], v[9]])), (34, 6), "where it goes");
+        let mut d = [&h[..], via].concat();
+        let sum = !fold(ones_sum(&d[34..]));
+        d[40..42].copy_from_slice(&(if sum == 0 { 0xffff } else { sum }).to_be_bytes());
+        d
+    }
+
+    #[test]
+    fn the_udp_checksum_vouches_for_the_frame_and_a_bad_one_is_dropped() {
+        let mut a = Outer::new(MacAddr([2, 0, 0, 0, 0, 1]), A, VIA_UDP_PORT);
+        let b = Outer::new(MacAddr([2, 0, 0, 0, 0, 2]), B, VIA_UDP_PORT);
+        // Odd and even lengths, across the eight-byte words of the sum.
+        for len in [1, 2, 7, 8, 9, 63, 64, 65, 1471, 1472] {
+            let via: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+            let good = offloaded(&mut a, &via);
+            assert_eq!(udp_checksum_by_words(&good), 0, "{len} bytes: the fast sum fills what the book checks");
+            let d = b.open(&good, false, false).unwrap();
+            assert!(d.vouched, "{len} bytes: a checksum that adds up vouches");
+            for at in [34, 40, 42, good.len() - 1] {
+                let mut bad = good.clone();
+                bad[at] ^= 0x10;
+                assert_eq!(b.open(&bad, false, false).err(), Some(NotOurs::BadChecksum), "{len} bytes, byte {at} spoiled");
+                // What the kernel vouches for is not checked again, and a
+                // superframe carried whole holds a partial sum.
+                assert!(b.open(&bad, true, false).unwrap().vouched);
+                assert!(!b.open(&bad, false, true).unwrap().vouched);
+            }
+        }
+        // No checksum: not vouched for (the VIA frame carries its CRC).
+        let plain = datagram(&mut a, B, &[5; 100]);
+        assert!(!b.open(&plain, false, false).unwrap().vouched);
     }
 }

@@ -87,12 +87,18 @@ impl VethPair {
     /// Gives the two ends 10.9.0.1/24 and 10.9.0.2/24 and opens them for
     /// VIA in UDP/IPv4 (segmentation offload on).
     fn open_udp(&self) -> (PacketDevice, PacketDevice) {
+        self.open_udp_gso([true, true])
+    }
+
+    /// [`VethPair::open_udp`], each end with segmentation (and checksum)
+    /// offload or without (`gso=off`).
+    fn open_udp_gso(&self, gso: [bool; 2]) -> (PacketDevice, PacketDevice) {
         ip(&["-n", &self.ns[0], "addr", "add", "10.9.0.1/24", "dev", IFNAME]);
         ip(&["-n", &self.ns[1], "addr", "add", "10.9.0.2/24", "dev", IFNAME]);
         let port = via_softnic::VIA_UDP_PORT;
         std::thread::scope(|s| {
-            let a = s.spawn(|| self.within(0, || PacketDevice::open_udp(IFNAME, port, true).unwrap()));
-            let b = s.spawn(|| self.within(1, || PacketDevice::open_udp(IFNAME, port, true).unwrap()));
+            let a = s.spawn(|| self.within(0, || PacketDevice::open_udp(IFNAME, port, gso[0]).unwrap()));
+            let b = s.spawn(|| self.within(1, || PacketDevice::open_udp(IFNAME, port, gso[1]).unwrap()));
             (a.join().unwrap(), b.join().unwrap())
         })
     }
@@ -452,4 +458,40 @@ fn udp_superframes_arrive_as_the_frames_they_carry() {
     }
     assert_eq!(stat(&a, "tx_superframes"), 2, "the run to EP_B and the pair to EP_A");
     assert_eq!(stat(&b, "rx_superframes"), 2, "veth carried them whole");
+}
+
+/// With offload, every datagram (a lone frame or a superframe's) asks for
+/// its UDP checksum, and the receiver hands its frames on vouched for: the
+/// path needs no CRC of the engine's. Without offload (`gso=off`) the
+/// datagram has no checksum: the path is not checksummed (the engine
+/// adds its CRC) and the frames come unvouched for.
+#[test]
+fn udp_checksums_vouch_for_frames_where_offloaded() {
+    require_root();
+    for gso in [true, false] {
+        let pair = VethPair::new(if gso { "csum" } else { "nocsum" }, 1500);
+        let (mut a, mut b) = pair.open_udp_gso([gso, true]);
+        b.set_filter(filter(ETHERTYPE, EP_B)).unwrap();
+        let mtu = a.mtu();
+        let lone = header(b.mac(), a.mac(), ETHERTYPE, EP_B, 200);
+        assert_eq!(a.path_to(&lone).checksummed, gso, "gso={gso}: the path says whether frames need a CRC");
+        let run: Vec<Vec<u8>> = (0..6).map(|i| header(b.mac(), a.mac(), ETHERTYPE, EP_B, if i < 5 { 14 + mtu } else { 99 })).collect();
+        send_all(&mut a, &[TxFrame::new(&lone)]);
+        send_all(&mut a, &run.iter().map(|f| TxFrame::new(f)).collect::<Vec<_>>());
+        let deadline = Instant::now() + WAIT;
+        let mut got = Vec::new();
+        while got.len() < 7 && Instant::now() < deadline {
+            if readable(b.wait_fd(), WAIT) {
+                b.receive_lent(7, &mut |f, meta| got.push((f.to_vec(), meta.vouched))).unwrap();
+            }
+        }
+        assert_eq!(got.len(), 7, "gso={gso}: every frame arrived");
+        assert_eq!(got[0].0, lone);
+        for (i, (f, vouched)) in got.iter().enumerate() {
+            assert_eq!(*vouched, gso, "gso={gso}: frame {i} vouched for by its UDP checksum");
+            assert_eq!(f.len(), if i == 0 { 200 } else { run[i - 1].len() });
+        }
+        assert_eq!(stat(&a, "tx_superframes"), u64::from(gso));
+        assert_eq!(stat(&b, "rx_bad_udp_checksum"), 0);
+    }
 }
