@@ -412,6 +412,7 @@ impl FrameDevice for PacketDevice {
                         st.rx_superframes += u64::from(unit.is_some_and(|u| u < d.payload.len()));
                         let step = unit.unwrap_or(d.payload.len()).max(1);
                         for at in d.payload.clone().step_by(step) {
+                            prefetch(&frame[(at + step).min(d.payload.end)..(at + 2 * step).min(d.payload.end)]);
                             let raw = d.unit(frame, at..d.payload.end.min(at + step));
                             if self.filter.is_some_and(|f| !f.matches(raw)) {
                                 st.rx_filtered_in_software += 1;
@@ -528,6 +529,24 @@ impl FrameDevice for PacketDevice {
         }
         v
     }
+}
+
+/// Asks for the cache lines of `bytes`: a superframe's next unit, while
+/// the engine handles this one. The kernel wrote the ring slot on the
+/// sending core; the engine's first look at each unit's header, then its
+/// copy of the payload, waited for those lines one after another (64 KiB
+/// one-way over veth at MTU 1500, six alternating runs: 19.9-20.5 us
+/// without, 17.5-18.3 us with).
+#[inline]
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        // SAFETY: a prefetch is a hint: it reads nothing into the program
+        // and cannot fault; the address lies inside `bytes`.
+        unsafe { core::arch::x86_64::_mm_prefetch(line.as_ptr().cast::<i8>(), core::arch::x86_64::_MM_HINT_T0) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 /// Where addressing a chunk of frames stopped.
