@@ -1,4 +1,4 @@
-//! `mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--udp] [--timeout SECONDS] [--no-auth] -- PROGRAM ARGS`
+//! `mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--raw] [--timeout SECONDS] [--no-auth] -- PROGRAM ARGS`
 //!
 //! Each run makes a cluster secret of its own (32 random bytes, mode 0600
 //! in a directory only root can enter, removed at exit) and hands it to
@@ -20,18 +20,17 @@
 //! sleep at once (`VIA_SPIN_US=0`, unless set by the caller): a spinning
 //! rank would hold a CPU that a rank with work needs.
 //!
-//! The links are veth pairs on one host, so they carry frames of up to
-//! 65 000 bytes (`--mtu` says otherwise): the VIA layer sends a message of
-//! up to its 64 KiB slot as one raw frame (`/dev/via_eth0`), and each frame
-//! is a trip through the kernel on a software NIC, while TCP hands the
-//! kernel 64 KB segments whatever the MTU. `--udp` gives the VIA layer VIA
-//! in UDP/IPv4 datagrams instead (`udp:eth0`), whose superframes take a
-//! message's fragments to the kernel in one trip at any MTU, Ethernet's
-//! 1500 included (`--udp --mtu 1500`; docs/BENCHMARKS.md compares them).
+//! The links have Ethernet's MTU, 1500 bytes (`--mtu` gives another, up to
+//! 65 000: veth allows it). The VIA layer runs on VIA in UDP/IPv4
+//! datagrams (`udp:eth0`), whose superframes take a message's fragments
+//! to the kernel in one trip, as TCP hands it 64 KB segments, whatever the
+//! MTU. `--raw` gives it raw VIA frames instead (`/dev/via_eth0`), each
+//! frame a trip through the kernel: at MTU 1500 a 64 KiB message is 45 of
+//! them (with `--mtu 65000`, one; docs/BENCHMARKS.md compares them).
 //!
 //! The ranks share this host, so over VIA each opens a composite device:
 //! its `eth0` for the network and a shared-memory wire of the run for the
-//! other ranks (`/dev/via_eth0+shm:mttl<pid>-<random>-h<host>`: a name
+//! other ranks (`udp:eth0+shm:mttl<pid>-<random>-h<host>`: a name
 //! no other user can guess and make the segment of first), which is the path their
 //! frames take. `--nic-only` gives them the software NIC alone.
 //! `--hosts K` plays a cluster of K SMP hosts: the ranks are dealt out in
@@ -52,8 +51,8 @@ extern "C" fn on_signal(sig: libc::c_int) {
     STOP.store(sig, Ordering::SeqCst);
 }
 
-/// The links' MTU unless `--mtu` gives one: the largest `--mtu` takes.
-const DEFAULT_MTU: u32 = 65000;
+/// The links' MTU unless `--mtu` gives one: Ethernet's.
+const DEFAULT_MTU: u32 = 1500;
 
 struct Opts {
     n: usize,
@@ -61,7 +60,8 @@ struct Opts {
     timeout: Option<Duration>,
     mtu: u32,
     nic_only: bool,
-    /// VIA in UDP/IPv4 (`udp:eth0`) rather than raw VIA frames.
+    /// VIA in UDP/IPv4 (`udp:eth0`, the default) rather than raw VIA
+    /// frames (`--raw`).
     udp: bool,
     /// No cluster secret: frames carry the CRC alone (`--no-auth`).
     no_auth: bool,
@@ -70,20 +70,21 @@ struct Opts {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--udp] [--timeout SECONDS] [--no-auth] -- PROGRAM [ARGS...]");
+    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--raw] [--timeout SECONDS] [--no-auth] -- PROGRAM [ARGS...]");
     std::process::exit(2)
 }
 
 fn parse() -> Opts {
     let mut a = std::env::args().skip(1);
-    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: DEFAULT_MTU, nic_only: false, udp: false, no_auth: false, hosts: 1, cmd: Vec::new() };
+    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: DEFAULT_MTU, nic_only: false, udp: true, no_auth: false, hosts: 1, cmd: Vec::new() };
     while let Some(x) = a.next() {
         match x.as_str() {
             "-n" | "--np" => o.n = a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
             "--transport" => o.transport = a.next().unwrap_or_else(|| usage()),
             "--mtu" => o.mtu = a.next().and_then(|v| v.parse().ok()).filter(|m| (576..=65000).contains(m)).unwrap_or_else(|| usage()),
             "--nic-only" => o.nic_only = true,
-            "--udp" => o.udp = true,
+            "--udp" => o.udp = true, // the default; kept for older scripts
+            "--raw" => o.udp = false,
             "--no-auth" => o.no_auth = true,
             "--hosts" => o.hosts = a.next().and_then(|v| v.parse().ok()).filter(|&k| k >= 1).unwrap_or_else(|| usage()),
             "--timeout" => o.timeout = Some(Duration::from_secs(a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()))),
