@@ -272,6 +272,29 @@ fn a_nak_with_a_sack_resends_the_holes_alone() {
     assert_eq!(rig.b.done(Queue::Send), None);
 }
 
+/// Holes next to each other go again as a run (in one batch, so that a
+/// device that carried the run as one datagram sends it so again; that
+/// shows in the loss figures, not here): each hole once, in order, and
+/// nothing the peer holds.
+#[test]
+fn a_run_of_holes_goes_again_in_order_once_each() {
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    let first = b_next_psn(&rig);
+    for slot in 0..8 {
+        rig.b.post_send(slot, slot * 100, &message(9 + slot as u8, 100), None);
+    }
+    rig.b.engine.ring_doorbell();
+    assert_eq!(seen_b(&mut rig).len(), 8);
+    // The peer has first, misses first+1..=first+4 and first+6, holds
+    // first+5 and first+7.
+    let ack = first.wrapping_add(1);
+    let sack = 1 << 3 | 1 << 5; // bit i is PSN ack + 1 + i: first+5, first+7
+    rig.inject(&ack_to(&rig.b, ack, true, sack));
+    rig.b.engine.progress_at(rig.now);
+    let resent: Vec<u32> = seen_b(&mut rig).iter().filter(|f| f.kind == Kind::Data).map(|f| f.psn.wrapping_sub(first)).collect();
+    assert_eq!(resent, vec![1, 2, 3, 4, 6], "the run first+1..=first+4, then the hole first+6");
+}
+
 // ---- receive ----
 
 /// The data frame with PSN `psn` of a one-fragment message `msg_seq` of

@@ -294,6 +294,12 @@ impl Rounds {
     }
 }
 
+/// What the rounds record of a run's rows: (op, bytes, key in [`Rounds`]).
+const ROUND_FIGURES: [(&str, usize, &str); 5] = [("lat", 64, "lat"), ("bw", 1 << 20, "bw"), ("lat", 65536, "lat-64k"), ("lat", 1 << 20, "lat-1m"), ("bw", 65536, "bw-64k")];
+/// The large messages' figures of via-udp and tcp in the rounds: key, what
+/// it is.
+const LARGE: [(&str, &str); 3] = [("lat-64k", "64 KiB latency"), ("lat-1m", "1 MiB latency"), ("bw-64k", "64 KiB bandwidth")];
+
 /// The C probe's transports (`c-tcp`, `c-udp`): run in the rounds beside
 /// the demo's own tcp and udp.
 fn probe_transports(o: &Options) -> Vec<String> {
@@ -308,7 +314,9 @@ fn run_probe(o: &Options, h: &Hosts, probe: &Probe, t: &str) -> Result<Row, Stri
 
 /// The headline figures measured again in alternating rounds, so that
 /// drift of this noisy machine hits every transport alike: latency at 64 B
-/// and bandwidth at 1 MiB. Each round starts one transport further along
+/// and bandwidth at 1 MiB; for via-udp and tcp, whose large messages are
+/// compared, latency at 64 KiB and 1 MiB and bandwidth at 64 KiB too
+/// ([`LARGE`]). Each round starts one transport further along
 /// the list (raw, via, ..., tcp; then via, ..., tcp, raw; ...), so no
 /// transport always follows the same one. Returns one row per transport
 /// and op holding the median over the rounds, the per-round values, and
@@ -355,17 +363,16 @@ fn alternating_rounds(o: &Options, h: &Hosts, probe: Option<&Probe>) -> (Vec<Row
             } else if t == "ofi-shm" {
                 crate::ofi::run(crate::common::lat_iters(64, o.quick))
             } else {
-                let args: Vec<String> = vec!["--sizes".into(), "64".into(), "--bw-sizes".into(), (1 << 20).to_string()];
+                let large = t == "via-udp" || t == "tcp";
+                let (sizes, bw_sizes) = if large { ("64,65536,1048576", "65536,1048576") } else { ("64", "1048576") };
+                let args: Vec<String> = vec!["--sizes".into(), sizes.into(), "--bw-sizes".into(), bw_sizes.into()];
                 run_pair_with(h, t, args).map(|(rows, _, _)| rows)
             };
             match got {
                 Ok(rows) => {
                     for r in rows {
-                        if r.op == "lat" {
-                            rounds.push(t, "lat", round, r.t_typical_us);
-                        } else {
-                            rounds.push(t, "bw", round, r.mb_per_s);
-                        }
+                        let Some(&(_, _, key)) = ROUND_FIGURES.iter().find(|(op, bytes, _)| *op == r.op && *bytes == r.bytes) else { continue };
+                        rounds.push(t, key, round, if r.op == "lat" { r.t_typical_us } else { r.mb_per_s });
                     }
                 }
                 Err(e) => {
@@ -378,8 +385,12 @@ fn alternating_rounds(o: &Options, h: &Hosts, probe: Option<&Probe>) -> (Vec<Row
     let mut out = Vec::new();
     for ((t, op), xs) in &rounds.values {
         let xs: Vec<f64> = xs.iter().flatten().copied().collect();
-        let (what, unit) = if *op == "lat" { ("64 B latency", "us") } else { ("1 MiB bandwidth", "MB/s") };
+        let what = LARGE.iter().find(|l| l.0 == *op).map_or(if *op == "lat" { "64 B latency" } else { "1 MiB bandwidth" }, |l| l.1);
+        let unit = if what.contains("latency") { "us" } else { "MB/s" };
         eprintln!("via-pingpong --demo: {t:<4} {what} per round ({unit}): {}", xs.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" "));
+        if *op != "lat" && *op != "bw" {
+            continue; // the large messages' figures: only their ratios are printed
+        }
         let mut r = if *op == "lat" {
             Row::latency(t, 64, vec![median(xs.clone()).unwrap_or(0.0)])
         } else {
@@ -438,16 +449,26 @@ fn print_ratios(rows: &[Row], sweeps: &[Row], rounds: Option<&Rounds>) {
     if let Some((u, t, r)) = ratio("via-udp", "tcp", "bw") {
         println!("bandwidth 1 MiB via-udp/tcp = {r:.3}  (medians {u:.1} / {t:.1} MB/s; target >= 1) {}", verdict(r >= 1.0));
     }
-    // Large messages from the sweeps (one run each, not rounds).
-    for bytes in [65536, 1 << 20] {
-        let (Some(u), Some(t)) = (find(sweeps, "via-udp", "lat", bytes), find(sweeps, "tcp", "lat", bytes)) else { continue };
-        let r = u.t_typical_us / t.t_typical_us;
-        println!("latency {:>4} KiB via-udp/tcp = {r:.3}  (typical {:.1} / {:.1} us, the sweeps; target <= 1) {}", bytes / 1024, u.t_typical_us, t.t_typical_us, verdict(r <= 1.0));
-    }
-    for bytes in [65536] {
-        let (Some(u), Some(t)) = (find(sweeps, "via-udp", "bw", bytes), find(sweeps, "tcp", "bw", bytes)) else { continue };
-        let r = u.mb_per_s / t.mb_per_s;
-        println!("bandwidth {:>3} KiB via-udp/tcp = {r:.3}  ({:.1} / {:.1} MB/s, the sweeps; target >= 1) {}", bytes / 1024, u.mb_per_s, t.mb_per_s, verdict(r >= 1.0));
+    // Large messages: from the rounds when they ran, else the sweeps (one
+    // run each).
+    for (key, op, bytes) in [("lat-64k", "lat", 65536), ("lat-1m", "lat", 1 << 20), ("bw-64k", "bw", 65536)] {
+        let lat = op == "lat";
+        let from_rounds = rounds.and_then(|rs| {
+            let med = |t: &str| median(rs.get(t, key)?.iter().flatten().copied().collect());
+            Some((med("via-udp")?, med("tcp")?, rs.paired_ratio("via-udp", "tcp", key)?, "medians of the rounds"))
+        });
+        let from_sweeps = || {
+            let (u, t) = (find(sweeps, "via-udp", op, bytes)?, find(sweeps, "tcp", op, bytes)?);
+            let (u, t) = if lat { (u.t_typical_us, t.t_typical_us) } else { (u.mb_per_s, t.mb_per_s) };
+            Some((u, t, u / t, "the sweeps"))
+        };
+        let Some((u, t, r, whence)) = from_rounds.or_else(from_sweeps) else { continue };
+        let size = format!("{:>4} KiB", bytes / 1024);
+        if lat {
+            println!("latency {size} via-udp/tcp = {r:.3}  ({u:.1} / {t:.1} us, {whence}; target <= 1) {}", verdict(r <= 1.0));
+        } else {
+            println!("bandwidth {size} via-udp/tcp = {r:.3}  ({u:.1} / {t:.1} MB/s, {whence}; target >= 1) {}", verdict(r >= 1.0));
+        }
     }
     if let Some((u, v, r)) = ratio("via-udp", "via", "lat") {
         println!("latency 64 B    UDP-encapsulated/raw VIA = {r:.3}  (medians {u:.2} / {v:.2} us; via-udp against via, the same link)");

@@ -568,21 +568,25 @@ impl Context {
             if vi.phase != ViPhase::Connected {
                 return;
             }
-            let Some(bit) = vi.sack.next_hole() else { return };
+            // A run of holes goes in one batch, as the frames went the
+            // first time (a device may carry the run as one datagram, and
+            // one by one each would risk the loss that took them).
+            let Some((bit, len)) = vi.sack.next_run(BATCH as u32) else { return };
             let psn = vi.tx.una.wrapping_add(bit);
             if !seq_lt(psn, vi.tx.sent_hi) {
                 continue;
             }
+            let len = len.min(vi.tx.sent_hi.wrapping_sub(psn));
             let resume = vi.tx.psn;
             vi.seek(psn);
-            let n = self.build_data(vi, hdrs, specs, 1);
+            let n = self.build_data(vi, hdrs, specs, len as usize);
             let k = send_batch(dev, hdrs, self.sealer_for(vi), &specs[..n]);
             self.after_transmit(vi, specs, n, k, now);
             vi.seek(resume);
-            if n == 0 || k < n {
+            if k < len as usize {
                 // Not now (a fence, a full ring): the next doorbell or
-                // timeout sends it.
-                vi.sack.put_back(bit);
+                // timeout sends the rest.
+                vi.sack.put_back_run(bit + k as u32, len - k as u32);
                 if k < n {
                     self.outbox.ring(vi.id);
                 }

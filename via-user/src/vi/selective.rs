@@ -29,10 +29,15 @@ pub fn holes(sacked: u64, sent: u32) -> u64 {
 
 /// The bits (relative to `una`) of the `sent` frames transmitted.
 pub fn sent_mask(sent: u32) -> u64 {
-    if sent >= 64 {
+    run_mask(sent)
+}
+
+/// The lowest `len` bits.
+fn run_mask(len: u32) -> u64 {
+    if len >= 64 {
         u64::MAX
     } else {
-        (1u64 << sent) - 1
+        (1u64 << len) - 1
     }
 }
 
@@ -88,17 +93,31 @@ impl SelectiveRepeat {
 
     /// Takes the lowest hole waiting: its offset from `una`.
     pub fn next_hole(&mut self) -> Option<u32> {
-        if self.resend == 0 {
+        self.next_run(1).map(|(bit, _)| bit)
+    }
+
+    /// Takes the lowest hole waiting and the holes right after it, at most
+    /// `max` in all: the first one's offset from `una`, and how many. (A
+    /// run goes again in one transmission, as it went the first time: a
+    /// device that carries it as one datagram loses all of it or none.)
+    pub fn next_run(&mut self, max: u32) -> Option<(u32, u32)> {
+        if self.resend == 0 || max == 0 {
             return None;
         }
         let bit = self.resend.trailing_zeros();
-        self.resend &= !(1u64 << bit);
-        Some(bit)
+        let len = (!(self.resend >> bit)).trailing_zeros().min(max);
+        self.resend &= !(run_mask(len) << bit);
+        Some((bit, len))
     }
 
     /// Hole `bit` could not go now: it waits again.
     pub fn put_back(&mut self, bit: u32) {
-        self.resend |= 1u64 << bit;
+        self.put_back_run(bit, 1);
+    }
+
+    /// The `len` holes from `bit` could not go now: they wait again.
+    pub fn put_back_run(&mut self, bit: u32, len: u32) {
+        self.resend |= run_mask(len).checked_shl(bit).unwrap_or(0);
     }
 }
 
@@ -131,6 +150,20 @@ mod tests {
         assert_eq!([s.next_hole(), s.next_hole()], [Some(0), None]);
         s.slide(64);
         assert!(!s.holds_any() && s.on_timeout(4).is_none());
+    }
+
+    #[test]
+    fn holes_go_again_in_runs() {
+        let mut s = SelectiveRepeat::default();
+        s.on_sack(1 << 62, 64); // holds una+63 only: holes una..una+62
+        assert!(s.on_nak(64));
+        assert_eq!(s.next_run(32), Some((0, 32)), "at most what was asked");
+        s.put_back_run(10, 22); // only ten of them went
+        assert_eq!(s.next_run(64), Some((10, 53)), "the rest of the run, and the holes after it");
+        assert_eq!(s.next_run(64), None);
+        s.on_sack(0b1011_0000, 64); // holds una+5, +6, +8
+        s.on_timeout(64);
+        assert_eq!([s.next_run(8), s.next_run(8), s.next_run(8)], [Some((0, 5)), Some((7, 1)), None], "runs stop at what the peer holds");
     }
 
     #[test]
