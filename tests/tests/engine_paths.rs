@@ -250,21 +250,12 @@ fn a_timeout_sends_again_from_the_oldest_unacknowledged_frame() {
 
 #[test]
 fn a_nak_with_a_sack_resends_the_holes_alone() {
-    let mut rig = tapped(Reliability::ReliableDelivery);
-    let first = b_next_psn(&rig);
-    for slot in 0..6 {
-        rig.b.post_send(slot, slot * 100, &message(5 + slot as u8, 100), None);
-    }
-    rig.b.engine.ring_doorbell();
-    assert_eq!(seen_b(&mut rig).len(), 6);
+    let (mut rig, first) = b_sent_one_frame_messages(6);
     // The peer has first, misses first+1 and first+3, holds first+2, +4, +5:
     // SACK bit i is PSN ack + 1 + i.
     let ack = first.wrapping_add(1);
     let sack = 0b1101; // ack+1 (= first+2), ack+3, ack+4
-    rig.inject(&ack_to(&rig.b, ack, true, sack));
-    rig.b.engine.progress_at(rig.now);
-    let resent: Vec<u32> = seen_b(&mut rig).iter().filter(|f| f.kind == Kind::Data).map(|f| f.psn).collect();
-    assert_eq!(resent, vec![first.wrapping_add(1), first.wrapping_add(3)], "the holes, once each");
+    assert_eq!(resent_after_nak(&mut rig, first, sack), vec![1, 3], "the holes, once each");
     rig.inject(&ack_to(&rig.b, ack, true, sack));
     rig.b.engine.progress_at(rig.now);
     assert!(seen_b(&mut rig).iter().all(|f| f.kind != Kind::Data), "a repeated NAK sends no hole twice before a timeout");
@@ -278,21 +269,32 @@ fn a_nak_with_a_sack_resends_the_holes_alone() {
 /// nothing the peer holds.
 #[test]
 fn a_run_of_holes_goes_again_in_order_once_each() {
-    let mut rig = tapped(Reliability::ReliableDelivery);
-    let first = b_next_psn(&rig);
-    for slot in 0..8 {
-        rig.b.post_send(slot, slot * 100, &message(9 + slot as u8, 100), None);
-    }
-    rig.b.engine.ring_doorbell();
-    assert_eq!(seen_b(&mut rig).len(), 8);
+    let (mut rig, first) = b_sent_one_frame_messages(8);
     // The peer has first, misses first+1..=first+4 and first+6, holds
     // first+5 and first+7.
-    let ack = first.wrapping_add(1);
-    let sack = 1 << 3 | 1 << 5; // bit i is PSN ack + 1 + i: first+5, first+7
-    rig.inject(&ack_to(&rig.b, ack, true, sack));
+    let sack = 1 << 3 | 1 << 5; // bit i is PSN first + 2 + i: first+5, first+7
+    assert_eq!(resent_after_nak(&mut rig, first, sack), vec![1, 2, 3, 4, 6], "the run first+1..=first+4, then the hole first+6");
+}
+
+/// A rig in which b has sent `n` one-frame messages from slots 0..n;
+/// returns it and the first one's PSN.
+fn b_sent_one_frame_messages(n: usize) -> (Rig, u32) {
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    let first = b_next_psn(&rig);
+    for slot in 0..n {
+        rig.b.post_send(slot, slot * 100, &message(5 + slot as u8, 100), None);
+    }
+    rig.b.engine.ring_doorbell();
+    assert_eq!(seen_b(&mut rig).len(), n);
+    (rig, first)
+}
+
+/// What b sends again (PSNs less `first`) after a NAK at `first + 1` with
+/// SACK bitmap `sack`.
+fn resent_after_nak(rig: &mut Rig, first: u32, sack: u64) -> Vec<u32> {
+    rig.inject(&ack_to(&rig.b, first.wrapping_add(1), true, sack));
     rig.b.engine.progress_at(rig.now);
-    let resent: Vec<u32> = seen_b(&mut rig).iter().filter(|f| f.kind == Kind::Data).map(|f| f.psn.wrapping_sub(first)).collect();
-    assert_eq!(resent, vec![1, 2, 3, 4, 6], "the run first+1..=first+4, then the hole first+6");
+    seen_b(rig).iter().filter(|f| f.kind == Kind::Data).map(|f| f.psn.wrapping_sub(first)).collect()
 }
 
 // ---- receive ----
