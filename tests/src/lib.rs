@@ -278,7 +278,6 @@ impl Drop for Proc {
     }
 }
 
-/// Asserts that a finished process succeeded, showing its output if not.
 /// Runs `f` on a thread inside network namespace `ns`: what it opens
 /// there (a VIA device, an AF_PACKET socket, the kernel's tables) stays
 /// bound to that host whichever thread uses it later.
@@ -299,6 +298,7 @@ pub fn within<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> T {
     })
 }
 
+/// Asserts that a finished process succeeded, showing its output if not.
 pub fn assert_ok(name: &str, out: &Output) {
     assert!(
         out.status.success(),

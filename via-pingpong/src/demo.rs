@@ -294,11 +294,15 @@ impl Rounds {
     }
 }
 
-/// What the rounds record of a run's rows: (op, bytes, key in [`Rounds`]).
-const ROUND_FIGURES: [(&str, usize, &str); 5] = [("lat", 64, "lat"), ("bw", 1 << 20, "bw"), ("lat", 65536, "lat-64k"), ("lat", 1 << 20, "lat-1m"), ("bw", 65536, "bw-64k")];
-/// The large messages' figures of via-udp and tcp in the rounds: key, what
-/// it is.
-const LARGE: [(&str, &str); 3] = [("lat-64k", "64 KiB latency"), ("lat-1m", "1 MiB latency"), ("bw-64k", "64 KiB bandwidth")];
+/// What the rounds record of a run's rows: (op, bytes, key in [`Rounds`],
+/// what it is). The last three are the large messages of via-udp and tcp.
+const ROUND_FIGURES: [(&str, usize, &str, &str); 5] = [
+    ("lat", 64, "lat", "64 B latency"),
+    ("bw", 1 << 20, "bw", "1 MiB bandwidth"),
+    ("lat", 65536, "lat-64k", "64 KiB latency"),
+    ("lat", 1 << 20, "lat-1m", "1 MiB latency"),
+    ("bw", 65536, "bw-64k", "64 KiB bandwidth"),
+];
 
 /// The C probe's transports (`c-tcp`, `c-udp`): run in the rounds beside
 /// the demo's own tcp and udp.
@@ -316,7 +320,7 @@ fn run_probe(o: &Options, h: &Hosts, probe: &Probe, t: &str) -> Result<Row, Stri
 /// drift of this noisy machine hits every transport alike: latency at 64 B
 /// and bandwidth at 1 MiB; for via-udp and tcp, whose large messages are
 /// compared, latency at 64 KiB and 1 MiB and bandwidth at 64 KiB too
-/// ([`LARGE`]). Each round starts one transport further along
+/// ([`ROUND_FIGURES`]). Each round starts one transport further along
 /// the list (raw, via, ..., tcp; then via, ..., tcp, raw; ...), so no
 /// transport always follows the same one. Returns one row per transport
 /// and op holding the median over the rounds, the per-round values, and
@@ -379,7 +383,7 @@ fn alternating_rounds(o: &Options, h: &Hosts, probe: Option<&Probe>) -> (Vec<Row
             match got {
                 Ok(rows) => {
                     for r in rows {
-                        let Some(&(_, _, key)) = ROUND_FIGURES.iter().find(|(op, bytes, _)| *op == r.op && *bytes == r.bytes) else { continue };
+                        let Some(&(_, _, key, _)) = ROUND_FIGURES.iter().find(|(op, bytes, _, _)| *op == r.op && *bytes == r.bytes) else { continue };
                         rounds.push(t, key, round, if r.op == "lat" { r.t_typical_us } else { r.mb_per_s });
                     }
                 }
@@ -393,7 +397,7 @@ fn alternating_rounds(o: &Options, h: &Hosts, probe: Option<&Probe>) -> (Vec<Row
     let mut out = Vec::new();
     for ((t, op), xs) in &rounds.values {
         let xs: Vec<f64> = xs.iter().flatten().copied().collect();
-        let what = LARGE.iter().find(|l| l.0 == *op).map_or(if *op == "lat" { "64 B latency" } else { "1 MiB bandwidth" }, |l| l.1);
+        let what = ROUND_FIGURES.iter().find(|f| f.2 == *op).map_or("", |f| f.3);
         let unit = if what.contains("latency") { "us" } else { "MB/s" };
         eprintln!("via-pingpong --demo: {t:<4} {what} per round ({unit}): {}", xs.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" "));
         if *op != "lat" && *op != "bw" {

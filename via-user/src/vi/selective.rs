@@ -24,16 +24,12 @@ pub fn holes(sacked: u64, sent: u32) -> u64 {
     }
     let top = 63 - sacked.leading_zeros(); // highest held, relative to una
     let below = (1u64 << top) - 1; // bits 0..top
-    !sacked & below & sent_mask(sent)
+    !sacked & below & low_bits(sent)
 }
 
-/// The bits (relative to `una`) of the `sent` frames transmitted.
-pub fn sent_mask(sent: u32) -> u64 {
-    run_mask(sent)
-}
-
-/// The lowest `len` bits.
-fn run_mask(len: u32) -> u64 {
+/// The lowest `len` bits: the `len` frames from `una` on (the ones
+/// transmitted, or a run of holes).
+fn low_bits(len: u32) -> u64 {
     if len >= 64 {
         u64::MAX
     } else {
@@ -53,7 +49,7 @@ impl SelectiveRepeat {
     /// The peer's SACK bitmap `peer_bits` (its bit `i`: PSN `una + 1 + i`),
     /// of which only the `sent` frames from `una` on count.
     pub fn on_sack(&mut self, peer_bits: u64, sent: u32) {
-        self.sacked = (peer_bits << 1) & sent_mask(sent);
+        self.sacked = (peer_bits << 1) & low_bits(sent);
     }
 
     /// Does the peer hold anything past a gap?
@@ -91,11 +87,6 @@ impl SelectiveRepeat {
         self.resend != 0
     }
 
-    /// Takes the lowest hole waiting: its offset from `una`.
-    pub fn next_hole(&mut self) -> Option<u32> {
-        self.next_run(1).map(|(bit, _)| bit)
-    }
-
     /// Takes the lowest hole waiting and the holes right after it, at most
     /// `max` in all: the first one's offset from `una`, and how many. (A
     /// run goes again in one transmission, as it went the first time: a
@@ -106,24 +97,30 @@ impl SelectiveRepeat {
         }
         let bit = self.resend.trailing_zeros();
         let len = (!(self.resend >> bit)).trailing_zeros().min(max);
-        self.resend &= !(run_mask(len) << bit);
+        self.resend &= !(low_bits(len) << bit);
         Some((bit, len))
-    }
-
-    /// Hole `bit` could not go now: it waits again.
-    pub fn put_back(&mut self, bit: u32) {
-        self.put_back_run(bit, 1);
     }
 
     /// The `len` holes from `bit` could not go now: they wait again.
     pub fn put_back_run(&mut self, bit: u32, len: u32) {
-        self.resend |= run_mask(len).checked_shl(bit).unwrap_or(0);
+        self.resend |= low_bits(len).checked_shl(bit).unwrap_or(0);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl SelectiveRepeat {
+        /// The lowest hole waiting, alone.
+        fn next_hole(&mut self) -> Option<u32> {
+            self.next_run(1).map(|(bit, _)| bit)
+        }
+
+        fn put_back(&mut self, bit: u32) {
+            self.put_back_run(bit, 1);
+        }
+    }
 
     #[test]
     fn holes_are_what_was_sent_below_the_highest_held_and_not_held() {
