@@ -13,16 +13,19 @@ bench="$(cargo bench -p via-user --bench engine_cost --no-run --message-format=j
 [ -x "$bench" ] || { echo "could not build the engine_cost bench" >&2; exit 1; }
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-printf '%-14s %12s\n' mode instructions
+printf '%-14s %-7s %12s\n' mode device instructions
+for device in queue shm; do
 for mode in send write; do
     # The engine's clock reuses a reading for 10,000 counter ticks (~3 us
     # natively); callgrind runs ~50x slower against the same counter, so
     # the window is scaled alike, or every reading would go to the system
     # clock as a native run's do not (via-user/src/clock.rs).
-    VIA_CLOCK_FRESH_TICKS="${VIA_CLOCK_FRESH_TICKS:-500000}" ITERS="$iters" ONLY="$mode" valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*ping_pong*' \
-        --callgrind-out-file="$out/$mode" "$bench" >/dev/null 2>&1
-    total="$(callgrind_annotate "$out/$mode" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)"
-    printf '%-14s %12d\n' "$mode" $((total / (iters * 2)))
+    DEVICE="$device" VIA_CLOCK_FRESH_TICKS="${VIA_CLOCK_FRESH_TICKS:-500000}" ITERS="$iters" ONLY="$mode" valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*ping_pong*' \
+         --callgrind-out-file="$out/$device-$mode" "$bench" >/dev/null 2>&1
+    total="$(callgrind_annotate "$out/$device-$mode" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)"
+    printf '%-14s %-7s %12d\n' "$mode" "$device" $((total / (iters * 2)))
+done
 done
 echo "(per one-way 64 B message, both ends, $iters round trips, callgrind; the"
-echo " queue device's own work, a mutex and a copy per frame, is included)"
+echo " device's own work is included: the queue device's mutex and copy per frame"
+echo " and the CRC-32C; the shared-memory wire's slot writes, no CRC)"

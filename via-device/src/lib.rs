@@ -6,8 +6,9 @@
 //! [`open_device`] asks them in turn):
 //! [`EventFd`], the descriptor a device makes readable when frames wait;
 //! [`pci`], network PCI functions as sysfs lists them (for drivers that
-//! find their NICs there); and [`memlock`], explaining a pin of DMA memory
-//! that `RLIMIT_MEMLOCK` refused.
+//! find their NICs there); [`memlock`], explaining a pin of DMA memory
+//! that `RLIMIT_MEMLOCK` refused; and [`watch`], the words in a device's
+//! receive ring that a spinning wait watches between rounds of progress.
 //!
 //! The trait is deliberately narrow (in the spirit of smoltcp's `phy::Device`
 //! and ixy.rs's `rx_batch`/`tx_batch`):
@@ -30,9 +31,11 @@ pub mod eventfd;
 pub mod memlock;
 pub mod pci;
 pub mod registry;
+pub mod watch;
 
 pub use eventfd::EventFd;
 pub use registry::{drivers, open_device, DeviceOpener, Driver, HostRoute, DRIVERS};
+pub use watch::{RxWatch, RxWatches};
 
 #[doc(hidden)]
 pub use linkme;
@@ -335,6 +338,16 @@ pub trait FrameDevice: Send {
     /// thread that spins.
     fn prepare_sleep(&mut self) -> Option<Sleep> {
         Some(Sleep::default())
+    }
+
+    /// Where the next received frame will show, for a wait that spins
+    /// between rounds of progress ([`watch`]): called when a round found
+    /// the device empty, with the device to itself. A device that can say
+    /// pushes the word its next frame changes (each member of a composite
+    /// its own); one that cannot is blind, the default, and waits on it
+    /// look in whole rounds.
+    fn rx_watch(&self, w: &mut RxWatches) {
+        w.blind();
     }
 }
 

@@ -45,7 +45,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use via_device::ETH_HEADER_LEN;
-use via_device::{Capabilities, FrameDevice, HostRoute, MacAddr, Path, RxFilter, RxMeta, Sleep, TxFrame};
+use via_device::{Capabilities, FrameDevice, HostRoute, MacAddr, Path, RxFilter, RxMeta, RxWatches, Sleep, TxFrame};
 
 /// NICs a composite may own.
 pub const MAX_NICS: usize = 4;
@@ -281,6 +281,16 @@ impl FrameDevice for CompositeDevice {
             n += self.receive_from((self.turn + j) % members, budget - n, sink)?;
         }
         Ok(n)
+    }
+
+    /// Every member's word: frames may come by any of them.
+    fn rx_watch(&self, w: &mut RxWatches) {
+        for n in &self.nics {
+            n.dev.rx_watch(w);
+        }
+        if let Some(s) = self.shm.as_ref() {
+            s.rx_watch(w);
+        }
     }
 
     fn path_to(&mut self, head: &[u8]) -> Path {

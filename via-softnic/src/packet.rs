@@ -17,7 +17,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use via_device::MAX_GATHER;
 use via_device::{DST_EP_OFFSET, ETHERTYPE, ETH_HEADER_LEN};
-use via_device::{Capabilities, FrameDevice, MacAddr, Path, RxFilter, RxMeta, TxFrame};
+use via_device::{Capabilities, FrameDevice, MacAddr, Path, RxFilter, RxMeta, RxWatch, RxWatches, TxFrame};
 use crate::bpf;
 use crate::udp::{vnet_unit, Hop, NextHops, NotOurs, Outer, ENCAP_LEN, MAX_PAYLOAD, OUTER_LEN, VNET_LEN};
 use std::net::Ipv4Addr;
@@ -440,6 +440,17 @@ impl FrameDevice for PacketDevice {
         }
         st.rx_frames += delivered as u64;
         Ok(delivered)
+    }
+
+    /// The status word of the ring slot the kernel fills next.
+    fn rx_watch(&self, w: &mut RxWatches) {
+        let status = self.ring.status(self.ring.next);
+        if status.load(Ordering::Acquire) & libc::TP_STATUS_USER != 0 {
+            w.ready();
+        }
+        // SAFETY: the slot lies in the ring's mapping, which lives as long
+        // as the device (it is unmapped when the ring is dropped).
+        w.push(unsafe { RxWatch::u32(status, libc::TP_STATUS_USER, 0) });
     }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {

@@ -59,7 +59,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use via_device::MAX_GATHER;
 use via_device::ETH_HEADER_LEN;
-use via_device::{Capabilities, EventFd, FrameDevice, LentPayload, MacAddr, RxFilter, RxMeta, Sleep, TxFrame};
+use via_device::{Capabilities, EventFd, FrameDevice, LentPayload, MacAddr, RxFilter, RxMeta, RxWatch, RxWatches, Sleep, TxFrame};
 
 mod members;
 mod segment;
@@ -83,6 +83,47 @@ fn mac_word(m: MacAddr) -> u64 {
     let mut b = [0u8; 8];
     b[..6].copy_from_slice(&m.0);
     u64::from_le_bytes(b)
+}
+
+/// What the ports a frame goes to depend on: its destination, its
+/// ethertype and the words the candidate ports' filters look at. A frame
+/// that agrees with the last one there goes where it went (checked in a
+/// few compares, where the frame's whole start changes with every frame).
+#[derive(Default)]
+struct TargetKey {
+    /// Nothing found yet (or the wire changed): matches nothing.
+    valid: bool,
+    dst: [u8; 6],
+    ethertype: [u8; 2],
+    /// (offset, the word there, if the frame reached it), one per offset.
+    words: Vec<(usize, Option<[u8; 4]>)>,
+}
+
+impl TargetKey {
+    fn word(head: &[u8], at: usize) -> Option<[u8; 4]> {
+        head.get(at..at + 4).map(|w| w.try_into().unwrap())
+    }
+
+    fn matches(&self, head: &[u8]) -> bool {
+        self.valid && head.len() >= ETH_HEADER_LEN && head[..6] == self.dst && head[12..14] == self.ethertype && self.words.iter().all(|&(at, w)| Self::word(head, at) == w)
+    }
+
+    /// Records `head`'s deciding bytes for the ports whose `filters`
+    /// were consulted.
+    fn set(&mut self, head: &[u8], filters: impl Iterator<Item = RxFilter>) {
+        self.valid = head.len() >= ETH_HEADER_LEN;
+        if !self.valid {
+            return;
+        }
+        self.dst.copy_from_slice(&head[..6]);
+        self.ethertype.copy_from_slice(&head[12..14]);
+        self.words.clear();
+        for f in filters {
+            if !self.words.iter().any(|&(at, _)| at == f.offset) {
+                self.words.push((f.offset, Self::word(head, f.offset)));
+            }
+        }
+    }
 }
 
 /// A live port as a sender sees it.
@@ -112,10 +153,10 @@ pub struct ShmDevice {
     epoch: u64,
     /// Other ports' eventfds (our copies), with their generation, by port.
     doorbells: Vec<Option<(u32, EventFd)>>,
-    /// The ports of the frame being sent (kept for reuse), and the start
-    /// of the frame they were found for.
+    /// The ports of the frame being sent (kept for reuse), and what they
+    /// were found for.
     targets: Vec<Route>,
-    found_for: Vec<u8>,
+    found_for: TargetKey,
     /// Payloads at least this long are lent (usize::MAX: never).
     lend_min: usize,
     /// Where plain `receive` reads a lent frame in whole.
@@ -245,7 +286,7 @@ impl ShmDevice {
             epoch: u64::MAX,
             doorbells: (0..PORTS).map(|_| None).collect(),
             targets: Vec::new(),
-            found_for: Vec::with_capacity(64),
+            found_for: TargetKey::default(),
             lend_min,
             scratch: Vec::new(),
             members: Members::new(),
@@ -296,22 +337,26 @@ impl ShmDevice {
     /// port) in `self.targets`; `head` is the frame's start (its
     /// destination, ethertype and the word the filters look at).
     fn find_targets(&mut self, head: &[u8]) {
-        // The same start as last time, with no port changed since: the
-        // same ports (a composite asks `takes` and then sends).
+        // The same deciding bytes as last time, with no port changed
+        // since: the same ports (a composite asks `takes` and then sends).
         let epoch = self.seg.header().epoch.load(Ordering::Acquire);
-        if epoch == self.epoch && self.found_for == head {
+        if epoch == self.epoch && self.found_for.matches(head) {
             return;
         }
         self.refresh(epoch);
-        self.found_for.clear();
-        self.found_for.extend_from_slice(head);
-        self.targets.clear();
+        let ShmDevice { routes, targets, found_for, .. } = self;
+        targets.clear();
         let dst = MacAddr(head[..6].try_into().unwrap());
         let accepts = |r: &&Route| r.filter.is_none_or(|f| f.matches(head));
+        // What decided it is kept: the next frame with the same bytes
+        // there (most of a connection's frames) goes to the same ports.
         if dst.is_broadcast() {
-            self.targets.extend(self.routes.iter().flat_map(|(_, v)| v).filter(accepts));
-        } else if let Some((_, v)) = self.routes.iter().find(|(m, _)| *m == dst) {
-            self.targets.extend(v.iter().filter(accepts));
+            targets.extend(routes.iter().flat_map(|(_, v)| v).filter(accepts));
+            found_for.set(head, routes.iter().flat_map(|(_, v)| v).filter_map(|r| r.filter));
+        } else {
+            let candidates = routes.iter().find(|(m, _)| *m == dst).map_or(&[][..], |(_, v)| v);
+            targets.extend(candidates.iter().filter(accepts));
+            found_for.set(head, candidates.iter().filter_map(|r| r.filter));
         }
     }
 
@@ -643,6 +688,18 @@ impl FrameDevice for ShmDevice {
 
     fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
         self.take(budget, true, sink)
+    }
+
+    /// The sequence word of the slot taken next: its sender's last store.
+    fn rx_watch(&self, w: &mut RxWatches) {
+        let seq = self.seg.slot_seq(self.port, self.rx_head);
+        let now = seq.load(Ordering::Acquire);
+        if now == self.rx_head + 1 {
+            w.ready();
+        }
+        // SAFETY: the slot lies in the segment's mapping, which the
+        // device holds (an `Arc`) until it is dropped.
+        w.push(unsafe { RxWatch::u64(seq, now) });
     }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {

@@ -8,9 +8,10 @@
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, RxWatch, RxWatches, TxFrame};
 use via_user::{Config, Descriptor, MemAttributes, MemoryRegion, Nic, Op, Reliability, ViAttributes};
 
 /// One direction of the in-memory wire: frames in flight, and spent
@@ -22,7 +23,16 @@ struct WireQueue {
     spare: Vec<Vec<u8>>,
 }
 
-type Wire = Arc<Mutex<WireQueue>>;
+/// The queue and a count of the frames ever pushed onto it, the word a
+/// waiting receiver watches (`via_device::watch`).
+#[derive(Default)]
+struct WireState {
+    queue: Mutex<WireQueue>,
+    pushed: AtomicU64,
+    popped: AtomicU64,
+}
+
+type Wire = Arc<WireState>;
 
 /// Frames written to `tx` are read from the peer's `rx`.
 struct QueueDevice {
@@ -48,7 +58,7 @@ impl FrameDevice for QueueDevice {
         Ok(())
     }
     fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        let mut q = self.rx.lock().unwrap();
+        let mut q = self.rx.queue.lock().unwrap();
         let mut n = 0;
         while n < budget {
             let Some(f) = q.frames.pop_front() else { break };
@@ -56,17 +66,27 @@ impl FrameDevice for QueueDevice {
             q.spare.push(f);
             n += 1;
         }
+        self.rx.popped.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
-        let mut q = self.tx.lock().unwrap();
+        let mut q = self.tx.queue.lock().unwrap();
         for f in frames {
             let mut b = q.spare.pop().unwrap_or_default();
             b.clear();
             f.append_to(&mut b);
             q.frames.push_back(b);
         }
+        self.tx.pushed.fetch_add(frames.len() as u64, Ordering::Release);
         Ok(frames.len())
+    }
+    fn rx_watch(&self, w: &mut RxWatches) {
+        let pushed = self.rx.pushed.load(Ordering::Acquire);
+        if pushed != self.rx.popped.load(Ordering::Relaxed) {
+            w.ready();
+        }
+        // SAFETY: the count lives in the wire, which the device holds.
+        w.push(unsafe { RxWatch::u64(&self.rx.pushed, pushed) });
     }
 }
 
@@ -87,12 +107,29 @@ struct End {
     spare: Vec<Descriptor>,
 }
 
-fn connected_pair(mode: Mode) -> (End, End) {
+/// The two devices joined: the in-memory queue (`DEVICE=queue`, the
+/// default), or the real shared-memory wire (`DEVICE=shm`, two ports of
+/// one segment: what via-shm's frames cost, no CRC since that path
+/// vouches for its frames).
+fn devices() -> (Box<dyn FrameDevice>, Box<dyn FrameDevice>) {
+    let (ma, mb) = (MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
+    if std::env::var("DEVICE").as_deref() == Ok("shm") {
+        let wire = format!("engine-cost-{}", std::process::id());
+        let a = via_softnic::ShmDevice::open(&wire, Some(ma)).unwrap();
+        let b = via_softnic::ShmDevice::open(&wire, Some(mb)).unwrap();
+        via_softnic::shm::remove_wire(&wire); // the mappings stay
+        return (Box::new(a), Box::new(b));
+    }
     let (ab, ba): (Wire, Wire) = Default::default();
-    // The queue device has no fd to sleep on: waits spin throughout.
+    (Box::new(QueueDevice { mac: ma, rx: ba.clone(), tx: ab.clone() }), Box::new(QueueDevice { mac: mb, rx: ab, tx: ba }))
+}
+
+fn connected_pair(mode: Mode) -> (End, End) {
+    // Waits spin throughout (the queue device has no fd to sleep on).
     let cfg = Config { progress_thread: false, spin: Duration::from_secs(60), ..Config::default() };
-    let a = Nic::with_device("a", Box::new(QueueDevice { mac: MacAddr([2, 0, 0, 0, 0, 1]), rx: ba.clone(), tx: ab.clone() }), cfg.clone()).unwrap();
-    let b = Nic::with_device("b", Box::new(QueueDevice { mac: MacAddr([2, 0, 0, 0, 0, 2]), rx: ab, tx: ba }), cfg).unwrap();
+    let (da, db) = devices();
+    let a = Nic::with_device("a", da, cfg.clone()).unwrap();
+    let b = Nic::with_device("b", db, cfg).unwrap();
     let rdma = mode == Mode::RdmaWrite;
     let setup = |nic: &Nic| {
         let ptag = nic.create_ptag().unwrap();

@@ -20,12 +20,17 @@ use via_kernel_agent::memory::{Ptag, MAX_PTAGS, MAX_REGIONS};
 use via_kernel_agent::names::NameService;
 use via_kernel_agent::resolver::Lookup;
 use via_wire::MAX_DISCRIMINATOR;
-use via_device::{FrameDevice, MacAddr};
+use via_device::{FrameDevice, MacAddr, RxWatches};
 
 /// Rounds a wait keeps spinning after frames arrived that did not
 /// complete it (a round is a look at the device: well under a
 /// microsecond when nothing is there).
 const BURST_ROUNDS: u32 = 64;
+/// Looks at the device's watched words between two rounds of a spinning
+/// wait (`via_device::watch`: one load each and a pause, some tens of
+/// nanoseconds): the round after them reads the clock, runs the timers
+/// and sees other threads' work, a few microseconds late at most.
+const WATCH_LOOKS: u32 = 128;
 
 /// An opened NIC (`VIP_NIC_HANDLE`). Cloning gives another handle to the
 /// same NIC; it closes when the last handle and every object made from it
@@ -174,7 +179,12 @@ impl Nic {
             if let Some(v) = f(&mut e)? {
                 return Ok(Some(v));
             }
-            self.shared.run(&mut e);
+            // Nothing came and nothing is due: the round would find nothing.
+            let now = e.core.clock.now();
+            if self.shared.notifier.idle() && e.quiet(now) {
+                return Ok(None);
+            }
+            self.shared.run_at(&mut e, now);
             f(&mut e)
         };
         self.shared.notifier.deliver();
@@ -201,7 +211,11 @@ impl Nic {
         // frame, and sleeping between them (at once when VIA_SPIN_US=0,
         // as in oversubscribed runs) costs a wake-up per frame.
         let mut burst: u32 = 0;
+        // Where the device's next frame will show, while nothing is queued
+        // to go out: spun on between rounds instead of a round per look.
+        let mut watches = RxWatches::default();
         loop {
+            watches.clear();
             let sleep = {
                 let mut e = self.lock();
                 if let Some(v) = f(&mut e)? {
@@ -238,11 +252,17 @@ impl Nic {
                     };
                     Some((wake_fd, device_sleep, until.map(|u| u.saturating_duration_since(now))))
                 } else {
+                    if burst == 0 && e.idle() {
+                        watches.clone_from(e.watches());
+                    }
                     burst = burst.saturating_sub(1);
                     None
                 }
             };
             match sleep {
+                None if watches.usable() => {
+                    watches.spin(WATCH_LOOKS);
+                }
                 None => std::hint::spin_loop(),
                 Some((wake_fd, device_sleep, t)) => {
                     sleep_on(&[self.shared.fd, wake_fd], t);

@@ -90,6 +90,12 @@ impl Notifier {
         *e = f;
     }
 
+    /// Nothing is armed: a round of progress has nothing to collect.
+    #[inline]
+    pub(crate) fn idle(&self) -> bool {
+        self.armed.load(Ordering::Relaxed) == 0
+    }
+
     /// Takes what became ready off the engine's queues. Called with the
     /// engine locked, after each round of progress.
     #[inline]

@@ -320,6 +320,9 @@ pub struct Engine {
     hdrs: Box<transmit::Headers>,
     /// Where each frame of the batch being built takes its payload from.
     specs: Box<[transmit::Spec; BATCH]>,
+    /// The device's watched words as the last round left them
+    /// (`via_device::watch`): where its next frame will show.
+    quiet: via_device::RxWatches,
 }
 
 impl Engine {
@@ -369,7 +372,7 @@ impl Engine {
             ready: Vec::new(),
         };
         let core = Core { vis: Vec::new(), cx };
-        Ok(Engine { dev, core, hdrs: Box::new([[0u8; FRAME_HEADER_LEN]; BATCH]), specs: Box::new([transmit::Spec::default(); BATCH]) })
+        Ok(Engine { dev, core, hdrs: Box::new([[0u8; FRAME_HEADER_LEN]; BATCH]), specs: Box::new([transmit::Spec::default(); BATCH]), quiet: Default::default() })
     }
 
     /// Registers memory and makes it reachable by the device (an IOMMU
@@ -410,6 +413,26 @@ impl Engine {
         self.dev.prepare_sleep()
     }
 
+    /// Where the device's next frame will show, as the last round left
+    /// it.
+    pub fn watches(&self) -> &via_device::RxWatches {
+        &self.quiet
+    }
+
+    /// Nothing waits to be transmitted: only a frame (or a timer) can
+    /// give this engine work.
+    pub fn idle(&mut self) -> bool {
+        self.core.nothing_queued()
+    }
+
+    /// Would a round of progress at `now` do nothing? True when the
+    /// device's watched words are as the last round left them (no frame
+    /// since), nothing waits to go out and no timer is due; a poll that
+    /// finds nothing complete then skips the round.
+    pub fn quiet(&mut self, now: Time) -> bool {
+        self.quiet.usable() && !self.quiet.changed() && self.core.nothing_queued() && self.core.timers_quiet(now)
+    }
+
     /// One round of work: receive, timers, transmit. Returns true when
     /// anything was received. (Tests; the API runs rounds with the time
     /// it has read, [`Engine::progress_at`].)
@@ -421,7 +444,7 @@ impl Engine {
 
     /// [`Engine::progress`] with the time already read.
     pub fn progress_at(&mut self, now: Time) -> bool {
-        let Engine { dev, core, .. } = self;
+        let Engine { dev, core, quiet, .. } = self;
         let mut got = 0;
         for _ in 0..4 {
             let n = dev.receive_lent(64, &mut |f, meta| core.on_frame(f, meta, now)).unwrap_or(0);
@@ -430,6 +453,10 @@ impl Engine {
                 break;
             }
         }
+        // Where the next frame will show (the device says if one is
+        // there already).
+        quiet.clear();
+        dev.rx_watch(quiet);
         core.run_timers(now);
         self.flush(now);
         got > 0

@@ -10,6 +10,12 @@ use crate::vi::{Expiry, ViPhase, ViState};
 use crate::clock::Time;
 
 impl Core {
+    /// Is no timer due at `now` (nothing [`Core::run_timers`] would do)?
+    #[inline]
+    pub fn timers_quiet(&self, now: Time) -> bool {
+        self.cm.timers_idle() && self.peers.timers_idle() && self.resolver.timers_idle() && self.timer_at.is_none_or(|t| t > now)
+    }
+
     /// Runs the timers that are due at `now`.
     #[inline]
     pub fn run_timers(&mut self, now: Time) {

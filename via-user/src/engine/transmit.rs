@@ -63,7 +63,7 @@ impl Engine {
     /// report that must precede its ACKs, no connection management); else
     /// rings its doorbell and flushes everything in order.
     pub(super) fn transmit_now(&mut self, id: u16, now: Time) {
-        let Engine { dev, core, hdrs, specs } = self;
+        let Engine { dev, core, hdrs, specs, .. } = self;
         if core.nothing_queued() {
             if let Some((cx, vi)) = core.split(id) {
                 cx.transmit_vi(dev.as_mut(), vi, hdrs, specs, now);
@@ -75,7 +75,7 @@ impl Engine {
     }
 
     fn flush_queued(&mut self, now: Time) {
-        let Engine { dev, core, hdrs, specs } = self;
+        let Engine { dev, core, hdrs, specs, .. } = self;
         let specs: &mut [Spec; BATCH] = specs;
 
         // Error reports go first: they must reach the peer before any ACK
@@ -415,7 +415,7 @@ fn send_one(dev: &mut dyn FrameDevice, hdrs: &mut Headers, sealer: Sealer<'_>, s
 impl Context {
     /// Is the outbox empty: no doorbell rung, no error report, ACK,
     /// connection-management, peer-connection or name-service frame?
-    fn nothing_queued(&mut self) -> bool {
+    pub(super) fn nothing_queued(&mut self) -> bool {
         self.outbox.is_empty() && self.cm.outgoing().is_empty() && self.peers.outgoing().is_empty() && self.resolver.outgoing().is_empty()
     }
 
