@@ -419,16 +419,7 @@ impl ShmDevice {
                 }
                 std::ptr::copy_nonoverlapping(rec.as_ptr().cast::<u8>(), s.add(8 + h.next_multiple_of(8)), 8 * (1 + 2 * frame.pieces));
             } else {
-                // The slot's first cache line, which the owner polls (its
-                // sequence word), is written last and at once: the bytes
-                // past it first, then the length word and the frame's
-                // first bytes, then (below) the sequence word. Written in
-                // order, that line went to this core for the length word,
-                // back to the polling owner, and here again for the rest.
-                const IN_FIRST_LINE: usize = 64 - SLOT_PREFIX;
-                copy_frame_range(frame, IN_FIRST_LINE, usize::MAX, s.add(8));
-                std::ptr::copy_nonoverlapping((frame.len() as u64).to_le_bytes().as_ptr(), s, 8);
-                copy_frame_range(frame, 0, IN_FIRST_LINE, s.add(8));
+                write_frame(frame, s);
             }
         }
         // Published: the owner, polling this slot, takes it.
@@ -710,8 +701,14 @@ impl FrameDevice for ShmDevice {
             if !(ETH_HEADER_LEN..=max).contains(&len) {
                 return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame {i} of the batch is {len} bytes; shm wire {:?} takes {ETH_HEADER_LEN}..={max}", self.wire)));
             }
-            let n = f.prefix(&mut head);
-            self.find_targets(&head[..n]);
+            // The frame's start: in its header, as the engine builds them.
+            let head = if f.header.len() >= head.len() {
+                &f.header[..head.len()]
+            } else {
+                let n = f.prefix(&mut head);
+                &head[..n]
+            };
+            self.find_targets(head);
             if self.targets.is_empty() {
                 self.tx_no_port += 1;
             }
@@ -806,6 +803,44 @@ fn prefetch_frame(s: *const u8, word: u64) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (s, word);
+}
+
+/// Writes `frame` (its payload not lent) after the length word at `s`,
+/// and the length word. The slot's first cache line, which the owner
+/// polls (its sequence word), is written last and at once: the bytes
+/// past it first, then the length word and the frame's first bytes, then
+/// (by the caller) the sequence word. Written in order, that line went to
+/// this core for the length word, back to the polling owner, and here
+/// again for the rest.
+///
+/// # Safety
+/// `s` is a slot's length word with room for the frame after it, and
+/// nobody else reads or writes the slot meanwhile.
+#[inline]
+unsafe fn write_frame(frame: &TxFrame<'_>, s: *mut u8) {
+    const IN_FIRST_LINE: usize = 64 - SLOT_PREFIX;
+    let dst = s.wrapping_add(8);
+    let h = frame.header;
+    // SAFETY (all three copies): the caller gives room for the frame's
+    // `frame.len()` bytes at `dst`, and the frame's parts are its own.
+    unsafe {
+        if h.len() >= IN_FIRST_LINE {
+            // Every frame the engine builds: its header fills the first
+            // line's share; the pieces follow the header in turn.
+            std::ptr::copy_nonoverlapping(h.as_ptr().add(IN_FIRST_LINE), dst.add(IN_FIRST_LINE), h.len() - IN_FIRST_LINE);
+            let mut at = h.len();
+            for p in frame.pieces() {
+                std::ptr::copy_nonoverlapping(p.as_ptr(), dst.add(at), p.len());
+                at += p.len();
+            }
+            std::ptr::copy_nonoverlapping((at as u64).to_le_bytes().as_ptr(), s, 8);
+            std::ptr::copy_nonoverlapping(h.as_ptr(), dst, IN_FIRST_LINE);
+        } else {
+            copy_frame_range(frame, IN_FIRST_LINE, usize::MAX, dst);
+            std::ptr::copy_nonoverlapping((frame.len() as u64).to_le_bytes().as_ptr(), s, 8);
+            copy_frame_range(frame, 0, IN_FIRST_LINE, dst);
+        }
+    }
 }
 
 /// Copies bytes `[from, to)` of `frame` (its header, then its pieces, as

@@ -371,3 +371,30 @@ fn a_frame_copied_in_two_ranges_is_the_frame_copied_whole() {
         assert_eq!(two, whole, "split at {split}");
     }
 }
+
+#[test]
+fn a_frame_written_to_a_slot_reads_back_whole() {
+    // The slot writer has a way of its own for headers that fill the
+    // first line's share (every frame the engine builds) and the general
+    // one for shorter ones: both, with no, one and several pieces, give
+    // the frame's bytes and its length after the length word.
+    for header_len in [14, 47, 48, 78] {
+        let header: Vec<u8> = (0..header_len as u8).collect();
+        let pieces: Vec<Vec<u8>> = vec![(100..137).collect(), (200..201).collect(), (50..90).collect()];
+        for n in 0..=pieces.len() {
+            let mut f = TxFrame::new(&header);
+            for p in &pieces[..n] {
+                assert!(f.push(p));
+            }
+            let mut whole = vec![0u8; f.len()];
+            // SAFETY: `whole` holds f.len() bytes and is the frame's own buffer.
+            unsafe { f.copy_to(whole.as_mut_ptr()) };
+            let mut slot = vec![0xeeu8; 8 + f.len() + 8];
+            // SAFETY: the slot holds the length word, the frame and spare bytes.
+            unsafe { write_frame(&f, slot.as_mut_ptr()) };
+            assert_eq!(u64::from_le_bytes(slot[..8].try_into().unwrap()), f.len() as u64, "header {header_len}, {n} pieces");
+            assert_eq!(&slot[8..8 + f.len()], &whole[..], "header {header_len}, {n} pieces");
+            assert!(slot[8 + f.len()..].iter().all(|&b| b == 0xee), "nothing past the frame");
+        }
+    }
+}
