@@ -14,7 +14,7 @@ bench="$(cargo bench -p via-user --bench engine_cost --no-run --message-format=j
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 printf '%-14s %-7s %12s\n' mode device instructions
-for device in queue shm; do
+for device in queue shm composite; do
 for mode in send write; do
     # The engine's clock reuses a reading for 10,000 counter ticks (~3 us
     # natively); callgrind runs ~50x slower against the same counter, so
@@ -28,4 +28,5 @@ done
 done
 echo "(per one-way 64 B message, both ends, $iters round trips, callgrind; the"
 echo " device's own work is included: the queue device's mutex and copy per frame"
-echo " and the CRC-32C; the shared-memory wire's slot writes, no CRC)"
+echo " and the CRC-32C; the shared-memory wire's slot writes, no CRC; the"
+echo " composite's routing over that wire beside an idle NIC, as via-shm runs)"

@@ -147,17 +147,23 @@ impl CompositeDevice {
     }
 
     fn route(&mut self, f: &TxFrame<'_>) -> Route {
-        // Destination, ethertype and endpoint lie in the first bytes.
-        let mut head = [0u8; 64];
-        let n = f.prefix(&mut head);
-        if n < 6 {
+        // Destination, ethertype and endpoint lie in the first bytes: in
+        // the header, as the engine builds them.
+        let mut copy = [0u8; 64];
+        let head = if f.header.len() >= copy.len() {
+            &f.header[..copy.len()]
+        } else {
+            let n = f.prefix(&mut copy);
+            &copy[..n]
+        };
+        if head.len() < 6 {
             return Route::Nic(0);
         }
         let dst = MacAddr(head[..6].try_into().unwrap());
         if dst.is_broadcast() {
             return Route::All;
         }
-        if self.shm.as_mut().is_some_and(|s| s.takes(&head[..n])) {
+        if self.shm.as_mut().is_some_and(|s| s.takes(head)) {
             return Route::Shm;
         }
         let (k, r) = match self.routes.get(&dst) {
@@ -202,6 +208,39 @@ impl CompositeDevice {
             }
             sink(scratch, meta)
         })
+    }
+
+    /// Sends `run`, frames that all take `route`; returns how many went.
+    fn send_run(&mut self, route: Route, run: &[TxFrame<'_>]) -> io::Result<usize> {
+        let sent = match route {
+            Route::Nic(k) => self.nics[k].dev.transmit(run)?,
+            Route::Routed(k, there) => self.send_as(k, there, run)?,
+            Route::Shm => self.shm.as_mut().expect("routed to the wire").transmit(run)?,
+            Route::Drop => {
+                self.nic_oversize += run.len() as u64;
+                run.len()
+            }
+            Route::All => {
+                let sent = self.nics[0].dev.transmit(run)?;
+                // Best effort elsewhere, as broadcasts are.
+                let rewritable = run[..sent].iter().all(|f| (ETH_HEADER_LEN..=HEADER_MAX).contains(&f.header.len()));
+                for k in 1..self.nics.len() {
+                    if rewritable {
+                        self.send_as(k, MacAddr::BROADCAST, &run[..sent])?;
+                    } else {
+                        self.nics[k].dev.transmit(&run[..sent])?;
+                    }
+                }
+                if let Some(s) = self.shm.as_mut() {
+                    s.transmit(&run[..sent])?;
+                }
+                sent
+            }
+        };
+        if let Route::Nic(k) | Route::Routed(k, _) = route {
+            self.nics[k].tx += sent as u64;
+        }
+        Ok(sent)
     }
 
     /// Sends `run` through NIC `k`, each frame addressed to `there` from
@@ -275,10 +314,12 @@ impl FrameDevice for CompositeDevice {
 
     fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
         let members = self.nics.len() + usize::from(self.shm.is_some());
-        self.turn = (self.turn + 1) % members;
+        self.turn = if self.turn + 1 >= members { 0 } else { self.turn + 1 };
         let mut n = 0;
-        for j in 0..members {
-            n += self.receive_from((self.turn + j) % members, budget - n, sink)?;
+        let mut i = self.turn;
+        for _ in 0..members {
+            n += self.receive_from(i, budget - n, sink)?;
+            i = if i + 1 == members { 0 } else { i + 1 };
         }
         Ok(n)
     }
@@ -306,6 +347,11 @@ impl FrameDevice for CompositeDevice {
     }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
+        if let [f] = frames {
+            // One frame (a message that fits one, an ACK): no plan.
+            let route = self.route(f);
+            return self.send_run(route, frames);
+        }
         // Each frame's route, once; then runs of frames taking the same.
         let mut plan = std::mem::take(&mut self.plan);
         plan.clear();
@@ -315,34 +361,13 @@ impl FrameDevice for CompositeDevice {
             let route = plan[done];
             let end = done + plan[done..].iter().take_while(|&&r| r == route).count();
             let run = &frames[done..end];
-            let sent = match route {
-                Route::Nic(k) => self.nics[k].dev.transmit(run)?,
-                Route::Routed(k, there) => self.send_as(k, there, run)?,
-                Route::Shm => self.shm.as_mut().expect("routed to the wire").transmit(run)?,
-                Route::Drop => {
-                    self.nic_oversize += run.len() as u64;
-                    run.len()
-                }
-                Route::All => {
-                    let sent = self.nics[0].dev.transmit(run)?;
-                    // Best effort elsewhere, as broadcasts are.
-                    let rewritable = run[..sent].iter().all(|f| (ETH_HEADER_LEN..=HEADER_MAX).contains(&f.header.len()));
-                    for k in 1..self.nics.len() {
-                        if rewritable {
-                            self.send_as(k, MacAddr::BROADCAST, &run[..sent])?;
-                        } else {
-                            self.nics[k].dev.transmit(&run[..sent])?;
-                        }
-                    }
-                    if let Some(s) = self.shm.as_mut() {
-                        s.transmit(&run[..sent])?;
-                    }
-                    sent
+            let sent = match self.send_run(route, run) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.plan = plan;
+                    return Err(e);
                 }
             };
-            if let Route::Nic(k) | Route::Routed(k, _) = route {
-                self.nics[k].tx += sent as u64;
-            }
             done += sent;
             if sent < run.len() {
                 break;

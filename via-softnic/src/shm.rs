@@ -104,6 +104,7 @@ impl TargetKey {
         head.get(at..at + 4).map(|w| w.try_into().unwrap())
     }
 
+    #[inline]
     fn matches(&self, head: &[u8]) -> bool {
         self.valid && head.len() >= ETH_HEADER_LEN && head[..6] == self.dst && head[12..14] == self.ethertype && self.words.iter().all(|&(at, w)| Self::word(head, at) == w)
     }
@@ -336,6 +337,7 @@ impl ShmDevice {
     /// Puts the ports a frame goes to (a broadcast: every other live
     /// port) in `self.targets`; `head` is the frame's start (its
     /// destination, ethertype and the word the filters look at).
+    #[inline]
     fn find_targets(&mut self, head: &[u8]) {
         // The same deciding bytes as last time, with no port changed
         // since: the same ports (a composite asks `takes` and then sends).
@@ -343,6 +345,14 @@ impl ShmDevice {
         if epoch == self.epoch && self.found_for.matches(head) {
             return;
         }
+        self.find_targets_again(head, epoch);
+    }
+
+    /// [`ShmDevice::find_targets`] for a frame unlike the last one, or
+    /// after a port changed (`epoch`).
+    #[cold]
+    #[inline(never)]
+    fn find_targets_again(&mut self, head: &[u8], epoch: u64) {
         self.refresh(epoch);
         let ShmDevice { routes, targets, found_for, .. } = self;
         targets.clear();

@@ -90,6 +90,45 @@ impl FrameDevice for QueueDevice {
     }
 }
 
+/// A NIC with nothing on its wire, for the composite (`DEVICE=composite`):
+/// what a composite's NIC member costs a round when no frame comes by it
+/// (one look at a word, as at a TPACKET ring's next slot).
+struct IdleNic {
+    mac: MacAddr,
+    nothing: AtomicU64,
+    /// Never readable: the composite polls it with the wire's.
+    fd: via_device::EventFd,
+}
+
+impl FrameDevice for IdleNic {
+    fn mac(&self) -> MacAddr {
+        self.mac
+    }
+    fn mtu(&self) -> usize {
+        1500
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+    fn wait_fd(&self) -> RawFd {
+        use std::os::fd::AsRawFd;
+        self.fd.as_raw_fd()
+    }
+    fn set_filter(&mut self, _: RxFilter) -> io::Result<()> {
+        Ok(())
+    }
+    fn receive(&mut self, _: usize, _: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        Ok(self.nothing.load(Ordering::Acquire) as usize)
+    }
+    fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
+        Ok(frames.len())
+    }
+    fn rx_watch(&self, w: &mut RxWatches) {
+        // SAFETY: the word is the device's own.
+        w.push(unsafe { RxWatch::u64(&self.nothing, 0) });
+    }
+}
+
 /// How the two ends ping-pong.
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
@@ -108,17 +147,26 @@ struct End {
 }
 
 /// The two devices joined: the in-memory queue (`DEVICE=queue`, the
-/// default), or the real shared-memory wire (`DEVICE=shm`, two ports of
-/// one segment: what via-shm's frames cost, no CRC since that path
-/// vouches for its frames).
+/// default); the real shared-memory wire (`DEVICE=shm`, two ports of one
+/// segment: what via-shm's frames cost, no CRC since that path vouches
+/// for its frames); or that wire in composite devices beside an idle NIC
+/// (`DEVICE=composite`: via-shm as the demo runs it).
 fn devices() -> (Box<dyn FrameDevice>, Box<dyn FrameDevice>) {
     let (ma, mb) = (MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
-    if std::env::var("DEVICE").as_deref() == Ok("shm") {
+    let device = std::env::var("DEVICE").unwrap_or_default();
+    if device == "shm" || device == "composite" {
         let wire = format!("engine-cost-{}", std::process::id());
-        let a = via_softnic::ShmDevice::open(&wire, Some(ma)).unwrap();
-        let b = via_softnic::ShmDevice::open(&wire, Some(mb)).unwrap();
+        let (a, b): (Box<dyn FrameDevice>, Box<dyn FrameDevice>) = if device == "shm" {
+            (Box::new(via_softnic::ShmDevice::open(&wire, Some(ma)).unwrap()), Box::new(via_softnic::ShmDevice::open(&wire, Some(mb)).unwrap()))
+        } else {
+            let end = |mac| {
+                let nic: Box<dyn FrameDevice> = Box::new(IdleNic { mac, nothing: AtomicU64::new(0), fd: via_device::EventFd::new().unwrap() });
+                Box::new(via_softnic::CompositeDevice::new(vec![("idle".into(), nic)], Some(&wire), &[]).unwrap())
+            };
+            (end(ma), end(mb))
+        };
         via_softnic::shm::remove_wire(&wire); // the mappings stay
-        return (Box::new(a), Box::new(b));
+        return (a, b);
     }
     let (ab, ba): (Wire, Wire) = Default::default();
     (Box::new(QueueDevice { mac: ma, rx: ba.clone(), tx: ab.clone() }), Box::new(QueueDevice { mac: mb, rx: ab, tx: ba }))
