@@ -67,7 +67,7 @@ impl RxWatch {
 /// The watches of one device, collected while the caller has the device
 /// to itself: watchable only if every part of the device that can
 /// receive reported its word.
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct RxWatches {
     words: [Option<RxWatch>; MAX_WATCHES],
     n: usize,
@@ -76,11 +76,6 @@ pub struct RxWatches {
     /// A part of the device has a frame waiting already.
     ready: bool,
 }
-
-// SAFETY: the watched words are atomics in mappings that live as long as
-// the device that reported them; whichever thread holds the watches (with
-// the device's owner) may read them.
-unsafe impl Send for RxWatches {}
 
 impl RxWatches {
     /// Forgets what was collected, for the next round.

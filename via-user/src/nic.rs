@@ -253,7 +253,7 @@ impl Nic {
                     Some((wake_fd, device_sleep, until.map(|u| u.saturating_duration_since(now))))
                 } else {
                     if burst == 0 && e.idle() {
-                        watches.clone_from(e.watches());
+                        e.rx_watch(&mut watches);
                     }
                     burst = burst.saturating_sub(1);
                     None

@@ -320,9 +320,6 @@ pub struct Engine {
     hdrs: Box<transmit::Headers>,
     /// Where each frame of the batch being built takes its payload from.
     specs: Box<[transmit::Spec; BATCH]>,
-    /// The device's watched words as the last round left them
-    /// (`via_device::watch`): where its next frame will show.
-    quiet: via_device::RxWatches,
 }
 
 impl Engine {
@@ -372,7 +369,7 @@ impl Engine {
             ready: Vec::new(),
         };
         let core = Core { vis: Vec::new(), cx };
-        Ok(Engine { dev, core, hdrs: Box::new([[0u8; FRAME_HEADER_LEN]; BATCH]), specs: Box::new([transmit::Spec::default(); BATCH]), quiet: Default::default() })
+        Ok(Engine { dev, core, hdrs: Box::new([[0u8; FRAME_HEADER_LEN]; BATCH]), specs: Box::new([transmit::Spec::default(); BATCH]) })
     }
 
     /// Registers memory and makes it reachable by the device (an IOMMU
@@ -413,10 +410,10 @@ impl Engine {
         self.dev.prepare_sleep()
     }
 
-    /// Where the device's next frame will show, as the last round left
-    /// it.
-    pub fn watches(&self) -> &via_device::RxWatches {
-        &self.quiet
+    /// Where the device's next frame will show (`via_device::watch`),
+    /// as of now.
+    pub fn rx_watch(&self, w: &mut via_device::RxWatches) {
+        self.dev.rx_watch(w);
     }
 
     /// Nothing waits to be transmitted: only a frame (or a timer) can
@@ -426,11 +423,16 @@ impl Engine {
     }
 
     /// Would a round of progress at `now` do nothing? True when the
-    /// device's watched words are as the last round left them (no frame
-    /// since), nothing waits to go out and no timer is due; a poll that
-    /// finds nothing complete then skips the round.
+    /// device can say where its next frame will show and none is there,
+    /// nothing waits to go out and no timer is due; a poll that finds
+    /// nothing complete then skips the round.
     pub fn quiet(&mut self, now: Time) -> bool {
-        self.quiet.usable() && !self.quiet.changed() && self.core.nothing_queued() && self.core.timers_quiet(now)
+        if !(self.core.nothing_queued() && self.core.timers_quiet(now)) {
+            return false;
+        }
+        let mut w = via_device::RxWatches::default();
+        self.dev.rx_watch(&mut w);
+        w.usable() && !w.changed()
     }
 
     /// One round of work: receive, timers, transmit. Returns true when
@@ -444,7 +446,7 @@ impl Engine {
 
     /// [`Engine::progress`] with the time already read.
     pub fn progress_at(&mut self, now: Time) -> bool {
-        let Engine { dev, core, quiet, .. } = self;
+        let Engine { dev, core, .. } = self;
         let mut got = 0;
         for _ in 0..4 {
             let n = dev.receive_lent(64, &mut |f, meta| core.on_frame(f, meta, now)).unwrap_or(0);
@@ -453,10 +455,6 @@ impl Engine {
                 break;
             }
         }
-        // Where the next frame will show (the device says if one is
-        // there already).
-        quiet.clear();
-        dev.rx_watch(quiet);
         core.run_timers(now);
         self.flush(now);
         got > 0
