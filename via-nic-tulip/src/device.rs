@@ -28,7 +28,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 use via_device::memlock::explain_pin_error;
-use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, RxWatch, RxWatches, TxFrame};
+use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
 
 /// Receive descriptors (frames the NIC can take while the process is busy).
 pub const RX_RING: usize = 1024;
@@ -368,22 +368,6 @@ impl FrameDevice for TulipDevice {
     fn set_filter(&mut self, filter: RxFilter) -> io::Result<()> {
         self.filter = Some(filter);
         Ok(())
-    }
-
-    /// The status word of the receive descriptor the NIC fills next: its
-    /// OWN bit clears when a frame is there (21143 HRM §4.2.1, RDES0).
-    fn rx_watch(&self, w: &mut RxWatches) {
-        let p = self.desc_ptr(RX_RING_OFF, self.rx_next);
-        // SAFETY: the descriptor lies in the device's DMA memory, mapped
-        // until the device is dropped, 4-byte aligned; the NIC writes it
-        // whole (a 32-bit DMA write) and we only load it.
-        let word = unsafe { std::sync::atomic::AtomicU32::from_ptr(p) };
-        let own = OWN.to_le(); // the ring is little-endian, as the NIC writes it
-        if word.load(Ordering::Acquire) & own == 0 {
-            w.ready();
-        }
-        // SAFETY: as above.
-        w.push(unsafe { RxWatch::u32(word, own, own) });
     }
 
     fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {

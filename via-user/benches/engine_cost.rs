@@ -172,6 +172,17 @@ fn devices() -> (Box<dyn FrameDevice>, Box<dyn FrameDevice>) {
     (Box::new(QueueDevice { mac: ma, rx: ba.clone(), tx: ab.clone() }), Box::new(QueueDevice { mac: mb, rx: ab, tx: ba }))
 }
 
+/// The message size (`SIZE`, default 64 bytes: the one the instruction
+/// target counts; `SIZE=65536` shows the cost of a message of many frames).
+fn size() -> usize {
+    std::env::var("SIZE").ok().and_then(|v| v.parse().ok()).unwrap_or(64).max(1)
+}
+
+/// Each end's buffer: `half` bytes to send from, then `half` to receive into.
+fn half() -> usize {
+    size().next_multiple_of(4096)
+}
+
 fn connected_pair(mode: Mode) -> (End, End) {
     // Waits spin throughout (the queue device has no fd to sleep on).
     let cfg = Config { progress_thread: false, spin: Duration::from_secs(60), ..Config::default() };
@@ -181,11 +192,11 @@ fn connected_pair(mode: Mode) -> (End, End) {
     let rdma = mode == Mode::RdmaWrite;
     let setup = |nic: &Nic| {
         let ptag = nic.create_ptag().unwrap();
-        let attrs = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: 4096, ptag, enable_rdma_write: rdma, enable_rdma_read: false };
+        let attrs = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: half() as u32, ptag, enable_rdma_write: rdma, enable_rdma_read: false };
         let mut vi = nic.create_vi(&attrs, None, None).unwrap();
-        let mem = MemoryRegion::new(nic, 8192, 4096, MemAttributes { ptag, enable_rdma_write: rdma, enable_rdma_read: false }).unwrap();
+        let mem = MemoryRegion::new(nic, 2 * half(), 4096, MemAttributes { ptag, enable_rdma_write: rdma, enable_rdma_read: false }).unwrap();
         let mut recv = Descriptor::new(nic, ptag, 1).unwrap();
-        recv.set(&[(&mem, 4096..8192)], None).unwrap();
+        recv.set(&[(&mem, half()..2 * half())], None).unwrap();
         vi.post_recv(recv).unwrap();
         let spare = (0..16).map(|_| Descriptor::new(nic, ptag, 1).unwrap()).collect();
         End { nic: nic.clone(), vi, mem, spare }
@@ -205,19 +216,20 @@ fn connected_pair(mode: Mode) -> (End, End) {
 }
 
 impl End {
-    /// Sends (or RDMA-writes into `peer`'s receive half) 64 bytes whose
+    /// Sends (or RDMA-writes into `peer`'s receive half) `size()` bytes whose
     /// last byte is `tag`.
     fn ping(&mut self, mode: Mode, peer: &via_user::RemoteBuffer, tag: u8) {
-        self.mem.write(63, &[tag]).unwrap();
+        let n = size();
+        self.mem.write(n - 1, &[tag]).unwrap();
         let mut d = self.spare.pop().expect("send descriptors");
-        if d.length() != 64 {
+        if d.length() as usize != n {
             let op = if mode == Mode::RdmaWrite { Op::RdmaWrite(*peer) } else { Op::SendRecv };
-            d.set_op(op, &[(&self.mem, 0..64)], None, false).unwrap();
+            d.set_op(op, &[(&self.mem, 0..n)], None, false).unwrap();
         }
         self.vi.post_send(d).unwrap();
     }
 
-    /// Waits for the peer's 64 bytes tagged `tag`.
+    /// Waits for the peer's `size()` bytes tagged `tag`.
     fn pong(&mut self, mode: Mode, tag: u8) {
         match mode {
             Mode::SendRecv => {
@@ -229,7 +241,7 @@ impl End {
                 self.nic
                     .wait_until(None, || {
                         let mut b = [0u8];
-                        mem.read(4096 + 63, &mut b).unwrap();
+                        mem.read(half() + size() - 1, &mut b).unwrap();
                         b[0] == tag
                     })
                     .unwrap();
@@ -247,8 +259,8 @@ impl End {
 /// Engine time per one-way 64-byte message in `mode`.
 fn measure(mode: Mode, iters: u32) -> Duration {
     let (mut a, mut b) = connected_pair(mode);
-    let ra = a.mem.remote(4096..8192).unwrap();
-    let rb = b.mem.remote(4096..8192).unwrap();
+    let ra = a.mem.remote(half()..2 * half()).unwrap();
+    let rb = b.mem.remote(half()..2 * half()).unwrap();
     let t0 = Instant::now();
     ping_pong(mode, &mut a, &mut b, &ra, &rb, iters);
     t0.elapsed() / iters / 2
