@@ -175,7 +175,9 @@ fn devices() -> (Box<dyn FrameDevice>, Box<dyn FrameDevice>) {
 /// The message size (`SIZE`, default 64 bytes: the one the instruction
 /// target counts; `SIZE=65536` shows the cost of a message of many frames).
 fn size() -> usize {
-    std::env::var("SIZE").ok().and_then(|v| v.parse().ok()).unwrap_or(64).max(1)
+    // Read once: the measured loop asks for it every message.
+    static SIZE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SIZE.get_or_init(|| std::env::var("SIZE").ok().and_then(|v| v.parse().ok()).unwrap_or(64).max(1))
 }
 
 /// Each end's buffer: `half` bytes to send from, then `half` to receive into.
