@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,11 +34,21 @@ struct WireState {
 
 type Wire = Arc<WireState>;
 
-/// Frames written to `tx` are read from the peer's `rx`.
+/// Frames written to `tx` are read from the peer's `rx`. On a wire nobody
+/// writes it is a composite's idle NIC (`DEVICE=composite`): one look at
+/// its counts a round, as at a TPACKET ring's next slot.
 struct QueueDevice {
     mac: MacAddr,
     rx: Wire,
     tx: Wire,
+    /// Never readable (waits here spin); a composite polls it beside the wire's.
+    fd: via_device::EventFd,
+}
+
+impl QueueDevice {
+    fn new(mac: MacAddr, rx: Wire, tx: Wire) -> Box<QueueDevice> {
+        Box::new(QueueDevice { mac, rx, tx, fd: via_device::EventFd::new().unwrap() })
+    }
 }
 
 impl FrameDevice for QueueDevice {
@@ -52,12 +62,15 @@ impl FrameDevice for QueueDevice {
         Capabilities::default()
     }
     fn wait_fd(&self) -> RawFd {
-        -1
+        self.fd.as_raw_fd()
     }
     fn set_filter(&mut self, _: RxFilter) -> io::Result<()> {
         Ok(())
     }
     fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        if self.rx.pushed.load(Ordering::Acquire) == self.rx.popped.load(Ordering::Relaxed) {
+            return Ok(0); // nothing came: the lock is not taken
+        }
         let mut q = self.rx.queue.lock().unwrap();
         let mut n = 0;
         while n < budget {
@@ -87,45 +100,6 @@ impl FrameDevice for QueueDevice {
         }
         // SAFETY: the count lives in the wire, which the device holds.
         w.push(unsafe { RxWatch::u64(&self.rx.pushed, pushed) });
-    }
-}
-
-/// A NIC with nothing on its wire, for the composite (`DEVICE=composite`):
-/// what a composite's NIC member costs a round when no frame comes by it
-/// (one look at a word, as at a TPACKET ring's next slot).
-struct IdleNic {
-    mac: MacAddr,
-    nothing: AtomicU64,
-    /// Never readable: the composite polls it with the wire's.
-    fd: via_device::EventFd,
-}
-
-impl FrameDevice for IdleNic {
-    fn mac(&self) -> MacAddr {
-        self.mac
-    }
-    fn mtu(&self) -> usize {
-        1500
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::default()
-    }
-    fn wait_fd(&self) -> RawFd {
-        use std::os::fd::AsRawFd;
-        self.fd.as_raw_fd()
-    }
-    fn set_filter(&mut self, _: RxFilter) -> io::Result<()> {
-        Ok(())
-    }
-    fn receive(&mut self, _: usize, _: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        Ok(self.nothing.load(Ordering::Acquire) as usize)
-    }
-    fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
-        Ok(frames.len())
-    }
-    fn rx_watch(&self, w: &mut RxWatches) {
-        // SAFETY: the word is the device's own.
-        w.push(unsafe { RxWatch::u64(&self.nothing, 0) });
     }
 }
 
@@ -160,7 +134,8 @@ fn devices() -> (Box<dyn FrameDevice>, Box<dyn FrameDevice>) {
             (Box::new(via_softnic::ShmDevice::open(&wire, Some(ma)).unwrap()), Box::new(via_softnic::ShmDevice::open(&wire, Some(mb)).unwrap()))
         } else {
             let end = |mac| {
-                let nic: Box<dyn FrameDevice> = Box::new(IdleNic { mac, nothing: AtomicU64::new(0), fd: via_device::EventFd::new().unwrap() });
+                let idle: Wire = Default::default();
+                let nic: Box<dyn FrameDevice> = QueueDevice::new(mac, idle.clone(), idle);
                 Box::new(via_softnic::CompositeDevice::new(vec![("idle".into(), nic)], Some(&wire), &[]).unwrap())
             };
             (end(ma), end(mb))
@@ -169,7 +144,7 @@ fn devices() -> (Box<dyn FrameDevice>, Box<dyn FrameDevice>) {
         return (a, b);
     }
     let (ab, ba): (Wire, Wire) = Default::default();
-    (Box::new(QueueDevice { mac: ma, rx: ba.clone(), tx: ab.clone() }), Box::new(QueueDevice { mac: mb, rx: ab, tx: ba }))
+    (QueueDevice::new(ma, ba.clone(), ab.clone()), QueueDevice::new(mb, ab, ba))
 }
 
 /// The message size (`SIZE`, default 64 bytes: the one the instruction
