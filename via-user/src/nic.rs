@@ -172,7 +172,8 @@ impl Nic {
     }
 
     /// A poll (`Done`): answers at once when something is already
-    /// complete, and otherwise runs one round of progress and asks again.
+    /// complete, and otherwise runs one round of progress and asks again
+    /// (unless the round would do nothing: `Engine::quiet`).
     pub(crate) fn poll<T>(&self, mut f: impl FnMut(&mut Engine) -> Result<Option<T>>) -> Result<Option<T>> {
         let r = {
             let mut e = self.lock();
