@@ -1,7 +1,6 @@
 //! Words a waiting thread can spin on between rounds of progress: the
 //! place in a device's receive ring that its next frame changes (a shared-
-//! memory slot's sequence word, a TPACKET slot's status word, a DMA
-//! descriptor's ownership bit).
+//! memory slot's sequence word, a TPACKET slot's status word).
 //!
 //! A wait that spins runs a whole round of progress per look (the engine's
 //! lock, the clock, every member of a composite, the timers): a frame that
@@ -9,8 +8,9 @@
 //! one before anybody sees it. Between rounds the wait can instead watch
 //! these words, one load each, and run the next round as soon as one of
 //! them changes (or after a bounded number of looks, so that timers and
-//! other threads' work are still seen). Nothing is decided on a watch:
-//! it only says when to look properly.
+//! other threads' work are still seen). A watch never takes a frame: it
+//! only says whether a proper look would find one (a poll that finds
+//! nothing complete skips its round when it would not).
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
