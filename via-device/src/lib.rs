@@ -118,6 +118,18 @@ impl<'a> TxFrame<'a> {
         n
     }
 
+    /// The frame's first bytes (as many as `copy` holds, or the whole
+    /// frame if shorter): read in place from the header when it holds
+    /// them (every frame the engine builds), else copied into `copy`.
+    #[inline]
+    pub fn start<'s>(&'s self, copy: &'s mut [u8]) -> &'s [u8] {
+        if self.header.len() >= copy.len() {
+            return &self.header[..copy.len()];
+        }
+        let n = self.prefix(copy);
+        &copy[..n]
+    }
+
     /// Appends the whole frame (header, then the pieces) to `out`.
     pub fn append_to(&self, out: &mut Vec<u8>) {
         out.reserve(self.len());

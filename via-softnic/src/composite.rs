@@ -147,15 +147,9 @@ impl CompositeDevice {
     }
 
     fn route(&mut self, f: &TxFrame<'_>) -> Route {
-        // Destination, ethertype and endpoint lie in the first bytes: in
-        // the header, as the engine builds them.
+        // Destination, ethertype and endpoint lie in the first bytes.
         let mut copy = [0u8; 64];
-        let head = if f.header.len() >= copy.len() {
-            &f.header[..copy.len()]
-        } else {
-            let n = f.prefix(&mut copy);
-            &copy[..n]
-        };
+        let head = f.start(&mut copy);
         if head.len() < 6 {
             return Route::Nic(0);
         }

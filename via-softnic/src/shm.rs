@@ -705,19 +705,13 @@ impl FrameDevice for ShmDevice {
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
         let max = ETH_HEADER_LEN + MTU;
-        let mut head = [0u8; 64];
+        let mut copy = [0u8; 64];
         for (i, f) in frames.iter().enumerate() {
             let len = f.len();
             if !(ETH_HEADER_LEN..=max).contains(&len) {
                 return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame {i} of the batch is {len} bytes; shm wire {:?} takes {ETH_HEADER_LEN}..={max}", self.wire)));
             }
-            // The frame's start: in its header, as the engine builds them.
-            let head = if f.header.len() >= head.len() {
-                &f.header[..head.len()]
-            } else {
-                let n = f.prefix(&mut head);
-                &head[..n]
-            };
+            let head = f.start(&mut copy);
             self.find_targets(head);
             if self.targets.is_empty() {
                 self.tx_no_port += 1;

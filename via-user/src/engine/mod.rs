@@ -427,7 +427,7 @@ impl Engine {
     /// nothing waits to go out and no timer is due; a poll that finds
     /// nothing complete then skips the round.
     pub fn quiet(&mut self, now: Time) -> bool {
-        if !(self.core.nothing_queued() && self.core.timers_quiet(now)) {
+        if !(self.idle() && self.core.timers_quiet(now)) {
             return false;
         }
         let mut w = via_device::RxWatches::default();
