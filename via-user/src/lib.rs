@@ -36,6 +36,7 @@ pub mod descriptor;
 pub mod engine;
 #[cfg(not(feature = "test-support"))]
 mod engine;
+mod engine_lock;
 pub mod error;
 pub mod nic;
 pub mod notify;

@@ -13,7 +13,8 @@ use crate::progress::CloseGate;
 use std::mem::ManuallyDrop;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use crate::engine_lock::{EngineGuard, EngineLock};
+use std::sync::{Arc, Mutex};
 use crate::clock::Time;
 use std::time::{Duration, Instant};
 use via_kernel_agent::memory::{Ptag, MAX_PTAGS, MAX_REGIONS};
@@ -118,7 +119,7 @@ impl Nic {
         let engine = Engine::new(dev, config)?;
         let fd = engine.wait_fd();
         let shared = Arc::new(Shared {
-            engine: Mutex::new(engine),
+            engine: EngineLock::new(engine),
             fd,
             spin,
             name: name.to_string(),
@@ -137,8 +138,8 @@ impl Nic {
     }
 
     /// Enters the engine on behalf of the application.
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Engine> {
-        let g = self.shared.engine.lock().unwrap_or_else(|p| p.into_inner());
+    pub(crate) fn lock(&self) -> EngineGuard<'_, Engine> {
+        let g = self.shared.engine.lock();
         // Counted under the engine lock, which orders every increment: a
         // load and a store, no locked read-modify-write (this is on every
         // call's path; the progress thread only compares the value).

@@ -126,14 +126,14 @@ fn run_rounds(weak: &Weak<Shared>, gate: &CloseGate, stop: std::os::fd::RawFd) {
         }
         nap = IDLE_AFTER;
         let round = match shared.engine.try_lock() {
-            Ok(mut e) => {
+            Some(mut e) => {
                 shared.run(&mut e);
                 // Sleep on the device only if it was told (and saw nothing
                 // come meanwhile); otherwise look again at once.
                 let sleep = e.prepare_sleep();
                 Some((sleep.is_some().then(|| e.wait_fd()), sleep, e.next_deadline()))
             }
-            Err(_) => None,
+            None => None,
         };
         let Some((fd, device_sleep, next)) = round else {
             gate.give_back(shared);

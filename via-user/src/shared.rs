@@ -3,6 +3,7 @@
 //! a wait and their wake-ups, the notifier, and one round of progress.
 
 use crate::engine::Engine;
+use crate::engine_lock::EngineLock;
 use crate::notify::Notifier;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -12,7 +13,7 @@ use std::time::Duration;
 use via_kernel_agent::names::NameService;
 
 pub(crate) struct Shared {
-    pub(crate) engine: Mutex<Engine>,
+    pub(crate) engine: EngineLock<Engine>,
     pub(crate) fd: RawFd,
     pub(crate) spin: Duration,
     pub(crate) name: String,
