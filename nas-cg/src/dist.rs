@@ -9,7 +9,7 @@
 //! holds those rows (`sendrecv`, the transpose exchange). Dot products are
 //! summed over the process row (its members hold every column block).
 
-use crate::kernel::{benchmark, local_dot, spmv, Operator, Outcome};
+use crate::kernel::{benchmark, spmv, Operator, Outcome, SparseBlock};
 use crate::npb::{makea, Class, Csr};
 use mttl_via::{my_pe, pe_num, sendrecv, Group};
 use std::ops::Range;
@@ -57,7 +57,7 @@ impl Grid {
 }
 
 /// The local block: rows `grid.rows`, columns `grid.cols` (local indices).
-fn block(class: &Class, g: &Grid) -> Csr {
+fn block(class: &Class, g: &Grid) -> SparseBlock {
     let m = makea(class, g.rows.clone());
     let mut out = Csr { rowstr: vec![0], colidx: Vec::new(), a: Vec::new() };
     for j in 0..g.rows.len() {
@@ -69,13 +69,13 @@ fn block(class: &Class, g: &Grid) -> Csr {
         }
         out.rowstr.push(out.a.len());
     }
-    out
+    SparseBlock::new(&out, g.cols.len()).expect("the block's columns are its own")
 }
 
 struct Solver {
     g: Grid,
     row: Group,
-    m: Csr,
+    m: SparseBlock,
     /// The row block's partial and summed products.
     w: Vec<f64>,
     timers: Timers,
@@ -101,8 +101,8 @@ impl Operator for Solver {
         self.timers.exchange += t1.elapsed();
     }
 
-    fn dot(&mut self, a: &[f64], b: &[f64]) -> f64 {
-        let mut s = [local_dot(a, b)];
+    fn sum(&mut self, local: f64) -> f64 {
+        let mut s = [local];
         let t0 = Instant::now();
         self.row.sum(&mut s);
         self.timers.dots += t0.elapsed();

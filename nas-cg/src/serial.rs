@@ -1,24 +1,25 @@
 //! NPB CG in one process: the reference for the distributed version.
 
-use crate::kernel::{benchmark, local_dot, spmv, Operator, Outcome};
-use crate::npb::{makea, Class, Csr};
+use crate::kernel::{benchmark, spmv, Operator, Outcome, SparseBlock};
+use crate::npb::{makea, Class};
 
 /// The whole matrix in this process.
-struct Whole(Csr);
+struct Whole(SparseBlock);
 
 impl Operator for Whole {
     fn matvec(&mut self, v: &[f64], out: &mut [f64]) {
         spmv(&self.0, v, out);
     }
-    fn dot(&mut self, a: &[f64], b: &[f64]) -> f64 {
-        local_dot(a, b)
+    fn sum(&mut self, local: f64) -> f64 {
+        local
     }
 }
 
 /// The benchmark in one process; `report(it, rnorm, zeta)` sees each
 /// iteration.
 pub fn run(class: &Class, report: impl FnMut(usize, f64, f64)) -> Outcome {
-    benchmark(class, &mut Whole(makea(class, 0..class.na)), class.na, report)
+    let m = SparseBlock::new(&makea(class, 0..class.na), class.na).expect("makea builds a valid matrix");
+    benchmark(class, &mut Whole(m), class.na, report)
 }
 
 #[cfg(test)]

@@ -90,3 +90,37 @@ fn cg_bench_prints_the_table() {
     assert!(rows[1].contains(" of 1 "), "one round compared: {text}");
     assert!(text.contains("class S: speed-up of 2 ranks over 1 (medians): VIA "), "{text}");
 }
+
+/// `--against-npb` alternates with the program in the folder it is given,
+/// run under Open MPI's mpirun. NPB is not ours to ship, so the folder
+/// here holds our own `cg` as `bin/cg.S.x` (it prints NPB's report): what
+/// is checked is the harness (mpirun, the report's parsing, the rounds and
+/// the table), not NPB.
+#[test]
+fn cg_bench_against_npb_runs_the_given_binary_under_mpirun() {
+    mttl_run();
+    if Command::new("mpirun").arg("--version").output().is_err() {
+        panic!("needs Open MPI's mpirun: apt-get install openmpi-bin");
+    }
+    let dir = std::env::temp_dir().join(format!("cg-bench-npb-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_cg"), dir.join("bin/cg.S.x")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cg-bench")).args(["--classes", "S", "--ranks", "1", "--rounds", "2", "--device", "composite", "--against-npb"]).arg(&dir).output().expect("running cg-bench");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (text, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}{err}");
+    assert!(text.contains("against NPB-MPI CG on Open MPI (shared memory, vader), 2 alternating rounds"), "{text}");
+    let rows: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("S ")).collect();
+    assert_eq!(rows.len(), 1, "{text}");
+    assert!(rows[0].contains(" of 2 "), "two rounds compared: {text}");
+    assert_eq!(err.matches(" npb: ").count(), 2, "two runs of the NPB side: {err}");
+}
+
+/// Without NPB's binary the harness says how to build it, and fails.
+#[test]
+fn cg_bench_against_npb_without_npb_says_how_to_build_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_cg-bench")).args(["--classes", "A", "--ranks", "1", "--against-npb", "/nonexistent/npb"]).output().expect("running cg-bench");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no cg.A.x in /nonexistent/npb") && err.contains("make cg CLASS=A"), "{err}");
+}

@@ -17,6 +17,16 @@
 //! `--device nic` (default) runs the VIA layer on the software NIC alone
 //! (`mttl-run --nic-only`); `composite` lets ranks on one host use shared
 //! memory (mttl-run's default).
+//!
+//! `--against-npb DIR` compares with what a user would run instead: NPB's
+//! own MPI CG (`DIR/bin/cg.<class>.x`, built by the user: NPB is not ours
+//! to ship; without it the program says how to build it) under Open MPI's
+//! `mpirun -n N --bind-to core`, alternating with `cg` on MTTL's VIA layer
+//! (mttl-run pins rank i to CPU i alike). On `--device nic` Open MPI uses
+//! its TCP transport (`--mca btl self,tcp`), on `composite` its shared
+//! memory (vader), so each side takes the same kind of path. The table
+//! then gives ours/NPB per round, and the interquartile range of each
+//! side's times (the spread).
 
 use std::path::Path;
 use std::process::Command;
@@ -27,14 +37,17 @@ struct Opts {
     rounds: usize,
     nic_only: bool,
     mtu: Option<String>,
+    /// NPB-MPI's folder (holding bin/cg.<class>.x): compare with it instead of the TCP layer.
+    npb: Option<std::path::PathBuf>,
 }
 
-const USAGE: &str = "usage: cg-bench [--classes A,B] [--ranks 1,2,4] [--rounds R] [--device nic|composite] [--mtu BYTES]
+const USAGE: &str = "usage: cg-bench [--classes A,B] [--ranks 1,2,4] [--rounds R] [--device nic|composite] [--mtu BYTES] [--against-npb DIR]
   --classes     NPB classes (default A,B)
   --ranks       rank counts (default 1,2,4)
   --rounds R    rounds (default 3); each runs every cell over both layers, the first layer alternating
   --device      nic: the VIA layer on the software NIC alone (default); composite: shared memory between ranks
   --mtu BYTES   the links' MTU (mttl-run's default otherwise)
+  --against-npb DIR  compare with NPB-MPI CG (DIR/bin/cg.<class>.x under Open MPI's mpirun) instead of the TCP layer
 Environment: VIA_SPIN_US (spin of blocking waits, both layers; mttl-run sets 0 when ranks outnumber CPUs).
 Every run (one line per run on stderr) must verify; one that does not stops the benchmark (exit status 1).";
 
@@ -44,7 +57,7 @@ fn usage() -> ! {
 }
 
 fn parse() -> Opts {
-    let mut o = Opts { classes: vec!["A".into(), "B".into()], ranks: vec![1, 2, 4], rounds: 3, nic_only: true, mtu: None };
+    let mut o = Opts { classes: vec!["A".into(), "B".into()], ranks: vec![1, 2, 4], rounds: 3, nic_only: true, mtu: None, npb: None };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = || args.next().unwrap_or_else(|| usage());
@@ -64,6 +77,7 @@ fn parse() -> Opts {
                 }
             }
             "--mtu" => o.mtu = Some(value()),
+            "--against-npb" => o.npb = Some(value().into()),
             _ => usage(),
         }
     }
@@ -98,9 +112,64 @@ fn comm_seconds(stderr: &str) -> Option<f64> {
         .reduce(f64::min)
 }
 
-fn run_once(dir: &Path, o: &Opts, class: &str, n: usize, layer: &str) -> Run {
+/// What runs in a cell: `cg` on MTTL over one of its layers, or NPB's
+/// own MPI CG under Open MPI.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Side {
+    Via,
+    Tcp,
+    Npb,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Via => "via",
+            Side::Tcp => "tcp",
+            Side::Npb => "npb",
+        }
+    }
+}
+
+/// NPB's binary for `class` in the folder the user named (its `bin/`, or
+/// the folder itself).
+fn npb_binary(dir: &Path, class: &str) -> Option<std::path::PathBuf> {
+    let name = format!("cg.{class}.x");
+    [dir.join("bin").join(&name), dir.join(&name)].into_iter().find(|p| p.is_file())
+}
+
+const NPB_HOWTO: &str = "NPB is not shipped with via-rs; build its MPI CG beside the project (docs/BENCHMARKS.md, \"NPB-MPI CG\"):
+  apt-get install -y gfortran libopenmpi-dev openmpi-bin
+  get NPB 3.4 (NPB3.4-MPI, https://www.nas.nasa.gov/software/npb.html), then in NPB3.4-MPI:
+  cp config/make.def.template config/make.def   # if absent; MPIFC = mpif90, FFLAGS = -O3
+  mkdir -p bin && make cg CLASS=A && make cg CLASS=B
+and pass that NPB3.4-MPI folder to --against-npb.";
+
+fn command(dir: &Path, o: &Opts, class: &str, n: usize, side: Side) -> Command {
+    if side == Side::Npb {
+        let npb = o.npb.as_deref().expect("an NPB folder with Side::Npb");
+        let bin = npb_binary(npb, class).unwrap_or_else(|| {
+            eprintln!("cg-bench: no cg.{class}.x in {} or its bin/\n{NPB_HOWTO}", npb.display());
+            std::process::exit(1)
+        });
+        let mut cmd = Command::new("mpirun");
+        // One rank per CPU, bound as mttl-run pins; more ranks than CPUs
+        // float, as mttl-run's do.
+        let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+        cmd.args(["-n", &n.to_string()]);
+        if n <= cpus {
+            cmd.args(["--bind-to", "core"]);
+        } else {
+            cmd.args(["--oversubscribe", "--bind-to", "none"]);
+        }
+        if o.nic_only {
+            cmd.args(["--mca", "btl", "self,tcp"]); // the NIC path, as --nic-only is ours
+        }
+        cmd.arg(bin).env("OMPI_ALLOW_RUN_AS_ROOT", "1").env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        return cmd;
+    }
     let mut cmd = Command::new(dir.join("mttl-run"));
-    cmd.args(["-n", &n.to_string(), "--transport", layer, "--timeout", "1800"]);
+    cmd.args(["-n", &n.to_string(), "--transport", side.name(), "--timeout", "1800"]);
     if o.nic_only {
         cmd.arg("--nic-only");
     }
@@ -108,8 +177,13 @@ fn run_once(dir: &Path, o: &Opts, class: &str, n: usize, layer: &str) -> Run {
         cmd.args(["--mtu", m]);
     }
     cmd.arg("--").arg(dir.join("cg")).args(["--class", class]).env("CG_TIMERS", "1");
+    cmd
+}
+
+fn run_once(dir: &Path, o: &Opts, class: &str, n: usize, side: Side) -> Run {
+    let mut cmd = command(dir, o, class, n, side);
     let out = cmd.output().unwrap_or_else(|e| {
-        eprintln!("cg-bench: running {}: {e}", dir.join("mttl-run").display());
+        eprintln!("cg-bench: running {:?}: {e}", cmd.get_program());
         std::process::exit(1)
     });
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -117,16 +191,17 @@ fn run_once(dir: &Path, o: &Opts, class: &str, n: usize, layer: &str) -> Run {
     let class_ops = nas_cg::npb::Class::by_name(class).expect("checked");
     let failed = |why: &str| -> ! {
         eprintln!("{stdout}{stderr}");
-        eprintln!("cg-bench: class {class} at {n} ranks over {layer}: {why}");
+        eprintln!("cg-bench: class {class} at {n} ranks, {}: {why}", side.name());
         std::process::exit(1)
     };
     if !out.status.success() || !stdout.contains("VERIFICATION SUCCESSFUL") {
         failed("the run failed or did not verify");
     }
     let Some(mops) = mops.filter(|m| *m > 0.0) else { failed("no Mop/s in the report") };
-    // Mop/s = ops / seconds / 1e6, so the time follows from it.
+    // Mop/s = ops / seconds / 1e6 (NPB's formula, ours alike), so the
+    // time follows from it, with more digits than the printed time.
     let seconds = class_ops.mops(1.0) / mops;
-    let comm = if n > 1 { comm_seconds(&format!("{stdout}{stderr}")).unwrap_or_else(|| failed("no cg timers on stderr")) } else { 0.0 };
+    let comm = if n > 1 && side != Side::Npb { comm_seconds(&format!("{stdout}{stderr}")).unwrap_or_else(|| failed("no cg timers on stderr")) } else { 0.0 };
     Run { seconds, mops, comm }
 }
 
@@ -155,45 +230,57 @@ fn sign_test(k: usize, n: usize) -> f64 {
 fn main() {
     let o = parse();
     let dir = std::env::current_exe().expect("own path").parent().expect("a directory").to_path_buf();
+    let other = if o.npb.is_some() { Side::Npb } else { Side::Tcp };
+    if let Some(npb) = &o.npb {
+        for class in &o.classes {
+            if npb_binary(npb, class).is_none() {
+                eprintln!("cg-bench: no cg.{class}.x in {} or its bin/\n{NPB_HOWTO}", npb.display());
+                std::process::exit(1)
+            }
+        }
+    }
     let cells: Vec<(String, usize)> = o.classes.iter().flat_map(|c| o.ranks.iter().map(move |&n| (c.clone(), n))).collect();
-    // results[cell] = (via runs, tcp runs), one per round.
+    // results[cell] = (via runs, other side's runs), one per round.
     let mut results: Vec<(Vec<Run>, Vec<Run>)> = vec![(Vec::new(), Vec::new()); cells.len()];
     for round in 0..o.rounds {
-        let order: [&str; 2] = if round % 2 == 0 { ["via", "tcp"] } else { ["tcp", "via"] };
+        let order = if round % 2 == 0 { [Side::Via, other] } else { [other, Side::Via] };
         for (i, (class, n)) in cells.iter().enumerate() {
-            for layer in order {
-                let r = run_once(&dir, &o, class, *n, layer);
-                eprintln!("cg-bench: round {} class {class} ranks {n} {layer}: {:.3} s, {:.1} Mop/s, communication {:.1} ms", round + 1, r.seconds, r.mops, r.comm * 1e3);
-                let slot = if layer == "via" { &mut results[i].0 } else { &mut results[i].1 };
+            for side in order {
+                let r = run_once(&dir, &o, class, *n, side);
+                eprintln!("cg-bench: round {} class {class} ranks {n} {}: {:.3} s, {:.1} Mop/s, communication {:.1} ms", round + 1, side.name(), r.seconds, r.mops, r.comm * 1e3);
+                let slot = if side == Side::Via { &mut results[i].0 } else { &mut results[i].1 };
                 slot.push(r);
             }
         }
     }
     let device = if o.nic_only { "the software NIC alone" } else { "the composite device" };
-    println!("CG, VIA layer ({device}) against TCP layer, {} rounds, medians; all runs verified", o.rounds);
-    println!("class ranks  VIA time  VIA Mop/s  TCP time  TCP Mop/s   VIA/TCP per round (quartiles)  VIA faster  sign test p   comm VIA ms  TCP ms");
-    for ((class, n), (via, tcp)) in cells.iter().zip(&results) {
+    if other == Side::Npb {
+        let btl = if o.nic_only { "btl self,tcp" } else { "shared memory, vader" };
+        println!("CG, ours (MTTL over VIA, {device}) against NPB-MPI CG on Open MPI ({btl}), {} alternating rounds, medians; all runs verified", o.rounds);
+        println!("class ranks  ours time (IQR)       NPB time (IQR)        ours/NPB per round (quartiles)  ours faster  sign test p");
+    } else {
+        println!("CG, VIA layer ({device}) against TCP layer, {} rounds, medians; all runs verified", o.rounds);
+        println!("class ranks  VIA time  VIA Mop/s  TCP time  TCP Mop/s   VIA/TCP per round (quartiles)  VIA faster  sign test p   comm VIA ms  TCP ms");
+    }
+    for ((class, n), (via, them)) in cells.iter().zip(&results) {
         let pick = |v: &[Run], f: fn(&Run) -> f64| v.iter().map(f).collect::<Vec<f64>>();
-        let ratios: Vec<f64> = via.iter().zip(tcp).map(|(a, b)| a.seconds / b.seconds).collect();
+        let ratios: Vec<f64> = via.iter().zip(them).map(|(a, b)| a.seconds / b.seconds).collect();
         let faster = ratios.iter().filter(|&&r| r < 1.0).count();
-        let comm = if *n > 1 { format!("{:12.1} {:7.1}", median(&pick(via, |r| r.comm)) * 1e3, median(&pick(tcp, |r| r.comm)) * 1e3) } else { format!("{:>12} {:>7}", "-", "-") };
-        println!(
-            "  {class}   {n:4}  {:7.2} s {:10.1}  {:7.2} s {:10.1}   {:5.3} ({:5.3}-{:5.3})          {faster:3} of {:<3}  {:9.3}   {comm}",
-            median(&pick(via, |r| r.seconds)),
-            median(&pick(via, |r| r.mops)),
-            median(&pick(tcp, |r| r.seconds)),
-            median(&pick(tcp, |r| r.mops)),
-            median(&ratios),
-            quantile(&ratios, 0.25),
-            quantile(&ratios, 0.75),
-            ratios.len(),
-            sign_test(faster, ratios.len()),
-        );
+        let (ours, theirs) = (pick(via, |r| r.seconds), pick(them, |r| r.seconds));
+        let ratio = format!("{:5.3} ({:5.3}-{:5.3})          {faster:3} of {:<3}  {:9.3}", median(&ratios), quantile(&ratios, 0.25), quantile(&ratios, 0.75), ratios.len(), sign_test(faster, ratios.len()));
+        if other == Side::Npb {
+            let iqr = |v: &[f64]| quantile(v, 0.75) - quantile(v, 0.25);
+            println!("  {class}   {n:4}  {:7.3} s ({:5.3} s)   {:7.3} s ({:5.3} s)   {ratio}", median(&ours), iqr(&ours), median(&theirs), iqr(&theirs));
+            continue;
+        }
+        let comm = if *n > 1 { format!("{:12.1} {:7.1}", median(&pick(via, |r| r.comm)) * 1e3, median(&pick(them, |r| r.comm)) * 1e3) } else { format!("{:>12} {:>7}", "-", "-") };
+        println!("  {class}   {n:4}  {:7.2} s {:10.1}  {:7.2} s {:10.1}   {ratio}   {comm}", median(&ours), median(&pick(via, |r| r.mops)), median(&theirs), median(&pick(them, |r| r.mops)));
     }
     for class in &o.classes {
         let time = |n: usize, via: bool| cells.iter().position(|(c, k)| c == class && *k == n).map(|i| median(&if via { &results[i].0 } else { &results[i].1 }.iter().map(|r| r.seconds).collect::<Vec<_>>()));
         if let (Some(v1), Some(v2), Some(t1), Some(t2)) = (time(1, true), time(2, true), time(1, false), time(2, false)) {
-            println!("class {class}: speed-up of 2 ranks over 1 (medians): VIA {:.2}, TCP {:.2}", v1 / v2, t1 / t2);
+            let (us, them) = if other == Side::Npb { ("ours", "NPB") } else { ("VIA", "TCP") };
+            println!("class {class}: speed-up of 2 ranks over 1 (medians): {us} {:.2}, {them} {:.2}", v1 / v2, t1 / t2);
         }
     }
 }
