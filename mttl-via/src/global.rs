@@ -1,13 +1,15 @@
 //! `GlobalPtr<T>`: a pointer into any process's global heap. Reads and
 //! writes of one value or of ranges go as messages answered by the
-//! owner's scheduler loop; over VIA, ranges from the transport's bulk
-//! threshold up go by RDMA write into the other side's registered heap
-//! (a read asks the owner to write into a landing block of ours; a write
-//! stages the data in our heap and writes it into the owner's), with the
-//! immediate data naming the waiting thread.
+//! owner's scheduler loop; over VIA, a read below the transport's bulk
+//! threshold is one RDMA read that the reader waits for in place, and
+//! ranges from the threshold up go by RDMA write into the other side's
+//! registered heap (a read asks the owner to write into a landing block
+//! of ours; a write stages the data in our heap and writes it into the
+//! owner's), with the immediate data naming the waiting thread.
 
 use crate::registry::RemoteFunction;
 use crate::runtime::{self, kind, status, with, WRITE_FLAG};
+use crate::thread;
 use crate::wire::{pod_bytes, pod_bytes_mut, Pod, Wire, WireError};
 use std::marker::PhantomData;
 
@@ -81,6 +83,11 @@ impl<T: Pod> GlobalPtr<T> {
         self.pe as usize
     }
 
+    /// The byte offset in its process's heap.
+    pub fn heap_offset(&self) -> u64 {
+        self.off
+    }
+
     pub fn is_local(&self) -> bool {
         self.pe as usize == runtime::my_pe()
     }
@@ -144,6 +151,9 @@ impl<T: Pod> GlobalPtr<T> {
             return;
         }
         let pe = self.pe as usize;
+        if self.read_direct(pe, bytes) {
+            return;
+        }
         let landing = with(|rt| {
             let bulk = rt.comm.bulk().map(|b| b.threshold()).is_some_and(|t| len >= t);
             if bulk { rt.heap.alloc(len) } else { None }
@@ -178,6 +188,79 @@ impl<T: Pod> GlobalPtr<T> {
             None if data.len() == len => bytes.copy_from_slice(&data),
             None => panic!("reading {len} bytes at {self:?}: {} came back", data.len()),
         }
+    }
+
+    /// A read below the transport's bulk threshold where the transport
+    /// reads peers' heaps itself (VIA: one RDMA read into a landing block
+    /// of our heap): no message to the owner, no work for its scheduler.
+    /// The reader waits in place, polling the transport, while no other
+    /// thread is ready and no other reader waits (a lone reader never
+    /// switches); otherwise it blocks and the scheduler wakes it when the
+    /// read is done, so the reads of many threads overlap. False (nothing done) when the transport
+    /// has no such reads (TCP), the read is large (the owner writes it
+    /// into a landing block: `READ_BULK`) or our heap has no room: the
+    /// message path takes it.
+    ///
+    /// The owner's provider reads the memory when the owner's engine runs,
+    /// which, without the engine's progress thread (MTTL's default), is
+    /// when the owner's scheduler polls between its threads' steps: as
+    /// atomic for the owner's threads as a message-served read.
+    fn read_direct(self, pe: usize, out: &mut [u8]) -> bool {
+        let len = out.len();
+        let started = with(|rt| {
+            if !rt.comm.bulk().is_some_and(|b| len < b.threshold()) {
+                return None;
+            }
+            let landing = rt.heap.alloc(len)?;
+            let bulk = rt.comm.bulk().expect("checked above");
+            Some(match bulk.get(pe, self.off as usize, landing as usize, len) {
+                Ok(h) => Ok((h, landing)),
+                Err(e) => {
+                    rt.heap.free(landing);
+                    Err(e)
+                }
+            })
+        });
+        let (h, landing) = match started {
+            None => return false,
+            Some(Ok(x)) => x,
+            Some(Err(e)) => panic!("reading {len} bytes at {self:?}: {e}"),
+        };
+        // Alone, the reader spins here. With other threads ready, or other
+        // readers parked (whom a spinner would keep from being woken), it
+        // parks too, and the scheduler wakes it once the read is done: one
+        // poll for all parked readers, whose reads overlap.
+        // A parked read is not polled for (which would post it) until the
+        // scheduler has run every ready thread: the reads they start go
+        // out together, one doorbell for all.
+        loop {
+            let parked = with(|rt| {
+                if thread::any_ready() || !rt.reads.is_empty() {
+                    rt.reads.push((h, thread::current().expect("reading outside a user-level thread")));
+                    return Some(true);
+                }
+                match rt.comm.senddone(h) {
+                    Ok(true) => Some(false),
+                    Ok(false) => None,
+                    Err(e) => runtime::fatal(e),
+                }
+            });
+            match parked {
+                None => continue,
+                Some(false) => break,
+                Some(true) => {
+                    thread::block();
+                    break; // woken: done
+                }
+            }
+        }
+        with(|rt| {
+            let src = rt.heap.slice(landing, len).expect("landing block");
+            // SAFETY: our landing block, filled by the completed RDMA read.
+            unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), len) };
+            rt.heap.free(landing);
+        });
+        true
     }
 
     /// Writes `vals` starting here; returns when they are in place.

@@ -79,6 +79,9 @@ pub(crate) struct Runtime {
     pub(crate) acks: usize,
     pub(crate) ack_waiter: Option<ThreadId>,
     pub(crate) done: bool,
+    /// Threads blocked on a direct read (`GlobalPtr::nread` over RDMA
+    /// read) while others ran: woken by the scheduler once it is done.
+    pub(crate) reads: Vec<(SendHandle, ThreadId)>,
 }
 
 thread_local! {
@@ -160,7 +163,7 @@ impl Runtime {
     /// The runtime of process `rank` of `size`, over `comm`, with its
     /// global heap at `heap`.
     pub(crate) fn new(rank: usize, size: usize, comm: Box<dyn Transport>, heap: HeapAlloc) -> Runtime {
-        Runtime { rank, size, comm, heap, waiters: Vec::new(), free_tokens: Vec::new(), coll_seq: 0, deferred: Vec::new(), acks: 0, ack_waiter: None, done: false }
+        Runtime { rank, size, comm, heap, waiters: Vec::new(), free_tokens: Vec::new(), coll_seq: 0, deferred: Vec::new(), acks: 0, ack_waiter: None, done: false, reads: Vec::new() }
     }
 
     /// Sends, or stops the process if the transport cannot.
@@ -238,6 +241,23 @@ impl Runtime {
     /// Frees heap block `off` once `h` is done.
     pub fn free_after(&mut self, h: SendHandle, off: u64) {
         self.deferred.push((h, off));
+    }
+
+    /// Wakes the threads whose direct reads are done (one poll of the
+    /// transport for all of them).
+    pub(crate) fn wake_finished_reads(&mut self) {
+        let Some(&(first, _)) = self.reads.first() else { return };
+        if let Err(e) = self.comm.senddone(first) {
+            fatal(e)
+        }
+        let comm = &self.comm;
+        self.reads.retain(|&(h, t)| {
+            let done = comm.delivered(h);
+            if done {
+                thread::wake(t);
+            }
+            !done
+        });
     }
 
     pub(crate) fn free_deferred(&mut self) {

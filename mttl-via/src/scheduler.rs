@@ -159,10 +159,15 @@ fn serve() {
             if !rt.deferred.is_empty() {
                 rt.free_deferred();
             }
+            if !rt.reads.is_empty() {
+                rt.wake_finished_reads();
+            }
             if rt.done {
                 return true;
             }
-            if got == 0 && !thread::any_ready() {
+            // A direct read's completion is no message: with reads
+            // outstanding the loop polls instead of blocking in brecany.
+            if got == 0 && !thread::any_ready() && rt.reads.is_empty() {
                 let node = rt.comm.brecany(&mut buf).unwrap_or_else(|e| fatal(e));
                 if let Err(e) = dispatch(rt, node, &mut buf) {
                     fatal(e)

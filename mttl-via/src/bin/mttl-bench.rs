@@ -12,6 +12,9 @@
 //! and memory per thread. Needs root (mttl-run makes namespaces).
 //!
 //! Latency is t_typical (the median) of one blocking operation at a time;
+//! on paths with RDMA reads (VIA), each nread row also times the
+//! transport's RDMA read alone (`mttl_via::beneath`), and the ratio of the
+//! two is printed (issue 26: at most 1.3);
 //! throughput is bytes per second with 16 threads each keeping one
 //! operation in flight.
 
@@ -114,6 +117,20 @@ fn measure(op: &str, quick: bool) {
             })
             .collect();
         let lat = median(&mut t);
+        // The VIA operation beneath a read: the transport's RDMA read alone,
+        // timed alike (NaN where the transport has none).
+        let beneath = if op == "nread" && mttl_via::beneath::rdma_read(target, p.heap_offset(), size) == Some(true) {
+            let mut t: Vec<f64> = (0..n)
+                .map(|_| {
+                    let s = Instant::now();
+                    mttl_via::beneath::rdma_read(target, p.heap_offset(), size);
+                    s.elapsed().as_secs_f64() * 1e6
+                })
+                .collect();
+            median(&mut t)
+        } else {
+            f64::NAN
+        };
         let nthreads = threads_n();
         let per = (n / nthreads).max(4);
         let s = Instant::now();
@@ -127,7 +144,7 @@ fn measure(op: &str, quick: bool) {
             w.wait();
         }
         let mbps = (nthreads * per) as f64 * size as f64 / s.elapsed().as_secs_f64() / 1e6;
-        println!("ROW {op} {size} {lat:.3} {mbps:.3}");
+        println!("ROW {op} {size} {lat:.3} {mbps:.3} {beneath:.3}");
         p.free();
     }
 }
@@ -334,6 +351,8 @@ fn main() {
     }
     // (op, path, size) -> samples of (lat, mbps)
     let mut samples: BTreeMap<(String, String, usize), Vec<(f64, f64)>> = BTreeMap::new();
+    // (path, size) -> per round (nread latency, the RDMA read beneath it)
+    let mut beneath: BTreeMap<(String, usize), Vec<(f64, f64)>> = BTreeMap::new();
     let [pa, pb] = [o.paths[0].as_str(), o.paths[1].as_str()];
     for round in 0..o.rounds {
         let order = if round % 2 == 0 { [pa, pb] } else { [pb, pa] };
@@ -341,11 +360,14 @@ fn main() {
             for row in worker(t, &comm_ops.join(","), o.quick) {
                 let f: Vec<&str> = row.split_whitespace().collect();
                 let parsed = match f[..] {
-                    [op, size, lat, mbps] => size.parse::<usize>().ok().zip(lat.parse::<f64>().ok()).zip(mbps.parse::<f64>().ok()).map(|((s, l), m)| (op, s, l, m)),
+                    [op, size, lat, mbps, ..] if f.len() <= 5 => size.parse::<usize>().ok().zip(lat.parse::<f64>().ok()).zip(mbps.parse::<f64>().ok()).map(|((s, l), m)| (op, s, l, m)),
                     _ => None,
                 };
                 let Some((op, size, lat, mbps)) = parsed else { fail(&format!("the {t} run printed a malformed figure: {row:?}")) };
                 samples.entry((op.into(), t.into(), size)).or_default().push((lat, mbps));
+                if let Some(b) = f.get(4).and_then(|b| b.parse::<f64>().ok()).filter(|b| b.is_finite()) {
+                    beneath.entry((t.into(), size)).or_default().push((lat, b));
+                }
             }
         }
         eprintln!("mttl-bench: round {} of {} done", round + 1, o.rounds);
@@ -372,6 +394,17 @@ fn main() {
         }
         if *op == "exchange" {
             continue;
+        }
+        if *op == "nread" {
+            // Each round's read against the RDMA read beneath it, timed in
+            // the same process right after.
+            for ((t, size), v) in &beneath {
+                let mut ratios: Vec<f64> = v.iter().map(|(l, b)| l / b).collect();
+                let mut b: Vec<f64> = v.iter().map(|x| x.1).collect();
+                let r = median(&mut ratios);
+                let verdict = if *size == 32 { format!(" (target <= 1.3) {}", if r <= 1.3 { "PASS" } else { "MISS" }) } else { String::new() };
+                println!("nread {size} B latency on {t} / the RDMA read beneath it = {r:.2} (median of rounds; RDMA read {:.2} us){verdict}", median(&mut b));
+            }
         }
         let r = med(op, pa, 32, 1) / med(op, pb, 32, 1);
         println!("{op} 32 B throughput {pa}/{pb} = {r:.2}{}", if o.paths == ["via", "tcp"] { format!(" (target >= 3) {}", if r >= 3.0 { "PASS" } else { "MISS" }) } else { String::new() });

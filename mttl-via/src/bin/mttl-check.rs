@@ -16,6 +16,13 @@ remote! {
         1
     }
     fn square(x: u64) -> u64 { x * x }
+    /// Reads `n` values at `p`, `times` times over (each read of 32 to
+    /// 512 bytes goes as one RDMA read over VIA); returns the last.
+    fn read_block(p: GlobalPtr<u64>, n: u64, times: u64) -> Vec<u64> {
+        let mut v = vec![0u64; n as usize];
+        for _ in 0..times { p.nread(&mut v); }
+        v
+    }
     fn whoami() -> u64 { my_pe() as u64 }
     fn nothing() {}
     fn echo(v: Vec<u8>, s: String) -> (Vec<u8>, String) { (v, s) }
@@ -149,6 +156,17 @@ fn check_gptr() {
         f.free();
         p.free();
     }
+    // Small reads of many threads at once (over VIA each waits parked
+    // while the others run, and the scheduler wakes it): every thread gets
+    // its own range back, whole.
+    let q = GlobalPtr::<u64>::alloc_on(n - 1, 16 * 64);
+    let all: Vec<u64> = (0..16 * 64).map(|i| i * 7 + 1).collect();
+    q.nwrite(&all);
+    let readers: Vec<_> = (0..16).map(|k| ainvoke(my_pe(), read_block, (q.add(k * 64), 4 + 4 * k as u64, 20))).collect();
+    for (k, r) in readers.into_iter().enumerate() {
+        assert_eq!(r.wait(), all[k * 64..k * 64 + 4 + 4 * k], "reader {k}");
+    }
+    q.free();
     // Out of bounds is an error naming the cause.
     let p = GlobalPtr::<u8>::alloc_on(n - 1, 8);
     let r = std::panic::catch_unwind(|| p.add(1 << 40).read());

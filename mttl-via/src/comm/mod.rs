@@ -64,6 +64,9 @@ pub trait Transport {
     fn nsendv(&mut self, node: usize, parts: &[&[u8]]) -> Result<SendHandle>;
     /// `_pmttl_senddone`: has the send `h` been delivered?
     fn senddone(&mut self, h: SendHandle) -> Result<bool>;
+    /// [`Transport::senddone`] as of the last call that made progress,
+    /// without making any: for looking at many handles after one poll.
+    fn delivered(&self, h: SendHandle) -> bool;
     /// `_pmttl_brecnode`: blocks until a message from `node` arrives; puts
     /// it in `out`. Messages from other nodes met meanwhile stay pending,
     /// in arrival order.
@@ -92,13 +95,19 @@ pub trait Transport {
     }
 }
 
-/// Direct placement into a peer's heap (RDMA write with immediate data).
+/// Direct access to a peer's heap: placement (RDMA write with immediate
+/// data) and reads (RDMA read).
 pub trait Bulk {
     /// Writes `len` bytes at `src_off` of our heap to `dst_off` of `node`'s
     /// heap; when they are placed, `node`'s `brecany` returns the message
     /// `[BULK_NOTICE, imm (4 bytes LE)]`. The source must stay unchanged
     /// until `senddone` of the returned handle.
     fn put(&mut self, node: usize, src_off: usize, dst_off: usize, len: usize, imm: u32) -> Result<SendHandle>;
+    /// Reads `len` bytes at `src_off` of `node`'s heap into `dst_off` of
+    /// ours (an RDMA read: the peer's processor takes no part, its
+    /// provider answers); done at `senddone` of the returned handle. A
+    /// range outside either heap is refused here, before anything is sent.
+    fn get(&mut self, node: usize, src_off: usize, dst_off: usize, len: usize) -> Result<SendHandle>;
     /// Smallest transfer worth sending this way.
     fn threshold(&self) -> usize;
 }

@@ -550,12 +550,16 @@ impl Transport for TcpTransport {
     }
 
     fn senddone(&mut self, h: SendHandle) -> Result<bool> {
-        let p = self.peer(h.node)?;
-        if p.written() >= h.seq {
+        self.peer(h.node)?;
+        if self.delivered(h) {
             return Ok(true);
         }
         self.write_to(h.node)?;
-        Ok(self.peer(h.node)?.written() >= h.seq)
+        Ok(self.delivered(h))
+    }
+
+    fn delivered(&self, h: SendHandle) -> bool {
+        self.peers.get(h.node).and_then(Option::as_ref).is_some_and(|p| p.written() >= h.seq)
     }
 
     fn brecnode(&mut self, node: usize, out: &mut Vec<u8>) -> Result<()> {

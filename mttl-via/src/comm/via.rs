@@ -70,6 +70,9 @@ enum Out {
     /// when each is posted (they carry the credit report of that moment).
     Staged { frags: VecDeque<(usize, usize)>, seq: u64 },
     Put { src: usize, dst: usize, len: usize, imm: u32, seq: u64 },
+    /// An RDMA read of the peer's heap at `src` into ours at `dst`: it
+    /// takes no receive of the peer's, so no credit.
+    Get { src: usize, dst: usize, len: usize, seq: u64 },
 }
 
 /// A send posted and not yet completed.
@@ -159,7 +162,7 @@ impl ViaTransport {
         let recvs = env_usize("MTTL_VIA_RECVS", recvs_default).max(4) as u32;
         let max_xfer = nic_attrs.max_transfer_size as usize;
         let plain = MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false };
-        let heap = MemoryRegion::new(&nic, heap_bytes.max(4096), 4096, MemAttributes { ptag, enable_rdma_write: true, enable_rdma_read: false })
+        let heap = MemoryRegion::new(&nic, heap_bytes.max(4096), 4096, MemAttributes { ptag, enable_rdma_write: true, enable_rdma_read: true })
             .map_err(|e| err(format!("registering a {} MiB heap: {e} (MTTL_HEAP_MB sets its size)", heap_bytes >> 20)))?;
         let recv_mem = MemoryRegion::new(&nic, size * recvs as usize * slot, 64, plain).map_err(err)?;
         let send_mem = MemoryRegion::new(&nic, SEND_SLOTS * slot, 64, plain).map_err(err)?;
@@ -170,7 +173,7 @@ impl ViaTransport {
         blob.extend_from_slice(&heap.remote(0..heap.len()).map_err(err)?.to_bytes());
         let blobs = boot.exchange(&blob, crate::registry::digest())?;
 
-        let attrs = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: max_xfer as u32, ptag, enable_rdma_write: true, enable_rdma_read: false };
+        let attrs = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: max_xfer as u32, ptag, enable_rdma_write: true, enable_rdma_read: true };
         let mut t = ViaTransport {
             rank,
             nic,
@@ -350,6 +353,22 @@ impl ViaTransport {
                     }
                     let mut d = self.desc()?;
                     d.set_op(Op::RdmaWrite(target), &[(&self.heap, s..s + n)], last.then_some(imm), false).map_err(err)?;
+                    batch.push(d);
+                    recs.push(Posted { slot: None, seq: last.then_some(seq) });
+                }
+                Out::Get { src, dst, len, seq } => {
+                    let n = (*len).min(self.max_xfer);
+                    let last = n == *len;
+                    let source = p.heap.offset(*src as u64);
+                    let (d_at, seq) = (*dst, *seq);
+                    *src += n;
+                    *dst += n;
+                    *len -= n;
+                    if last {
+                        p.backlog.pop_front();
+                    }
+                    let mut d = self.desc()?;
+                    d.set_op(Op::RdmaRead(source), &[(&self.heap, d_at..d_at + n)], None, false).map_err(err)?;
                     batch.push(d);
                     recs.push(Posted { slot: None, seq: last.then_some(seq) });
                 }
@@ -717,11 +736,16 @@ impl Transport for ViaTransport {
     }
 
     fn senddone(&mut self, h: SendHandle) -> Result<bool> {
-        if self.peer(h.node)?.completed >= h.seq {
+        self.peer(h.node)?;
+        if self.delivered(h) {
             return Ok(true);
         }
         self.poll()?;
-        Ok(self.peer(h.node)?.completed >= h.seq)
+        Ok(self.delivered(h))
+    }
+
+    fn delivered(&self, h: SendHandle) -> bool {
+        self.peers.get(h.node).and_then(Option::as_ref).is_some_and(|p| p.completed >= h.seq)
     }
 
     fn brecnode(&mut self, node: usize, out: &mut Vec<u8>) -> Result<()> {
@@ -780,6 +804,18 @@ impl Bulk for ViaTransport {
             return Err(err(format!("a put of {len} bytes from heap offset {src_off:#x} runs past the heap")));
         }
         self.enqueue(node, |seq| Out::Put { src: src_off, dst: dst_off, len, imm, seq })
+    }
+
+    fn get(&mut self, node: usize, src_off: usize, dst_off: usize, len: usize) -> Result<SendHandle> {
+        if dst_off.checked_add(len).is_none_or(|e| e > self.heap.len()) {
+            return Err(err(format!("a read of {len} bytes into heap offset {dst_off:#x} runs past the heap")));
+        }
+        let rank = self.rank;
+        let theirs = self.peer(node)?.heap.len;
+        if (src_off as u64).checked_add(len as u64).is_none_or(|e| e > theirs) {
+            return Err(err(format!("rank {rank}: a read of {len} bytes at heap offset {src_off:#x} of rank {node} is outside its heap of {theirs} bytes")));
+        }
+        self.enqueue(node, |seq| Out::Get { src: src_off, dst: dst_off, len, seq })
     }
 
     fn threshold(&self) -> usize {

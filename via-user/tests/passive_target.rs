@@ -1,0 +1,89 @@
+//! A wait that serves its peer keeps spinning: a process whose only
+//! thread waits (here `RecvWait` on a receive nobody sends) while its
+//! peer RDMA-reads its memory serves each read from inside that wait.
+//! Such reads complete nothing at the target, so a wait that spun only
+//! for its first VIA_SPIN_US went to sleep before every read once that
+//! time was up, and every read paid a wake-up (MTTL's 32 B remote read
+//! 28 against 11 us). The wait now spins until the device has been quiet
+//! for the spin time. Counted by the shared-memory wire: a reader rings
+//! the target's doorbell exactly when the target sleeps on it.
+
+use std::time::{Duration, Instant};
+use via_user::{Config, Descriptor, MemAttributes, MemoryRegion, Nic, Op, Reliability, ViAttributes};
+// The software drivers (shared memory), registered by linking them.
+use via_softnic as _;
+
+const T: Option<Duration> = Some(Duration::from_secs(10));
+
+/// Removes the wire's segment when the test ends, passed or failed.
+struct Wire(String);
+
+impl Drop for Wire {
+    fn drop(&mut self) {
+        via_softnic::shm::remove_wire(&self.0);
+    }
+}
+
+fn nic(wire: &str) -> Nic {
+    // Spin 1 ms; no progress thread: only the waiting thread serves.
+    let config = Config { progress_thread: false, spin: Duration::from_millis(1), ..Config::default() };
+    let dev = via_softnic::ShmDevice::open(wire, None).unwrap();
+    Nic::with_device("shm", Box::new(dev), config).unwrap()
+}
+
+fn rung(nic: &Nic) -> u64 {
+    nic.device_counters().into_iter().find(|(k, _)| *k == "shm_doorbells_rung").map(|(_, v)| v).expect("the shm device counts its doorbells")
+}
+
+#[test]
+fn a_target_serving_reads_from_its_wait_does_not_sleep_between_them() {
+    let wire = Wire(format!("passive-{}-{}", std::process::id(), via_softnic::shm::unguessable_suffix().unwrap()));
+    let (reader, target) = (nic(&wire.0), nic(&wire.0));
+    let attrs = |ptag| ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: 4096, ptag, enable_rdma_write: false, enable_rdma_read: true };
+    let (pr, pt) = (reader.create_ptag().unwrap(), target.create_ptag().unwrap());
+    let mut vr = reader.create_vi(&attrs(pr), None, None).unwrap();
+    let mut vt = target.create_vi(&attrs(pt), None, None).unwrap();
+    let exposed = MemoryRegion::new(&target, 4096, 4096, MemAttributes { ptag: pt, enable_rdma_write: false, enable_rdma_read: true }).unwrap();
+    exposed.write(0, &[0x5a; 64]).unwrap();
+    let mut never = Descriptor::new(&target, pt, 1).unwrap();
+    never.set(&[(&exposed, 64..128)], None).unwrap();
+    vt.post_recv(never).unwrap();
+    let remote = exposed.remote(0..64).unwrap();
+    let tmac = target.mac();
+    let server = std::thread::spawn(move || {
+        let req = target.connect_wait(b"passive", T).unwrap();
+        target.accept(&req, &vt).unwrap();
+        // Waits (serving reads) until the reader disconnects, which
+        // flushes the receive.
+        let d = vt.recv_wait(Some(Duration::from_secs(60))).unwrap();
+        assert!(d.errors() != 0, "the receive completes only flushed");
+        drop(exposed);
+    });
+    vr.connect_retrying(tmac, b"passive", T.unwrap()).unwrap();
+    let local = MemoryRegion::new(&reader, 4096, 4096, MemAttributes { ptag: pr, enable_rdma_write: false, enable_rdma_read: false }).unwrap();
+    let mut d = Descriptor::new(&reader, pr, 1).unwrap();
+    d.set_op(Op::RdmaRead(remote), &[(&local, 0..64)], None, false).unwrap();
+    // A read every 100 us for 30 spin times, well past the target's
+    // first: the gaps outlast the rounds a wait spins on after frames
+    // (BURST_ROUNDS), not the spin time.
+    let (start, before) = (Instant::now(), rung(&reader));
+    let mut reads = 0u64;
+    while start.elapsed() < Duration::from_millis(30) || reads < 100 {
+        vr.post_send(d).unwrap();
+        d = vr.send_wait(T).unwrap();
+        d.check_ok().unwrap();
+        reads += 1;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_micros(100) {
+            std::hint::spin_loop();
+        }
+    }
+    let woken = rung(&reader) - before;
+    assert_eq!(local.to_vec(0..64).unwrap(), vec![0x5a; 64]);
+    vr.disconnect().unwrap();
+    server.join().unwrap();
+    // A preempted thread may miss its spin now and then; a wait that
+    // slept once its first millisecond was over slept before nearly every
+    // read after the first millisecond.
+    assert!(woken * 20 < reads, "the target slept (was rung) {woken} times in {reads} reads");
+}
