@@ -2,7 +2,7 @@
 //! them: what `mttl-bench` holds MTTL's own operations against ("the VIA
 //! operation beneath it"). Not for programs: they bypass the scheduler.
 
-use crate::runtime::{fatal, with};
+use crate::runtime::{fatal, kind, with};
 
 /// One RDMA read of `len` bytes at heap offset `off` of process `pe` into
 /// a block of this process's heap, posted and waited for in place (the
@@ -22,5 +22,30 @@ pub fn rdma_read(pe: usize, off: u64, len: usize) -> Option<bool> {
         };
         rt.heap.free(landing);
         Some(r)
+    })
+}
+
+/// One send/receive round trip with process `pe`: `payload` goes out in a
+/// message its scheduler loop answers at once, with no thread, by 8
+/// bytes (a small result's size), which this thread waits for in place
+/// (`brecnode`). What a remote invocation does beneath its threads and
+/// its encoding. Messages of `pe` met before the answer are handled as
+/// the scheduler would handle them.
+pub fn round_trip(pe: usize, payload: &[u8]) {
+    with(|rt| {
+        let mut m = Vec::with_capacity(1 + payload.len());
+        m.push(kind::ECHO);
+        m.extend_from_slice(payload);
+        rt.send(pe, &m);
+        let mut buf = Vec::new();
+        loop {
+            rt.comm.brecnode(pe, &mut buf).unwrap_or_else(|e| fatal(e));
+            if buf.first() == Some(&kind::ECHO_BACK) {
+                return;
+            }
+            if let Err(e) = crate::scheduler::dispatch(rt, pe, &mut buf) {
+                fatal(e)
+            }
+        }
     })
 }

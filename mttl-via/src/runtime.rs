@@ -42,6 +42,10 @@ pub(crate) mod kind {
     pub const FINISH: u8 = 12;
     /// [text]: rank 0 failed; stop with this message.
     pub const ABORT: u8 = 11;
+    /// [payload]: answered at once by the loop with ECHO_BACK and 8 bytes
+    /// (the size of a small result): `beneath::round_trip`.
+    pub const ECHO: u8 = 13;
+    pub const ECHO_BACK: u8 = 14;
 }
 
 /// Reply status.

@@ -21,7 +21,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Handles one message from `node`. Runs on the scheduler's stack: it may
 /// start and wake threads but never blocks.
-fn dispatch(rt: &mut Runtime, node: usize, msg: &mut Vec<u8>) -> Result<(), String> {
+pub(crate) fn dispatch(rt: &mut Runtime, node: usize, msg: &mut Vec<u8>) -> Result<(), String> {
     let bad = |e: WireError| format!("from rank {node}: {e}");
     let (&k, mut b) = msg.split_first().ok_or_else(|| format!("an empty message from rank {node}"))?;
     match k {
@@ -127,6 +127,8 @@ fn dispatch(rt: &mut Runtime, node: usize, msg: &mut Vec<u8>) -> Result<(), Stri
                 }
             }
         }
+        kind::ECHO => rt.send(node, &[kind::ECHO_BACK, 0, 0, 0, 0, 0, 0, 0, 0]),
+        kind::ECHO_BACK => return Err(format!("an echo answer from rank {node} that nobody waits for")),
         kind::ABORT => {
             fatal(format!("stopping: rank {node} failed: {}", String::from_utf8_lossy(b)));
         }

@@ -12,9 +12,10 @@
 //! and memory per thread. Needs root (mttl-run makes namespaces).
 //!
 //! Latency is t_typical (the median) of one blocking operation at a time;
-//! on paths with RDMA reads (VIA), each nread row also times the
-//! transport's RDMA read alone (`mttl_via::beneath`), and the ratio of the
-//! two is printed (issue 26: at most 1.3);
+//! each row also times the operation beneath it alone
+//! (`mttl_via::beneath`: for nread the transport's RDMA read, where it
+//! has one; for invoke a send/receive round trip of the same payload)
+//! and prints the ratio of the two (issue 26: at most 1.3);
 //! throughput is bytes per second with 16 threads each keeping one
 //! operation in flight.
 
@@ -119,11 +120,21 @@ fn measure(op: &str, quick: bool) {
         let lat = median(&mut t);
         // The VIA operation beneath a read: the transport's RDMA read alone,
         // timed alike (NaN where the transport has none).
-        let beneath = if op == "nread" && mttl_via::beneath::rdma_read(target, p.heap_offset(), size) == Some(true) {
+        // The operation beneath, timed alike: for a read the transport's
+        // RDMA read alone (NaN where the transport has none), for an
+        // invocation a send/receive round trip of the same payload.
+        let bare = || match op {
+            "nread" => mttl_via::beneath::rdma_read(target, p.heap_offset(), size) == Some(true),
+            _ => {
+                mttl_via::beneath::round_trip(target, &payload);
+                true
+            }
+        };
+        let beneath = if target != me && bare() {
             let mut t: Vec<f64> = (0..n)
                 .map(|_| {
                     let s = Instant::now();
-                    mttl_via::beneath::rdma_read(target, p.heap_offset(), size);
+                    bare();
                     s.elapsed().as_secs_f64() * 1e6
                 })
                 .collect();
@@ -351,8 +362,8 @@ fn main() {
     }
     // (op, path, size) -> samples of (lat, mbps)
     let mut samples: BTreeMap<(String, String, usize), Vec<(f64, f64)>> = BTreeMap::new();
-    // (path, size) -> per round (nread latency, the RDMA read beneath it)
-    let mut beneath: BTreeMap<(String, usize), Vec<(f64, f64)>> = BTreeMap::new();
+    // (op, path, size) -> per round (latency, that of the operation beneath it)
+    let mut beneath: BTreeMap<(String, String, usize), Vec<(f64, f64)>> = BTreeMap::new();
     let [pa, pb] = [o.paths[0].as_str(), o.paths[1].as_str()];
     for round in 0..o.rounds {
         let order = if round % 2 == 0 { [pa, pb] } else { [pb, pa] };
@@ -366,7 +377,7 @@ fn main() {
                 let Some((op, size, lat, mbps)) = parsed else { fail(&format!("the {t} run printed a malformed figure: {row:?}")) };
                 samples.entry((op.into(), t.into(), size)).or_default().push((lat, mbps));
                 if let Some(b) = f.get(4).and_then(|b| b.parse::<f64>().ok()).filter(|b| b.is_finite()) {
-                    beneath.entry((t.into(), size)).or_default().push((lat, b));
+                    beneath.entry((op.into(), t.into(), size)).or_default().push((lat, b));
                 }
             }
         }
@@ -395,16 +406,18 @@ fn main() {
         if *op == "exchange" {
             continue;
         }
-        if *op == "nread" {
-            // Each round's read against the RDMA read beneath it, timed in
-            // the same process right after.
-            for ((t, size), v) in &beneath {
-                let mut ratios: Vec<f64> = v.iter().map(|(l, b)| l / b).collect();
-                let mut b: Vec<f64> = v.iter().map(|x| x.1).collect();
-                let r = median(&mut ratios);
-                let verdict = if *size == 32 { format!(" (target <= 1.3) {}", if r <= 1.3 { "PASS" } else { "MISS" }) } else { String::new() };
-                println!("nread {size} B latency on {t} / the RDMA read beneath it = {r:.2} (median of rounds; RDMA read {:.2} us){verdict}", median(&mut b));
+        // Each round's figure against the operation beneath it, timed in
+        // the same process right after.
+        let under = if *op == "nread" { "the RDMA read" } else { "a send/receive round trip" };
+        for ((o2, t, size), v) in &beneath {
+            if o2 != op {
+                continue;
             }
+            let mut ratios: Vec<f64> = v.iter().map(|(l, b)| l / b).collect();
+            let mut b: Vec<f64> = v.iter().map(|x| x.1).collect();
+            let r = median(&mut ratios);
+            let verdict = if *size == 32 { format!(" (target <= 1.3) {}", if r <= 1.3 { "PASS" } else { "MISS" }) } else { String::new() };
+            println!("{op} {size} B latency on {t} / {under} beneath it = {r:.2} (median of rounds; beneath {:.2} us){verdict}", median(&mut b));
         }
         let r = med(op, pa, 32, 1) / med(op, pb, 32, 1);
         println!("{op} 32 B throughput {pa}/{pb} = {r:.2}{}", if o.paths == ["via", "tcp"] { format!(" (target >= 3) {}", if r >= 3.0 { "PASS" } else { "MISS" }) } else { String::new() });
