@@ -204,6 +204,7 @@ impl RegistrationTable {
     }
 
     /// The region of `handle`.
+    #[inline]
     pub fn lookup(&self, handle: u32) -> Result<&Region, MemError> {
         let s = slot_of(handle).ok_or(MemError::BadHandle)?;
         match self.regions.get(s) {
@@ -228,6 +229,7 @@ impl RegistrationTable {
 
     /// Checks that `[addr, addr + len)` lies in region `handle` whose tag is
     /// `ptag`; the check every descriptor segment goes through.
+    #[inline]
     pub fn check(&self, handle: u32, addr: usize, len: usize, ptag: Ptag) -> Result<&Region, MemError> {
         let r = self.lookup(handle)?;
         if !r.contains(addr, len) {

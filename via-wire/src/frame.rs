@@ -446,7 +446,7 @@ impl HeaderRepr {
         out[0..6].copy_from_slice(&self.dst_mac.0);
         out[6..12].copy_from_slice(&self.src_mac.0);
         out[12..14].copy_from_slice(&ETHERTYPE.to_be_bytes());
-        let h = &mut out[ETH_HEADER_LEN..];
+        let h: &mut [u8; FRAME_HEADER_LEN - ETH_HEADER_LEN] = (&mut out[ETH_HEADER_LEN..]).try_into().expect("a frame header's VIA part");
         h[0] = VERSION;
         h[4..8].copy_from_slice(&self.dst_ep.to_be_bytes());
         h[8..12].copy_from_slice(&self.src_ep.to_be_bytes());
@@ -511,13 +511,14 @@ impl StreamRepr {
     #[inline]
     pub fn emit(&self, template: &HeaderTemplate, out: &mut [u8; FRAME_HEADER_LEN]) {
         *out = template.0;
-        self.put(&mut out[ETH_HEADER_LEN..]);
+        self.put((&mut out[ETH_HEADER_LEN..]).try_into().expect("a frame header's VIA part"));
     }
 
     /// Writes these fields into the VIA header `h` (the Ethernet header's
-    /// successor); the others are left as they are.
-    #[inline]
-    fn put(&self, h: &mut [u8]) {
+    /// successor); the others are left as they are. (A fixed-size array:
+    /// every store's bounds are known when compiled.)
+    #[inline(always)]
+    fn put(&self, h: &mut [u8; FRAME_HEADER_LEN - ETH_HEADER_LEN]) {
         h[1] = self.kind;
         h[2..4].copy_from_slice(&self.flags.to_be_bytes());
         h[20..24].copy_from_slice(&self.psn.to_be_bytes());

@@ -508,6 +508,7 @@ impl Core {
         Some((&mut self.cx, vi))
     }
 
+    #[inline]
     pub fn vi(&self, id: u16) -> Result<&ViState> {
         self.vis.get((id as usize).wrapping_sub(1)).and_then(Option::as_ref).ok_or_else(|| no_vi(id))
     }

@@ -193,6 +193,7 @@ impl Core {
 impl Context {
     /// Completes the next outstanding descriptor of `vi`'s `q` with `bits`,
     /// then any descriptors after it that failed validation when posted.
+    #[inline(always)]
     pub fn complete_next(&mut self, vi: &mut ViState, q: Queue, length: u32, bits: u32, imm: Option<u32>) {
         let id = vi.id;
         let wq = match q {

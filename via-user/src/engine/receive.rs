@@ -50,6 +50,7 @@ impl Payload<'_> {
     /// # Safety
     /// `[addr, addr + n)` must have been checked against the registration
     /// table, and `from + n` must not exceed the payload's length.
+    #[inline(always)]
     unsafe fn copy_to(&self, from: usize, addr: usize, n: usize) -> Result<(), PlaceError> {
         match self {
             // SAFETY: the caller checked the destination and the range.
@@ -338,7 +339,7 @@ impl Context {
     /// [`Context::on_sequenced`] of one frame: placed when it is the one
     /// expected, held when it is past a gap (selective repeat), answered
     /// when it is a duplicate.
-    #[inline]
+    #[inline(always)]
     fn sequenced<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>, payload: Payload<'_>, now: Time) {
         let reliable;
         let psn = f.psn();
@@ -505,6 +506,7 @@ impl Context {
 
     /// Places an in-sequence fragment of a send or RDMA write; false when
     /// the VI broke.
+    #[inline]
     fn place<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>, payload: Payload<'_>) -> bool {
         if self.place_whole_message(vi, kind, f, payload) {
             return true;
