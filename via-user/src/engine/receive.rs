@@ -228,7 +228,7 @@ impl Context {
     /// that the peer saw a gap: the holes below the highest frame it holds
     /// go again (selective repeat), or, when it holds none, everything from
     /// `ack` (go-back-N).
-    #[inline]
+    #[inline(always)]
     pub(super) fn on_ack(&mut self, vi: &mut ViState, ack: u32, nak: bool, sack: Option<u64>, now: Time) {
         // Older than what we know, or acknowledging frames never sent: ignore.
         if !seq_le(vi.tx.una, ack) || !seq_le(ack, vi.tx.sent_hi) {
@@ -281,7 +281,7 @@ impl Context {
     }
 
     /// Completes send descriptors whose every frame is acknowledged.
-    #[inline]
+    #[inline(always)]
     pub(super) fn complete_acked(&mut self, vi: &mut ViState) {
         loop {
             if vi.sq.done == vi.sq.tail {

@@ -388,7 +388,7 @@ fn send_batch(dev: &mut dyn FrameDevice, hdrs: &mut Headers, sealer: Sealer<'_>,
 /// memory (`payload`, possibly empty): the one-frame path's send, without
 /// the batch's arrays. True when the device took it. An authenticated
 /// frame (its tag is one more piece) goes through [`send_batch`].
-#[inline]
+#[inline(always)]
 fn send_one(dev: &mut dyn FrameDevice, hdrs: &mut Headers, sealer: Sealer<'_>, specs: &mut [Spec; BATCH], payload: &[u8], lendable: bool) -> bool {
     let h = &mut hdrs[0];
     match sealer {
