@@ -30,6 +30,7 @@ impl Core {
     /// the queue's next slot (so the entry is built where it stays).
     /// Errors the descriptor itself can carry are put in `pre_status`;
     /// errors that leave nowhere to write a status are returned.
+    #[inline(always)]
     fn validate(mem: &RegistrationTable, attrs: &ViAttributes, addr: usize, handle: u32, q: Queue, e: &mut WqEntry) -> Result<()> {
         if addr == 0 || !addr.is_multiple_of(DESCRIPTOR_ALIGNMENT) {
             return Err(ViaError::new(VipReturn::DescriptorError, format!("descriptor address {addr:#x} is not {DESCRIPTOR_ALIGNMENT}-byte aligned")));
@@ -113,6 +114,7 @@ impl Core {
 
     /// [`Core::post`] without the doorbell: true when it posted a send
     /// that is to be transmitted.
+    #[inline(always)]
     pub(super) fn post_unrung(&mut self, id: u16, addr: usize, handle: u32, q: Queue) -> Result<bool> {
         let Core { vis, cx } = self;
         let Context { mem, .. } = cx;

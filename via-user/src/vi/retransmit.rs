@@ -88,7 +88,7 @@ impl Retransmission {
 
     /// The peer acknowledged everything before `ack`: the timed frame, if
     /// among it, gives a round-trip sample; a later NAK may rewind again.
-    #[inline]
+    #[inline(always)]
     pub fn on_acked(&mut self, ack: u32, now: Time) {
         if let Some((_, sent)) = self.probe.filter(|&(psn, _)| via_wire::seq_lt(psn, ack)) {
             self.rtt.sample(now.nanos_since(sent));
