@@ -282,8 +282,11 @@ impl<T: AsRef<[u8]>> Frame<T> {
         Ok(f)
     }
 
-    fn h(&self) -> &[u8] {
-        &self.buf.as_ref()[ETH_HEADER_LEN..]
+    /// The VIA header, as a fixed-size array: one length check per
+    /// accessor (which no constructor's frame fails), none per field.
+    #[inline(always)]
+    fn h(&self) -> &[u8; FRAME_HEADER_LEN - ETH_HEADER_LEN] {
+        self.buf.as_ref()[ETH_HEADER_LEN..FRAME_HEADER_LEN].try_into().expect("a checked frame holds its headers")
     }
 
     /// The whole frame, as received.
@@ -291,14 +294,12 @@ impl<T: AsRef<[u8]>> Frame<T> {
         self.buf.as_ref()
     }
     pub fn dst_mac(&self) -> MacAddr {
-        let mut m = [0; 6];
-        m.copy_from_slice(&self.buf.as_ref()[0..6]);
-        MacAddr(m)
+        let b: &[u8; 12] = self.buf.as_ref()[..12].try_into().expect("a checked frame holds its headers");
+        MacAddr([b[0], b[1], b[2], b[3], b[4], b[5]])
     }
     pub fn src_mac(&self) -> MacAddr {
-        let mut m = [0; 6];
-        m.copy_from_slice(&self.buf.as_ref()[6..12]);
-        MacAddr(m)
+        let b: &[u8; 12] = self.buf.as_ref()[..12].try_into().expect("a checked frame holds its headers");
+        MacAddr([b[6], b[7], b[8], b[9], b[10], b[11]])
     }
     pub fn version(&self) -> u8 {
         self.h()[0]
