@@ -405,7 +405,9 @@ impl Context {
         }
         let alive = match kind {
             Kind::RdmaReadReq => reliable && self.on_read_request(vi, f, false),
-            _ => self.place(vi, kind, f, payload),
+            // The one-frame message, inlined here; the rest (reassembly,
+            // RDMA writes) apart.
+            _ => self.place_whole_message(vi, kind, f, payload) || self.place(vi, kind, f, payload),
         };
         if !alive {
             return; // the VI broke
@@ -508,9 +510,6 @@ impl Context {
     /// the VI broke.
     #[inline]
     fn place<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>, payload: Payload<'_>) -> bool {
-        if self.place_whole_message(vi, kind, f, payload) {
-            return true;
-        }
         let fl = f.flags();
         let m = if fl & flags::FIRST != 0 {
             match self.begin_message(vi, kind, f) {
@@ -591,12 +590,13 @@ impl Context {
         true
     }
 
-    /// The one-frame path of [`Context::place`], for the common case: a
-    /// send that is one frame, nothing being reassembled, a receive posted
-    /// with one segment that was checked at post and holds it. Placed and
-    /// completed as the general path would (same copy, same completion),
-    /// without the reassembly state. False (nothing done) otherwise.
-    #[inline]
+    /// The one-frame path tried before [`Context::place`], for the common
+    /// case: a send that is one frame, nothing being reassembled, a
+    /// receive posted with one segment that was checked at post and holds
+    /// it. Placed and completed as the general path would (same copy, same
+    /// completion), without the reassembly state. False (nothing done)
+    /// otherwise: `place` then takes the frame.
+    #[inline(always)]
     fn place_whole_message<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>, payload: Payload<'_>) -> bool {
         let fl = f.flags();
         let whole = flags::FIRST | flags::LAST;
