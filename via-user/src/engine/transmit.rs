@@ -442,11 +442,20 @@ impl Context {
     /// the holes selective repeat found, then its send queue from the
     /// transmit position while the window is open. Rings its doorbell
     /// again when the device took less than offered.
+    #[inline(always)]
     fn transmit_vi(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Time) {
-        self.fix_frag(dev, vi);
+        if vi.tx.frag == 0 {
+            self.fix_frag(dev, vi);
+        }
         if self.send_one_frame(dev, vi, hdrs, specs, now) {
             return;
         }
+        self.transmit_batches(dev, vi, hdrs, specs, now);
+    }
+
+    /// [`Context::transmit_vi`] past the one-frame path: everything in
+    /// batches, in order.
+    fn transmit_batches(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Time) {
         while has_side_work(vi) {
             let n = self.build_side(vi, hdrs, specs);
             if n == 0 {
@@ -485,6 +494,7 @@ impl Context {
     /// fragment and batch bookkeeping (what it would do, it does: the same
     /// frame, PSN, message number, ACK and timer). False when the general
     /// path must send.
+    #[inline(always)]
     fn send_one_frame(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Time) -> bool {
         let idx = vi.tx.idx;
         let reliable = vi.reliable();
