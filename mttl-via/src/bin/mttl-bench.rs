@@ -78,23 +78,30 @@ fn measure_exchange(quick: bool) {
         let warm = n / 10 + 1;
         let partner = ainvoke(1, exchanger, (size as u64, warm + n));
         let (out, mut back) = (vec![1u8; size], vec![0u8; size]);
-        for _ in 0..warm {
-            sendrecv(1, &out, 1, &mut back);
-        }
-        let mut t: Vec<f64> = (0..n)
-            .map(|_| {
-                let s = Instant::now();
-                sendrecv(1, &out, 1, &mut back);
-                s.elapsed().as_secs_f64() * 1e6
-            })
-            .collect();
+        // (`typical_us` warms up with `warm` exchanges: the partner's count.)
+        let lat = typical_us(n, &mut || sendrecv(1, &out, 1, &mut back));
         partner.wait();
-        let lat = median(&mut t);
         println!("ROW exchange {size} {lat:.3} {:.3}", size as f64 / lat);
     }
 }
 
-/// Prints `ROW op size lat_us mb_per_s` lines for `op` (rank 0 of a 2-rank run).
+/// t_typical of `op` in microseconds: the median of `n` timed calls after
+/// `n / 10 + 1` untimed ones.
+fn typical_us(n: u64, op: &mut dyn FnMut()) -> f64 {
+    for _ in 0..n / 10 + 1 {
+        op();
+    }
+    let mut t: Vec<f64> = (0..n)
+        .map(|_| {
+            let s = Instant::now();
+            op();
+            s.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    median(&mut t)
+}
+
+/// Prints `ROW op size lat_us mb_per_s beneath_us` lines for `op` (rank 0 of a 2-rank run).
 fn measure(op: &str, quick: bool) {
     let target = if pe_num() > 1 { 1 } else { 0 };
     let me = my_pe();
@@ -107,19 +114,7 @@ fn measure(op: &str, quick: bool) {
             "nread" => p.nread(&mut buf),
             _ => assert_eq!(invoke(target, sink, (payload.clone(),)), size as u64),
         };
-        for _ in 0..n / 10 + 1 {
-            one();
-        }
-        let mut t: Vec<f64> = (0..n)
-            .map(|_| {
-                let s = Instant::now();
-                one();
-                s.elapsed().as_secs_f64() * 1e6
-            })
-            .collect();
-        let lat = median(&mut t);
-        // The VIA operation beneath a read: the transport's RDMA read alone,
-        // timed alike (NaN where the transport has none).
+        let lat = typical_us(n, &mut one);
         // The operation beneath, timed alike: for a read the transport's
         // RDMA read alone (NaN where the transport has none), for an
         // invocation a send/receive round trip of the same payload.
@@ -131,14 +126,9 @@ fn measure(op: &str, quick: bool) {
             }
         };
         let beneath = if target != me && bare() {
-            let mut t: Vec<f64> = (0..n)
-                .map(|_| {
-                    let s = Instant::now();
-                    bare();
-                    s.elapsed().as_secs_f64() * 1e6
-                })
-                .collect();
-            median(&mut t)
+            typical_us(n, &mut || {
+                bare();
+            })
         } else {
             f64::NAN
         };
