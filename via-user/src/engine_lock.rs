@@ -14,6 +14,7 @@
 //! possible sleepers; the holder wakes one sleeper when it leaves state 2.
 
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -36,10 +37,16 @@ unsafe impl<T: Send> Send for EngineLock<T> {}
 // SAFETY: as above.
 unsafe impl<T: Send> Sync for EngineLock<T> {}
 
-/// Access to the locked value; unlocks when dropped.
+/// Access to the locked value; unlocks when dropped. Neither sent nor
+/// shared across threads by itself (the marker), as `MutexGuard`: shared,
+/// it would hand `&T` to two threads, which only `T: Sync` allows (below).
 pub(crate) struct EngineGuard<'a, T> {
     lock: &'a EngineLock<T>,
+    _not_send: PhantomData<*const ()>,
 }
+
+// SAFETY: `&EngineGuard` gives `&T` only; sharing that is what `T: Sync` allows.
+unsafe impl<T: Sync> Sync for EngineGuard<'_, T> {}
 
 impl<T> EngineLock<T> {
     pub(crate) fn new(value: T) -> Self {
@@ -51,13 +58,13 @@ impl<T> EngineLock<T> {
         if self.state.compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed).is_err() {
             self.lock_contended();
         }
-        EngineGuard { lock: self }
+        EngineGuard { lock: self, _not_send: PhantomData }
     }
 
     /// The lock if it is free now; None if another thread holds it.
     #[inline]
     pub(crate) fn try_lock(&self) -> Option<EngineGuard<'_, T>> {
-        self.state.compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed).ok().map(|_| EngineGuard { lock: self })
+        self.state.compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed).ok().map(|_| EngineGuard { lock: self, _not_send: PhantomData })
     }
 
     #[cold]
