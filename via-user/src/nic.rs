@@ -216,6 +216,11 @@ impl Nic {
         // requests once its spin had run out: a wake-up per read (MTTL's
         // 32 B remote read 28 against 11 us).
         let mut active: Option<Time> = None;
+        // Only where a look costs a load (a device that reports watched
+        // words): a blind device's look is a whole round at the device
+        // (the tulip's in a guest: exits to the hypervisor), so its waits
+        // keep to the spin from their start.
+        let mut watchable: Option<bool> = None;
         // Rounds still to spin because frames arrived without completing
         // the wait: the rest of a message comes right behind its first
         // frame, and sleeping between them (at once when VIA_SPIN_US=0,
@@ -247,7 +252,13 @@ impl Nic {
                 // This thread's own wake-up eventfd: only this thread drains
                 // it, so a wake-up written for it cannot be taken by another
                 // sleeper. (Without one, out of fds, the wait keeps spinning.)
-                let spinning = burst > 0 || now.since(active.unwrap_or(start)) < self.shared.spin;
+                let watchable = *watchable.get_or_insert_with(|| {
+                    let mut w = RxWatches::default();
+                    e.rx_watch(&mut w);
+                    w.usable()
+                });
+                let since = if watchable { active.unwrap_or(start) } else { start };
+                let spinning = burst > 0 || now.since(since) < self.shared.spin;
                 // The device is told (a device that saw frames come
                 // meanwhile: look again); the sleep ends when dropped.
                 let wake = if spinning { None } else { crate::waker::thread_fd().ok().and_then(|fd| e.prepare_sleep().map(|s| (fd, s))) };
