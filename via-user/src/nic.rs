@@ -194,8 +194,9 @@ impl Nic {
     }
 
     /// Drives the engine until `f` yields a value or `timeout` (None:
-    /// forever) passes; spins until the device has been quiet for the
-    /// configured time, then sleeps on the device. `what` names the wait in the timeout error.
+    /// forever) passes; spins for the configured time (on a device with
+    /// watched words, until it has been quiet that long), then sleeps on
+    /// the device. `what` names the wait in the timeout error.
     pub(crate) fn wait<T>(&self, timeout: Option<Duration>, what: &str, f: impl FnMut(&mut Engine) -> Result<Option<T>>) -> Result<T> {
         let r = self.wait_inner(timeout, what, f);
         self.shared.notifier.deliver();
