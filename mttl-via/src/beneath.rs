@@ -11,16 +11,14 @@ use crate::runtime::{fatal, kind, with};
 /// refused the range.
 pub fn rdma_read(pe: usize, off: u64, len: usize) -> Option<bool> {
     with(|rt| {
-        rt.comm.bulk()?;
-        let landing = rt.heap.alloc(len)?;
-        let r = match rt.comm.bulk().expect("checked above").get(pe, off as usize, landing as usize, len) {
-            Ok(h) => {
+        let r = match rt.start_read(pe, off, len)? {
+            Ok((h, landing)) => {
                 while !rt.comm.senddone(h).unwrap_or_else(|e| fatal(e)) {}
+                rt.heap.free(landing);
                 true
             }
             Err(_) => false,
         };
-        rt.heap.free(landing);
         Some(r)
     })
 }

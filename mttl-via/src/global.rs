@@ -211,15 +211,7 @@ impl<T: Pod> GlobalPtr<T> {
             if !rt.comm.bulk().is_some_and(|b| len < b.threshold()) {
                 return None;
             }
-            let landing = rt.heap.alloc(len)?;
-            let bulk = rt.comm.bulk().expect("checked above");
-            Some(match bulk.get(pe, self.off as usize, landing as usize, len) {
-                Ok(h) => Ok((h, landing)),
-                Err(e) => {
-                    rt.heap.free(landing);
-                    Err(e)
-                }
-            })
+            rt.start_read(pe, self.off, len)
         });
         let (h, landing) = match started {
             None => return false,

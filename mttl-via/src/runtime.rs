@@ -247,13 +247,29 @@ impl Runtime {
         self.deferred.push((h, off));
     }
 
+    /// Starts an RDMA read of `len` bytes at offset `off` of `pe`'s heap
+    /// into a landing block allocated in ours: the read's handle and the
+    /// block's offset. None where the transport has no RDMA reads or our
+    /// heap has no room; the transport's error (the block freed again) if
+    /// it refused the range.
+    pub(crate) fn start_read(&mut self, pe: usize, off: u64, len: usize) -> Option<crate::comm::Result<(SendHandle, u64)>> {
+        self.comm.bulk()?;
+        let landing = self.heap.alloc(len)?;
+        let bulk = self.comm.bulk().expect("checked above");
+        Some(match bulk.get(pe, off as usize, landing as usize, len) {
+            Ok(h) => Ok((h, landing)),
+            Err(e) => {
+                self.heap.free(landing);
+                Err(e)
+            }
+        })
+    }
+
     /// Wakes the threads whose direct reads are done (one poll of the
     /// transport for all of them).
     pub(crate) fn wake_finished_reads(&mut self) {
         let Some(&(first, _)) = self.reads.first() else { return };
-        if let Err(e) = self.comm.senddone(first) {
-            fatal(e)
-        }
+        self.make_progress(first);
         let comm = &self.comm;
         self.reads.retain(|&(h, t)| {
             let done = comm.delivered(h);
@@ -264,18 +280,27 @@ impl Runtime {
         });
     }
 
+    /// Frees the heap blocks whose transfers are done (one poll of the
+    /// transport for all of them).
     pub(crate) fn free_deferred(&mut self) {
-        let mut i = 0;
-        while i < self.deferred.len() {
-            let (h, off) = self.deferred[i];
-            match self.comm.senddone(h) {
-                Ok(true) => {
-                    self.heap.free(off);
-                    self.deferred.swap_remove(i);
-                }
-                Ok(false) => i += 1,
-                Err(e) => fatal(e),
+        let Some(&(first, _)) = self.deferred.first() else { return };
+        self.make_progress(first);
+        let (comm, heap) = (&self.comm, &mut self.heap);
+        self.deferred.retain(|&(h, off)| {
+            let done = comm.delivered(h);
+            if done {
+                heap.free(off);
             }
+            !done
+        });
+    }
+
+    /// One call into the transport that makes progress (through `h`'s
+    /// `senddone`), after which [`Transport::delivered`] answers for every
+    /// handle.
+    fn make_progress(&mut self, h: SendHandle) {
+        if let Err(e) = self.comm.senddone(h) {
+            fatal(e)
         }
     }
 }

@@ -25,6 +25,7 @@ use super::pending::PendingList;
 use super::{Bulk, CommError, Result, SendHandle, Transport, BULK_NOTICE};
 use crate::boot::Boot;
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::time::{Duration, Instant};
 use via_user::{Completion, Cq, Descriptor, MacAddr, MemAttributes, MemoryRegion, Nic, Op, Ptag, Reliability, RemoteBuffer, Vi, ViAttributes};
 
@@ -69,10 +70,46 @@ enum Out {
     /// `(slot, payload bytes)` per fragment; the frame headers are written
     /// when each is posted (they carry the credit report of that moment).
     Staged { frags: VecDeque<(usize, usize)>, seq: u64 },
-    Put { src: usize, dst: usize, len: usize, imm: u32, seq: u64 },
+    /// An RDMA write of our heap at `src` to the peer's at `dst`; its last
+    /// piece carries `imm` and takes a receive of the peer's (a credit).
+    Put { xfer: HeapTransfer, imm: u32 },
     /// An RDMA read of the peer's heap at `src` into ours at `dst`: it
     /// takes no receive of the peer's, so no credit.
-    Get { src: usize, dst: usize, len: usize, seq: u64 },
+    Get { xfer: HeapTransfer },
+}
+
+/// What is left of an RDMA transfer between our heap and a peer's, cut
+/// into pieces of at most the VI's largest transfer as it is posted.
+struct HeapTransfer {
+    src: usize,
+    dst: usize,
+    len: usize,
+    seq: u64,
+}
+
+/// One posted piece of a [`HeapTransfer`].
+struct Piece {
+    src: usize,
+    dst: usize,
+    len: usize,
+    last: bool,
+}
+
+impl HeapTransfer {
+    /// Whether the next piece (at most `max` bytes) is the last.
+    fn next_is_last(&self, max: usize) -> bool {
+        self.len <= max
+    }
+
+    /// Cuts the next piece of at most `max` bytes off the front.
+    fn cut(&mut self, max: usize) -> Piece {
+        let len = self.len.min(max);
+        let piece = Piece { src: self.src, dst: self.dst, len, last: len == self.len };
+        self.src += len;
+        self.dst += len;
+        self.len -= len;
+        piece
+    }
 }
 
 /// A send posted and not yet completed.
@@ -334,43 +371,31 @@ impl ViaTransport {
                     batch.push(self.fragment(s, n, report, last)?);
                     recs.push(Posted { slot: Some(s), seq });
                 }
-                Out::Put { src, dst, len, imm, seq } => {
-                    let n = (*len).min(self.max_xfer);
-                    let last = n == *len;
-                    if last {
+                Out::Put { xfer, imm } => {
+                    if xfer.next_is_last(self.max_xfer) {
                         if !p.credits.can_send_data() {
                             break;
                         }
                         p.credits.on_send_without_report();
                     }
-                    let target = p.heap.offset(*dst as u64);
-                    let (s, imm, seq) = (*src, *imm, *seq);
-                    *src += n;
-                    *dst += n;
-                    *len -= n;
-                    if last {
+                    let (piece, imm, seq) = (xfer.cut(self.max_xfer), *imm, xfer.seq);
+                    let op = Op::RdmaWrite(p.heap.offset(piece.dst as u64));
+                    let local = piece.src..piece.src + piece.len;
+                    if piece.last {
                         p.backlog.pop_front();
                     }
-                    let mut d = self.desc()?;
-                    d.set_op(Op::RdmaWrite(target), &[(&self.heap, s..s + n)], last.then_some(imm), false).map_err(err)?;
-                    batch.push(d);
-                    recs.push(Posted { slot: None, seq: last.then_some(seq) });
+                    batch.push(self.heap_op(op, local, piece.last.then_some(imm))?);
+                    recs.push(Posted { slot: None, seq: piece.last.then_some(seq) });
                 }
-                Out::Get { src, dst, len, seq } => {
-                    let n = (*len).min(self.max_xfer);
-                    let last = n == *len;
-                    let source = p.heap.offset(*src as u64);
-                    let (d_at, seq) = (*dst, *seq);
-                    *src += n;
-                    *dst += n;
-                    *len -= n;
-                    if last {
+                Out::Get { xfer } => {
+                    let (piece, seq) = (xfer.cut(self.max_xfer), xfer.seq);
+                    let op = Op::RdmaRead(p.heap.offset(piece.src as u64));
+                    let local = piece.dst..piece.dst + piece.len;
+                    if piece.last {
                         p.backlog.pop_front();
                     }
-                    let mut d = self.desc()?;
-                    d.set_op(Op::RdmaRead(source), &[(&self.heap, d_at..d_at + n)], None, false).map_err(err)?;
-                    batch.push(d);
-                    recs.push(Posted { slot: None, seq: last.then_some(seq) });
+                    batch.push(self.heap_op(op, local, None)?);
+                    recs.push(Posted { slot: None, seq: piece.last.then_some(seq) });
                 }
             }
         }
@@ -378,6 +403,13 @@ impl ViaTransport {
             return Ok(());
         }
         self.post(node, batch, recs)
+    }
+
+    /// The descriptor of an RDMA operation on `local`, a range of our heap.
+    fn heap_op(&mut self, op: Op, local: Range<usize>, imm: Option<u32>) -> Result<Descriptor> {
+        let mut d = self.desc()?;
+        d.set_op(op, &[(&self.heap, local)], imm, false).map_err(err)?;
+        Ok(d)
     }
 
     /// The descriptor of a MORE or LAST fragment whose `n` payload bytes
@@ -803,7 +835,7 @@ impl Bulk for ViaTransport {
         if src_off.checked_add(len).is_none_or(|e| e > self.heap.len()) {
             return Err(err(format!("a put of {len} bytes from heap offset {src_off:#x} runs past the heap")));
         }
-        self.enqueue(node, |seq| Out::Put { src: src_off, dst: dst_off, len, imm, seq })
+        self.enqueue(node, |seq| Out::Put { xfer: HeapTransfer { src: src_off, dst: dst_off, len, seq }, imm })
     }
 
     fn get(&mut self, node: usize, src_off: usize, dst_off: usize, len: usize) -> Result<SendHandle> {
@@ -815,7 +847,7 @@ impl Bulk for ViaTransport {
         if (src_off as u64).checked_add(len as u64).is_none_or(|e| e > theirs) {
             return Err(err(format!("rank {rank}: a read of {len} bytes at heap offset {src_off:#x} of rank {node} is outside its heap of {theirs} bytes")));
         }
-        self.enqueue(node, |seq| Out::Get { src: src_off, dst: dst_off, len, seq })
+        self.enqueue(node, |seq| Out::Get { xfer: HeapTransfer { src: src_off, dst: dst_off, len, seq } })
     }
 
     fn threshold(&self) -> usize {
