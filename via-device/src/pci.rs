@@ -12,6 +12,16 @@ pub const SYSFS_DEVICES: &str = "/sys/bus/pci/devices";
 pub const VENDOR_DEC: u16 = 0x1011;
 /// Device ids of the tulips the driver supports: 21140 and 21142/21143.
 pub const TULIP_IDS: [u16; 2] = [0x0009, 0x0019];
+/// PCI vendor id of Intel.
+pub const VENDOR_INTEL: u16 = 0x8086;
+/// Device id of the 82574L (e1000e), the part QEMU's `-device e1000e` models.
+pub const E1000E_82574L: u16 = 0x10d3;
+
+/// The NICs that have a VIA driver: (vendor, device, driver name). The
+/// driver name is the prefix of the device's VIA name (`<driver>:<pci>`)
+/// and of its numbered name (`/dev/via_<driver><N>`). A new driver is one
+/// line here and one crate registering its opener.
+pub const NIC_DRIVERS: [(u16, u16, &str); 3] = [(VENDOR_DEC, TULIP_IDS[0], "tulip"), (VENDOR_DEC, TULIP_IDS[1], "tulip"), (VENDOR_INTEL, E1000E_82574L, "e1000e")];
 
 /// One PCI function.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,13 +44,18 @@ impl PciDevice {
     }
 
     pub fn is_tulip(&self) -> bool {
-        self.vendor == VENDOR_DEC && TULIP_IDS.contains(&self.device)
+        self.via_driver() == Some("tulip")
+    }
+
+    /// The VIA driver for this function ([`NIC_DRIVERS`]), if it has one.
+    pub fn via_driver(&self) -> Option<&'static str> {
+        NIC_DRIVERS.iter().find(|&&(v, d, _)| v == self.vendor && d == self.device).map(|&(_, _, name)| name)
     }
 
     /// The VIA device name a VIA program opens it by, for the NICs that
     /// have a VIA driver.
     pub fn via_name(&self) -> Option<String> {
-        self.is_tulip().then(|| format!("tulip:{}", self.address))
+        self.via_driver().map(|k| format!("{k}:{}", self.address))
     }
 }
 
@@ -136,7 +151,10 @@ mod tests {
         assert!(t.is_tulip() && t.is_network());
         assert_eq!(t.via_name().as_deref(), Some("tulip:0000:00:03.0"));
         let e1000 = PciDevice { vendor: 0x8086, device: 0x100e, ..t.clone() };
-        assert!(!e1000.is_tulip() && e1000.via_name().is_none());
+        assert!(!e1000.is_tulip() && e1000.via_name().is_none() && e1000.via_driver().is_none(), "the 82540EM (e1000) has no VIA driver");
+        let e1000e = PciDevice { vendor: 0x8086, device: 0x10d3, ..t.clone() };
+        assert!(!e1000e.is_tulip() && e1000e.via_driver() == Some("e1000e"));
+        assert_eq!(e1000e.via_name().as_deref(), Some("e1000e:0000:00:03.0"));
     }
 
     #[test]
