@@ -8,9 +8,8 @@
 //! buffer (buffer 1); a payload that lies in registered memory goes
 //! straight from there (buffer 2), anything else is copied behind the
 //! header. Registered memory is mapped into the IOMMU by
-//! [`FrameDevice::map_memory`] and unmapped by `unmap_memory`. VFIO pins
-//! what is mapped and charges it to `RLIMIT_MEMLOCK`; a mapping refused for
-//! that names the limit (`via_device::memlock`).
+//! [`FrameDevice::map_memory`] and unmapped by `unmap_memory`
+//! (`via_vfio::IommuMappings`).
 //!
 //! Transmit completion is polled (OWN clears); a batch that sends from user
 //! memory returns only once the NIC has released it, so the caller may
@@ -18,17 +17,15 @@
 //! is the device's wait descriptor.
 
 use crate::desc::{self, Desc, RxDone, DESC_LEN, OWN};
-use crate::dma::{page_span, DmaMemory, IovaSpace};
 use crate::regs::{self, op_mode, status};
 use crate::setup;
 use crate::srom::{self, Csr9};
-use crate::vfio::{Region, VfioDevice};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
-use via_device::memlock::explain_pin_error;
 use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_vfio::{pci_cmd, DmaMemory, IommuMappings, Registers, VfioDevice};
 
 /// Receive descriptors (frames the NIC can take while the process is busy).
 pub const RX_RING: usize = 1024;
@@ -45,67 +42,11 @@ const ETH_HEADER: usize = 14;
 /// bring-up waits for the setup frame, before the NIC is declared stuck.
 const NIC_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// PCI command register bits: I/O and memory space decoding, bus master.
-const PCI_COMMAND_IO_MEMORY: u16 = 0x3;
-const PCI_COMMAND_MASTER: u16 = 0x4;
-
 const RX_RING_OFF: usize = 0;
 const TX_RING_OFF: usize = RX_RING * DESC_LEN;
 const RX_BUF_OFF: usize = TX_RING_OFF + TX_RING * DESC_LEN;
 const TX_BUF_OFF: usize = RX_BUF_OFF + RX_RING * BUF;
 const DMA_LEN: usize = TX_BUF_OFF + TX_RING * BUF;
-
-/// How the CSRs are reached: the BAR mapped into our address space, or
-/// read/write calls on the VFIO region when the BAR cannot be mapped (a
-/// 128-byte BAR that does not start on a page boundary).
-enum Csrs {
-    Mapped(Mmio),
-    Region(Region),
-}
-
-/// A mapped BAR.
-struct Mmio {
-    base: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the mapping belongs to the device object, which is used by one
-// thread at a time (`&mut self` for every access that writes).
-unsafe impl Send for Mmio {}
-
-impl Mmio {
-    fn read(&self, off: u64) -> u32 {
-        assert!(off as usize + 4 <= self.len);
-        // SAFETY: in bounds of the mapped BAR (asserted), 4-byte aligned
-        // (CSR offsets are multiples of 8); MMIO needs a volatile access.
-        u32::from_le(unsafe { std::ptr::read_volatile(self.base.add(off as usize).cast::<u32>()) })
-    }
-
-    fn write(&self, off: u64, v: u32) {
-        assert!(off as usize + 4 <= self.len);
-        // SAFETY: as in `read`.
-        unsafe { std::ptr::write_volatile(self.base.add(off as usize).cast::<u32>(), v.to_le()) }
-    }
-}
-
-impl Drop for Mmio {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the BAR mapping made at open.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
-    }
-}
-
-/// Registered memory mapped for the NIC.
-#[derive(Clone, Copy, Debug)]
-struct Mapping {
-    /// What the caller registered.
-    addr: usize,
-    len: usize,
-    /// The whole pages mapped for it, and where.
-    start: usize,
-    size: usize,
-    iova: u64,
-}
 
 #[derive(Default, Debug)]
 struct Counters {
@@ -124,11 +65,11 @@ struct Counters {
 pub struct TulipDevice {
     address: String,
     mac: MacAddr,
-    csrs: Csrs,
+    /// The CSRs (BAR1, or BAR0 where BAR1 is absent).
+    csrs: Registers,
     mem: DmaMemory,
     mem_iova: u64,
-    iovas: IovaSpace,
-    mappings: Vec<Mapping>,
+    iommu: IommuMappings,
     rx_next: usize,
     tx_next: usize,
     tx_clean: usize,
@@ -161,26 +102,20 @@ impl TulipDevice {
         if bar.size < 128 {
             return Err(io::Error::other(format!("{address}: BAR{} is {} bytes; a 2114x has 128", bar.index, bar.size)));
         }
-        let csrs = match vfio.mmap_region(&bar) {
-            Ok(base) => Csrs::Mapped(Mmio { base, len: bar.size as usize }),
-            Err(_) => Csrs::Region(bar),
-        };
-        // PCI command register: I/O and memory space on (the CSRs); bus
-        // mastering stays off until `bring_up` has reset the NIC.
-        let cmd = vfio.config_read16(4)?;
-        vfio.config_write16(4, (cmd | PCI_COMMAND_IO_MEMORY) & !PCI_COMMAND_MASTER)?;
+        let csrs = Registers::new(&vfio, bar)?;
+        // The CSRs decoded; bus mastering stays off until `bring_up` has
+        // reset the NIC.
+        pci_cmd::decode_without_mastering(&vfio)?;
         let mem = DmaMemory::new(DMA_LEN)?;
-        let mut iovas = IovaSpace::default();
-        let mem_iova = iovas.alloc(mem.len() as u64).ok_or_else(|| io::Error::other("no IOVA space for the rings"))?;
-        vfio.map_dma(mem.addr(), mem_iova, mem.len()).map_err(|e| explain_pin_error(e, mem.len(), "the NIC's rings and buffers"))?;
+        let mut iommu = IommuMappings::default();
+        let mem_iova = iommu.map_own(&vfio, &mem)?;
         let mut d = TulipDevice {
             address: address.to_string(),
             mac: MacAddr::ZERO,
             csrs,
             mem,
             mem_iova,
-            iovas,
-            mappings: Vec::new(),
+            iommu,
             rx_next: 0,
             tx_next: 0,
             tx_clean: 0,
@@ -200,19 +135,11 @@ impl TulipDevice {
     }
 
     fn read_csr(&self, off: u64) -> u32 {
-        match &self.csrs {
-            Csrs::Mapped(m) => m.read(off),
-            Csrs::Region(r) => self.vfio.read32(r, off).unwrap_or(u32::MAX),
-        }
+        self.csrs.read(off)
     }
 
     fn write_csr(&self, off: u64, v: u32) {
-        match &self.csrs {
-            Csrs::Mapped(m) => m.write(off, v),
-            Csrs::Region(r) => {
-                let _ = self.vfio.write32(r, off, v);
-            }
-        }
+        self.csrs.write(off, v)
     }
 
     fn iova_of(&self, off: usize) -> u32 {
@@ -269,8 +196,7 @@ impl TulipDevice {
         // started after the kill, as the guest suite prints). CSR0 SWR
         // (21143 HRM §3.2.2.1) stops both processes and clears the CSRs, so
         // no descriptor fetch uses a stale address once mastering is on.
-        let cmd = self.vfio.config_read16(4)?;
-        self.vfio.config_write16(4, cmd | PCI_COMMAND_MASTER)?;
+        pci_cmd::allow_mastering(&self.vfio)?;
         self.write_csr(regs::BUS_MODE, regs::BUS_MODE_X86);
         self.mac = srom::read_mac(&mut Csr9Bus(self));
         if self.mac == MacAddr::ZERO || self.mac == MacAddr::BROADCAST {
@@ -341,10 +267,9 @@ impl TulipDevice {
     }
 
     /// The bus address of `[addr, addr + len)` when it lies inside one
-    /// mapping of registered memory.
+    /// mapping of registered memory (below 4 GiB: the IOVA window).
     fn translate(&self, addr: usize, len: usize) -> Option<u32> {
-        let m = self.mappings.iter().rev().find(|m| addr >= m.start && addr + len <= m.start + m.size)?;
-        Some((m.iova + (addr - m.start) as u64) as u32)
+        self.iommu.translate(addr, len).map(|a| a as u32)
     }
 }
 
@@ -471,26 +396,11 @@ impl FrameDevice for TulipDevice {
     }
 
     fn map_memory(&mut self, addr: usize, len: usize) -> io::Result<()> {
-        let (start, size) = page_span(addr, len);
-        let iova = self.iovas.alloc(size as u64).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::OutOfMemory, format!("the tulip's 32-bit bus address space is full ({} bytes registered)", self.mappings.iter().map(|m| m.size).sum::<usize>()))
-        })?;
-        if let Err(e) = self.vfio.map_dma(start, iova, size) {
-            self.iovas.release(iova, size as u64);
-            return Err(explain_pin_error(e, size, "the NIC"));
-        }
-        self.mappings.push(Mapping { addr, len, start, size, iova });
-        Ok(())
+        self.iommu.map(&self.vfio, addr, len, "tulip")
     }
 
     fn unmap_memory(&mut self, addr: usize, len: usize) -> io::Result<()> {
-        let Some(k) = self.mappings.iter().rposition(|m| m.addr == addr && m.len == len) else {
-            return Err(io::Error::new(io::ErrorKind::NotFound, format!("{addr:#x}+{len} is not mapped for the tulip")));
-        };
-        let m = self.mappings.remove(k);
-        self.vfio.unmap_dma(m.iova, m.size)?;
-        self.iovas.release(m.iova, m.size as u64);
-        Ok(())
+        self.iommu.unmap(&self.vfio, addr, len, "tulip")
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
@@ -505,7 +415,7 @@ impl FrameDevice for TulipDevice {
             ("tx_copied", c.tx_copied),
             ("tx_ring_full", c.tx_ring_full),
             ("interrupts", c.interrupts),
-            ("dma_mappings", self.mappings.len() as u64),
+            ("dma_mappings", self.iommu.user_count() as u64),
         ]
     }
 }
@@ -520,12 +430,7 @@ impl Drop for TulipDevice {
         self.write_csr(regs::INT_ENABLE, 0);
         self.write_csr(regs::OP_MODE, 0);
         self.write_csr(regs::BUS_MODE, regs::BUS_MODE_SWR);
-        for m in std::mem::take(&mut self.mappings) {
-            let _ = self.vfio.unmap_dma(m.iova, m.size);
-        }
-        let _ = self.vfio.unmap_dma(self.mem_iova, self.mem.len());
-        if let Ok(cmd) = self.vfio.config_read16(4) {
-            let _ = self.vfio.config_write16(4, cmd & !PCI_COMMAND_MASTER);
-        }
+        self.iommu.clear(&self.vfio);
+        let _ = pci_cmd::stop_mastering(&self.vfio);
     }
 }

@@ -4,13 +4,14 @@
 //!
 //! | module     | owns                                                        |
 //! |------------|-------------------------------------------------------------|
-//! | [`vfio`]   | the VFIO container, group, device, DMA mappings, INTx eventfd |
 //! | [`regs`]   | CSR offsets and bits                                        |
 //! | [`desc`]   | descriptor encoding                                         |
 //! | [`setup`]  | the setup frame (address filter)                            |
 //! | [`srom`]   | reading the serial ROM (station address)                    |
-//! | [`dma`]    | DMA memory and the 32-bit IOVA space                        |
 //! | [`device`] | [`TulipDevice`]: bring-up, rings, transmit, receive, teardown |
+//!
+//! What any VFIO NIC needs (the VFIO device, DMA memory, IOMMU mappings,
+//! BAR access) is `via_vfio`'s.
 //!
 //! # Device names
 //!
@@ -20,11 +21,9 @@
 
 pub mod desc;
 pub mod device;
-pub mod dma;
 pub mod regs;
 pub mod setup;
 pub mod srom;
-pub mod vfio;
 
 pub use device::TulipDevice;
 

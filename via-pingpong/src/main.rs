@@ -26,6 +26,7 @@ use via_kernel_agent::names::NameService;
 
 // The device drivers, linked so that each registers itself in via-device's
 // opener table (nothing here names them otherwise).
+use via_nic_e1000e as _;
 use via_nic_tulip as _;
 use via_softnic as _;
 use via_wire::MacAddr;

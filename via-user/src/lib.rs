@@ -66,7 +66,8 @@ pub use via_wire::MacAddr;
 
 /// Opens a frame device by its VIA name, trying every driver linked into
 /// the program (see `via_device::registry`): `tulip:<pci>` and
-/// `/dev/via_tulip<N>` (via-nic-tulip: DEC 2114x over VFIO), `/dev/via_lo`
+/// `/dev/via_tulip<N>` (via-nic-tulip: DEC 2114x over VFIO), `e1000e:<pci>`
+/// and `/dev/via_e1000e<N>` (via-nic-e1000e: Intel 82574 over VFIO), `/dev/via_lo`
 /// and `loop:<wire>` (in-process loopback), `/dev/via_<ifname>` (software
 /// NIC over AF_PACKET), `shm:<wire>` (shared memory between processes of
 /// this host) and `<nic>+shm:<wire>` (a composite: the wire for processes

@@ -1,5 +1,5 @@
 //! The drivers libvipl carries: the software NICs (loopback, AF_PACKET,
-//! shared memory, composites) and the tulip over VFIO. Each registers
+//! shared memory, composites), the tulip and the 82574 (e1000e) over VFIO. Each registers
 //! itself in via-device's opener table; this module only keeps them linked.
 
 use std::hint::black_box;
@@ -11,4 +11,5 @@ use std::hint::black_box;
 pub(crate) fn keep_linked() {
     black_box(&via_softnic::SOFTNIC_DRIVERS);
     black_box(&via_nic_tulip::TULIP_DRIVERS);
+    black_box(&via_nic_e1000e::E1000E_DRIVERS);
 }

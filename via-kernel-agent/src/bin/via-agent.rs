@@ -70,7 +70,7 @@ fn status() {
     println!("/dev/vfio/vfio:      {}", yes(vfio_dev));
     println!("frame authentication: {}", authentication());
     let devs = pci::list().unwrap_or_else(|e| die(format!("reading /sys/bus/pci/devices: {e}")));
-    for d in devs.iter().filter(|d| d.is_tulip()) {
+    for d in devs.iter().filter(|d| d.via_driver().is_some()) {
         let state = match (&d.driver, &d.iommu_group) {
             (_, None) => "no IOMMU group".to_string(),
             (Some(drv), Some(g)) if drv == "vfio-pci" => match binding::group_blockers(g) {

@@ -2,9 +2,10 @@
 //!
 //! [`DmaMemory`] is page-aligned, zeroed anonymous memory that the driver
 //! owns (rings, receive buffers, transmit header buffers). [`IovaSpace`]
-//! hands out bus addresses for it and for registered user memory: the
-//! 2114x's descriptors carry 32-bit addresses, so every IOVA lies below
-//! 4 GiB, in a window that avoids the x86 interrupt range at 0xFEE0_0000.
+//! hands out bus addresses for it and for registered user memory. Every
+//! IOVA lies below 4 GiB, in a window that avoids the x86 interrupt range
+//! at 0xFEE0_0000: the 2114x's descriptors carry 32-bit addresses, and a
+//! NIC with 64-bit ones (the 82574) is content with them too.
 
 use std::io;
 

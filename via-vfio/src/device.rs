@@ -1,10 +1,11 @@
-//! The VFIO calls the driver needs, and nothing else: a type-1 IOMMU
+//! The VFIO calls the drivers need, and nothing else: a type-1 IOMMU
 //! container, the device's group, the device itself (regions, reset, INTx
 //! through an eventfd) and DMA mappings.
 //!
 //! Interface: `linux/vfio.h` (Documentation/driver-api/vfio.rst). Every
 //! ioctl is `_IO(';', 100 + n)`; structures start with `argsz`. All `unsafe`
-//! of the driver that is not MMIO lives here, each with its `SAFETY:` note.
+//! of the drivers that is not MMIO or DMA memory lives here, each with its
+//! `SAFETY:` note.
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -187,24 +188,18 @@ impl VfioDevice {
         Ok(VfioDevice { device, _group: group_file, container, irq: None })
     }
 
+    /// A second descriptor of the device file (for register access through
+    /// the region, beside this value).
+    pub fn try_clone_file(&self) -> io::Result<File> {
+        self.device.try_clone()
+    }
+
     /// Describes region `index` (BAR n is index n).
     pub fn region(&self, index: u32) -> io::Result<Region> {
         let mut info = RegionInfoRaw { argsz: std::mem::size_of::<RegionInfoRaw>() as u32, index, ..Default::default() };
         // SAFETY: VFIO_DEVICE_GET_REGION_INFO takes a pointer to a live `RegionInfoRaw`, which `info` is.
         unsafe { ioctl(self.device.as_raw_fd(), DEVICE_GET_REGION_INFO, (&mut info as *mut RegionInfoRaw).cast(), "VFIO_DEVICE_GET_REGION_INFO") }?;
         Ok(Region { index, size: info.size, offset: info.offset, mmap: info.flags & REGION_INFO_FLAG_MMAP != 0 })
-    }
-
-    /// Reads a 32-bit little-endian value at `off` of `region`.
-    pub fn read32(&self, region: &Region, off: u64) -> io::Result<u32> {
-        let mut b = [0u8; 4];
-        self.device.read_exact_at(&mut b, region.offset + off)?;
-        Ok(u32::from_le_bytes(b))
-    }
-
-    /// Writes a 32-bit little-endian value at `off` of `region`.
-    pub fn write32(&self, region: &Region, off: u64, v: u32) -> io::Result<()> {
-        self.device.write_all_at(&v.to_le_bytes(), region.offset + off)
     }
 
     /// Reads a 16-bit value of PCI config space.

@@ -1,0 +1,484 @@
+//! [`E1000eDevice`]: one 82574 owned by this process through VFIO, as a
+//! [`FrameDevice`].
+//!
+//! Memory layout (one [`DmaMemory`] block mapped at one IOVA range): the
+//! receive ring, the transmit ring, one 2 KiB receive buffer per receive
+//! descriptor and one 2 KiB transmit buffer per transmit descriptor.
+//!
+//! A frame whose payload lies in registered memory goes out in two
+//! descriptors: the header from the transmit buffer of the first, the
+//! payload straight from registered memory (zero copy; the 82574 gathers
+//! up to its limit of descriptors per frame). Anything else is copied
+//! whole into one transmit buffer. A batch that sends from user memory
+//! returns only once the NIC has released it, so the caller may reuse
+//! that memory at once. Writing the transmit tail (TDT) is the doorbell.
+//!
+//! Receive: the NIC owns the descriptors from its head up to the tail
+//! (RDT); a written-back descriptor has DD set. Buffers are handed back
+//! in a batch, one RDT write per `receive` call. Receive interrupts (RXT0,
+//! with every delay timer and the throttle at 0) reach a VFIO eventfd that
+//! is the device's wait descriptor.
+
+use crate::desc::{self, RxDone, DESC_LEN};
+use crate::regs::{self, ctrl, eerd, int, rctl, tctl};
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{fence, Ordering};
+use std::time::{Duration, Instant};
+use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_vfio::{pci_cmd, DmaMemory, IommuMappings, Registers, VfioDevice};
+
+/// Receive descriptors (frames the NIC can take while the process is busy).
+pub const RX_RING: usize = 1024;
+/// Transmit descriptors: a zero-copy frame takes two.
+pub const TX_RING: usize = 128;
+/// Bytes of each receive and transmit buffer (RCTL.BSIZE = 2,048).
+const BUF: usize = 2048;
+/// Ethernet payload bytes.
+pub const MTU: usize = 1500;
+const ETH_HEADER: usize = 14;
+/// How long a batch waits for the NIC to release user memory, reset for
+/// the NIC to come out of reset, and an EEPROM read for its word.
+const NIC_TIMEOUT: Duration = Duration::from_millis(500);
+
+const RX_RING_OFF: usize = 0;
+const TX_RING_OFF: usize = RX_RING * DESC_LEN;
+const RX_BUF_OFF: usize = TX_RING_OFF + TX_RING * DESC_LEN;
+const TX_BUF_OFF: usize = RX_BUF_OFF + RX_RING * BUF;
+const DMA_LEN: usize = TX_BUF_OFF + TX_RING * BUF;
+
+// The rings' lengths must be multiples of 128 bytes (RDLEN, TDLEN).
+const _: () = assert!((RX_RING * DESC_LEN) % 128 == 0 && (TX_RING * DESC_LEN) % 128 == 0);
+
+#[derive(Default, Debug)]
+struct Counters {
+    rx_frames: u64,
+    rx_bad: u64,
+    rx_filtered: u64,
+    rx_overrun: u64,
+    tx_frames: u64,
+    tx_zero_copy: u64,
+    tx_copied: u64,
+    tx_ring_full: u64,
+    interrupts: u64,
+}
+
+/// An Intel 82574 owned through VFIO.
+pub struct E1000eDevice {
+    address: String,
+    mac: MacAddr,
+    /// The registers (BAR0, memory space).
+    regs: Registers,
+    mem: DmaMemory,
+    mem_iova: u64,
+    iommu: IommuMappings,
+    /// The next receive descriptor the NIC will write back.
+    rx_next: usize,
+    /// The next free transmit descriptor (the tail we write).
+    tx_next: usize,
+    /// The oldest transmit descriptor not yet seen done.
+    tx_clean: usize,
+    tx_busy: usize,
+    filter: Option<RxFilter>,
+    irq_fd: RawFd,
+    counters: Counters,
+    // Last, so that it is closed after the NIC was stopped in `drop`.
+    vfio: VfioDevice,
+}
+
+impl E1000eDevice {
+    /// Opens the 82574 at PCI `address` (bound to vfio-pci), resets it and
+    /// brings it up.
+    pub fn open(address: &str) -> io::Result<E1000eDevice> {
+        let vfio = VfioDevice::open(address)?;
+        let bar = vfio.region(0)?;
+        if bar.size < 0x6000 {
+            return Err(io::Error::other(format!("{address}: BAR0 is {} bytes; an 82574's register space is 128 KiB", bar.size)));
+        }
+        let regs = Registers::new(&vfio, bar)?;
+        // The registers decoded; bus mastering stays off until `bring_up`
+        // has stopped and reset the NIC.
+        pci_cmd::decode_without_mastering(&vfio)?;
+        let mem = DmaMemory::new(DMA_LEN)?;
+        let mut iommu = IommuMappings::default();
+        let mem_iova = iommu.map_own(&vfio, &mem)?;
+        let mut d = E1000eDevice {
+            address: address.to_string(),
+            mac: MacAddr::ZERO,
+            regs,
+            mem,
+            mem_iova,
+            iommu,
+            rx_next: 0,
+            tx_next: 0,
+            tx_clean: 0,
+            tx_busy: 0,
+            filter: None,
+            irq_fd: -1,
+            counters: Counters::default(),
+            vfio,
+        };
+        d.bring_up()?;
+        Ok(d)
+    }
+
+    /// The PCI address this device was opened at.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    fn iova_of(&self, off: usize) -> u64 {
+        self.mem_iova + off as u64
+    }
+
+    fn desc_ptr(&self, ring_off: usize, i: usize) -> *mut u32 {
+        self.mem.at(ring_off + i * DESC_LEN).cast()
+    }
+
+    /// Writes descriptor `i` of a ring: buffer address, then the command
+    /// dword, then the status dword (zero: not done).
+    fn put_desc(&self, ring_off: usize, i: usize, addr: u64, command: u32) {
+        let p = self.desc_ptr(ring_off, i);
+        // SAFETY: `p` points at descriptor `i` of a ring inside our DMA
+        // memory (16 bytes, 16-byte aligned). The NIC reads descriptors
+        // only between its head and our tail, which is written after this
+        // (with a release fence before it, in the callers).
+        unsafe {
+            std::ptr::write_volatile(p, (addr as u32).to_le());
+            std::ptr::write_volatile(p.add(1), ((addr >> 32) as u32).to_le());
+            std::ptr::write_volatile(p.add(2), command.to_le());
+            std::ptr::write_volatile(p.add(3), 0);
+        }
+    }
+
+    /// A descriptor's second quadword (length/command dword, status
+    /// dword), the status read first and with acquire ordering for what
+    /// the NIC wrote before setting DD.
+    fn desc_status(&self, ring_off: usize, i: usize) -> (u32, u32) {
+        let p = self.desc_ptr(ring_off, i);
+        // SAFETY: as in `put_desc`; volatile loads of the descriptor.
+        let status = u32::from_le(unsafe { std::ptr::read_volatile(p.add(3)) });
+        fence(Ordering::Acquire);
+        // SAFETY: as above.
+        let word = u32::from_le(unsafe { std::ptr::read_volatile(p.add(2)) });
+        (word, status)
+    }
+
+    /// Waits until `done` holds of the registers, or fails naming `what`.
+    fn wait_for(&self, what: &str, done: impl Fn(&Registers) -> bool) -> io::Result<()> {
+        let t0 = Instant::now();
+        while !done(&self.regs) {
+            if t0.elapsed() > NIC_TIMEOUT {
+                return Err(io::Error::other(format!("{}: {what} within {NIC_TIMEOUT:?}", self.address)));
+            }
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+
+    /// The station address: RAL0/RAH0 as the NIC loaded them from its
+    /// EEPROM at reset, or the EEPROM's words 0-2 through EERD.
+    fn read_mac(&self) -> io::Result<MacAddr> {
+        let (lo, hi) = (self.regs.read(regs::RAL0), self.regs.read(regs::RAH0));
+        if hi & regs::RAH_AV != 0 {
+            let b = lo.to_le_bytes();
+            let h = hi.to_le_bytes();
+            return Ok(MacAddr([b[0], b[1], b[2], b[3], h[0], h[1]]));
+        }
+        let mut m = [0u8; 6];
+        for w in 0..3u32 {
+            self.regs.write(regs::EERD, eerd::START | w << eerd::ADDR_SHIFT);
+            self.wait_for("the EEPROM did not answer a read", |r| r.read(regs::EERD) & eerd::DONE != 0)?;
+            let v = (self.regs.read(regs::EERD) >> eerd::DATA_SHIFT) as u16;
+            m[2 * w as usize..2 * w as usize + 2].copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(MacAddr(m))
+    }
+
+    /// Stop, reset, station address, rings, receive and transmit on,
+    /// interrupts (the initialisation order of the datasheet's "General
+    /// Configuration", "Receive Initialization" and "Transmit
+    /// Initialization" sections).
+    fn bring_up(&mut self) -> io::Result<()> {
+        let _ = self.vfio.reset();
+        // A process killed with the NIC running leaves it receiving and
+        // transmitting with ring addresses of the dead process's container
+        // (vfio-pci turns bus mastering off, and resets the NIC only where
+        // it has a way to). Stop both and mask every interrupt before the
+        // device reset, which on QEMU's model reloads only the station
+        // address: no descriptor fetch may use a stale address once
+        // mastering is on.
+        self.regs.write(regs::IMC, int::ALL);
+        self.regs.write(regs::RCTL, 0);
+        self.regs.write(regs::TCTL, 0);
+        let c = self.regs.read(regs::CTRL);
+        self.regs.write(regs::CTRL, c | ctrl::RST);
+        self.wait_for("the NIC did not leave reset", |r| r.read(regs::CTRL) & ctrl::RST == 0)?;
+        self.regs.write(regs::IMC, int::ALL);
+        let icr = self.regs.read(regs::ICR);
+        self.regs.write(regs::ICR, icr);
+        pci_cmd::allow_mastering(&self.vfio)?;
+        let c = self.regs.read(regs::CTRL);
+        self.regs.write(regs::CTRL, c | ctrl::SLU);
+
+        self.mac = self.read_mac()?;
+        if self.mac == MacAddr::ZERO || self.mac == MacAddr::BROADCAST {
+            return Err(io::Error::other(format!("{}: the EEPROM holds no station address ({})", self.address, self.mac)));
+        }
+        // Our address in receive address 0, no multicast.
+        let m = self.mac.0;
+        self.regs.write(regs::RAL0, u32::from_le_bytes([m[0], m[1], m[2], m[3]]));
+        self.regs.write(regs::RAH0, u32::from(u16::from_le_bytes([m[4], m[5]])) | regs::RAH_AV);
+        for i in 0..regs::MTA_WORDS {
+            self.regs.write(regs::MTA + 4 * i, 0);
+        }
+        // Interrupts at once: no delay timers, no throttling.
+        for r in [regs::ITR, regs::RDTR, regs::RADV, regs::TIDV, regs::TADV] {
+            self.regs.write(r, 0);
+        }
+
+        // Receive ring: every descriptor with its buffer; all but one
+        // belong to the NIC (head 0, tail RX_RING - 1).
+        for i in 0..RX_RING {
+            self.put_desc(RX_RING_OFF, i, self.iova_of(RX_BUF_OFF + i * BUF), 0);
+        }
+        let rx = self.iova_of(RX_RING_OFF);
+        self.regs.write(regs::RDBAL, rx as u32);
+        self.regs.write(regs::RDBAH, (rx >> 32) as u32);
+        self.regs.write(regs::RDLEN, (RX_RING * DESC_LEN) as u32);
+        self.regs.write(regs::RDH, 0);
+        fence(Ordering::Release);
+        self.regs.write(regs::RDT, (RX_RING - 1) as u32);
+        self.rx_next = 0;
+
+        // Transmit ring: empty (head = tail = 0).
+        for i in 0..TX_RING {
+            self.put_desc(TX_RING_OFF, i, 0, 0);
+        }
+        let tx = self.iova_of(TX_RING_OFF);
+        self.regs.write(regs::TDBAL, tx as u32);
+        self.regs.write(regs::TDBAH, (tx >> 32) as u32);
+        self.regs.write(regs::TDLEN, (TX_RING * DESC_LEN) as u32);
+        self.regs.write(regs::TDH, 0);
+        self.regs.write(regs::TDT, 0);
+        (self.tx_next, self.tx_clean, self.tx_busy) = (0, 0, 0);
+        self.regs.write(regs::TIPG, regs::TIPG_DEFAULT);
+
+        self.irq_fd = self.vfio.enable_intx()?;
+        self.regs.write(regs::IMS, int::RXT0 | int::RXO | int::RXDMT0);
+        self.regs.write(regs::TCTL, tctl::EN | tctl::PSP | tctl::CT | tctl::COLD);
+        self.regs.write(regs::RCTL, rctl::EN | rctl::BAM | rctl::SECRC);
+        Ok(())
+    }
+
+    /// After an interrupt: acknowledge its causes at the NIC and let VFIO
+    /// deliver the next one.
+    fn rearm_interrupt(&mut self) {
+        if !self.vfio.take_interrupt() {
+            return;
+        }
+        self.counters.interrupts += 1;
+        let causes = self.regs.read(regs::ICR);
+        self.regs.write(regs::ICR, causes);
+        if causes & int::RXO != 0 {
+            self.counters.rx_overrun += 1;
+        }
+        let _ = self.vfio.unmask_intx();
+        // A frame written back between the caller's look at the ring and
+        // the acknowledgement above raised no interrupt we will see: wake
+        // the next sleeper ourselves rather than leave the frame waiting.
+        if self.desc_status(RX_RING_OFF, self.rx_next).1 & desc::rx::DD != 0 {
+            self.vfio.signal();
+        }
+    }
+
+    /// Frees transmit descriptors the NIC has finished with.
+    fn reclaim(&mut self) {
+        while self.tx_busy > 0 && self.desc_status(TX_RING_OFF, self.tx_clean).1 & desc::tx::DD != 0 {
+            self.tx_clean = (self.tx_clean + 1) % TX_RING;
+            self.tx_busy -= 1;
+        }
+    }
+
+    /// Queues descriptor `i` of the transmit ring (the tail is written
+    /// once per batch).
+    fn queue_tx(&mut self, addr: u64, len: usize, last: bool) -> usize {
+        let i = self.tx_next;
+        self.put_desc(TX_RING_OFF, i, addr, desc::tx_command(len, last));
+        self.tx_next = (i + 1) % TX_RING;
+        self.tx_busy += 1;
+        i
+    }
+}
+
+impl FrameDevice for E1000eDevice {
+    fn mac(&self) -> MacAddr {
+        self.mac
+    }
+
+    fn mtu(&self) -> usize {
+        MTU
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { checksummed: true, needs_pinning: true }
+    }
+
+    fn wait_fd(&self) -> RawFd {
+        self.irq_fd
+    }
+
+    fn set_filter(&mut self, filter: RxFilter) -> io::Result<()> {
+        self.filter = Some(filter);
+        Ok(())
+    }
+
+    fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        let mut n = 0;
+        let mut returned = None;
+        while n < budget {
+            let i = self.rx_next;
+            let (word, st) = self.desc_status(RX_RING_OFF, i);
+            if st & desc::rx::DD == 0 {
+                break;
+            }
+            let off = RX_BUF_OFF + i * BUF;
+            match desc::rx_done(word, st, BUF) {
+                RxDone::Frame(len) => {
+                    // SAFETY: the NIC wrote the buffer back (DD set, read
+                    // with acquire); `len` <= BUF is checked.
+                    let frame = unsafe { std::slice::from_raw_parts(self.mem.at(off), len) };
+                    if self.filter.is_none_or(|f| f.matches(frame)) {
+                        sink(frame);
+                        n += 1;
+                        self.counters.rx_frames += 1;
+                    } else {
+                        self.counters.rx_filtered += 1;
+                    }
+                }
+                RxDone::Bad => self.counters.rx_bad += 1,
+            }
+            self.put_desc(RX_RING_OFF, i, self.iova_of(off), 0);
+            returned = Some(i);
+            self.rx_next = (i + 1) % RX_RING;
+        }
+        if let Some(i) = returned {
+            // The buffers go back to the NIC: the tail now stands on the
+            // last descriptor taken, so the one-slot gap stays.
+            fence(Ordering::Release);
+            self.regs.write(regs::RDT, i as u32);
+        }
+        if n == 0 {
+            self.rearm_interrupt();
+        }
+        Ok(n)
+    }
+
+    fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
+        self.reclaim();
+        let max = ETH_HEADER + MTU;
+        let mut sent = 0;
+        let mut wait_for: Option<usize> = None;
+        for f in frames {
+            let len = f.len();
+            if !(ETH_HEADER..=max).contains(&len) {
+                if sent > 0 {
+                    break;
+                }
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame of {len} bytes; the 82574 sends {ETH_HEADER}..={max} (MTU {MTU})")));
+            }
+            // Two descriptors at most, and the ring never fills up (a full
+            // ring would have head == tail, which reads as empty).
+            if self.tx_busy + 2 > TX_RING - 1 {
+                self.counters.tx_ring_full += 1;
+                break;
+            }
+            let h = f.header.len();
+            let direct = match f.pieces() {
+                [p] if !p.is_empty() => self.iommu.translate(p.as_ptr() as usize, p.len()).map(|iova| (iova, p.len())),
+                _ => None,
+            };
+            let off = TX_BUF_OFF + self.tx_next * BUF;
+            // SAFETY: the header fits the slot's BUF bytes (len <= 1514).
+            unsafe { std::ptr::copy_nonoverlapping(f.header.as_ptr(), self.mem.at(off), h) };
+            match direct {
+                Some((iova, plen)) => {
+                    self.queue_tx(self.iova_of(off), h, false);
+                    wait_for = Some(self.queue_tx(iova, plen, true));
+                    self.counters.tx_zero_copy += 1;
+                }
+                None => {
+                    let mut at = h;
+                    for p in f.pieces() {
+                        // SAFETY: the whole frame fits BUF (len <= 1514 < BUF).
+                        unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), self.mem.at(off + at), p.len()) };
+                        at += p.len();
+                    }
+                    self.counters.tx_copied += u64::from(f.pieces > 0);
+                    self.queue_tx(self.iova_of(off), len, true);
+                }
+            }
+            sent += 1;
+        }
+        if sent > 0 {
+            // The doorbell: the transmit tail, after the descriptors.
+            fence(Ordering::Release);
+            self.regs.write(regs::TDT, self.tx_next as u32);
+            self.counters.tx_frames += sent as u64;
+        }
+        if let Some(i) = wait_for {
+            // User memory must not be reused before the NIC has read it.
+            let t0 = Instant::now();
+            while self.desc_status(TX_RING_OFF, i).1 & desc::tx::DD == 0 {
+                if t0.elapsed() > NIC_TIMEOUT {
+                    return Err(io::Error::other(format!("{}: the NIC did not send within {NIC_TIMEOUT:?}", self.address)));
+                }
+                std::hint::spin_loop();
+            }
+            self.reclaim();
+        }
+        Ok(sent)
+    }
+
+    fn map_memory(&mut self, addr: usize, len: usize) -> io::Result<()> {
+        self.iommu.map(&self.vfio, addr, len, "82574")
+    }
+
+    fn unmap_memory(&mut self, addr: usize, len: usize) -> io::Result<()> {
+        self.iommu.unmap(&self.vfio, addr, len, "82574")
+    }
+
+    fn stats(&self) -> Vec<(&'static str, u64)> {
+        let c = &self.counters;
+        vec![
+            ("rx_frames", c.rx_frames),
+            ("rx_bad", c.rx_bad),
+            ("rx_filtered", c.rx_filtered),
+            ("rx_overrun", c.rx_overrun),
+            ("tx_frames", c.tx_frames),
+            ("tx_zero_copy", c.tx_zero_copy),
+            ("tx_copied", c.tx_copied),
+            ("tx_ring_full", c.tx_ring_full),
+            ("interrupts", c.interrupts),
+            ("dma_mappings", self.iommu.user_count() as u64),
+        ]
+    }
+}
+
+impl Drop for E1000eDevice {
+    /// Stops the NIC before its memory goes: interrupts masked, receive
+    /// and transmit off, device reset; then every DMA mapping is removed
+    /// and bus mastering turned off. (If the process dies instead, closing
+    /// the VFIO files makes the kernel disable bus mastering and drop the
+    /// container's mappings; the next open stops the NIC before it turns
+    /// bus mastering on again.)
+    fn drop(&mut self) {
+        self.regs.write(regs::IMC, int::ALL);
+        self.regs.write(regs::RCTL, 0);
+        self.regs.write(regs::TCTL, 0);
+        let c = self.regs.read(regs::CTRL);
+        self.regs.write(regs::CTRL, c | ctrl::RST);
+        self.iommu.clear(&self.vfio);
+        let _ = pci_cmd::stop_mastering(&self.vfio);
+    }
+}
