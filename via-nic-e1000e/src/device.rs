@@ -1,15 +1,17 @@
 //! [`E1000eDevice`]: one 82574 owned by this process through VFIO, as a
 //! [`FrameDevice`].
 //!
-//! Memory layout (one [`DmaMemory`] block mapped at one IOVA range): the
-//! receive ring, the transmit ring, one 2 KiB receive buffer per receive
-//! descriptor and one 2 KiB transmit buffer per transmit descriptor.
+//! Memory layout ([`Layout`]; one [`DmaMemory`] block mapped at one IOVA
+//! range): the receive ring, the transmit ring, one receive buffer per
+//! receive descriptor (2 KiB; 16 KiB with jumbo frames) and one 2 KiB
+//! transmit buffer per transmit descriptor.
 //!
 //! A frame whose payload lies in registered memory goes out in two
 //! descriptors: the header from the transmit buffer of the first, the
 //! payload straight from registered memory (zero copy; the 82574 gathers
-//! up to its limit of descriptors per frame). Anything else is copied
-//! whole into one transmit buffer. A batch that sends from user memory
+//! a frame from several descriptors). Anything else is copied into
+//! consecutive transmit buffers, one descriptor each (one for a frame of
+//! Ethernet's MTU, up to five for a jumbo frame). A batch that sends from user memory
 //! returns only once the NIC has released it, so the caller may reuse
 //! that memory at once. Writing the transmit tail (TDT) is the doorbell.
 //!
@@ -28,27 +30,63 @@ use std::time::{Duration, Instant};
 use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
 use via_vfio::{pci_cmd, DmaMemory, IommuMappings, Registers, VfioDevice};
 
-/// Receive descriptors (frames the NIC can take while the process is busy).
-pub const RX_RING: usize = 1024;
-/// Transmit descriptors: a zero-copy frame takes two.
+/// Transmit descriptors: a zero-copy frame takes two, a copied one one
+/// per 2 KiB.
 pub const TX_RING: usize = 128;
-/// Bytes of each receive and transmit buffer (RCTL.BSIZE = 2,048).
-const BUF: usize = 2048;
-/// Ethernet payload bytes.
+/// Bytes of each transmit buffer.
+const TX_BUF: usize = 2048;
+/// Ethernet's payload bytes, the default MTU.
 pub const MTU: usize = 1500;
+/// The largest MTU: the 82574 receives frames of up to 9,018 bytes with
+/// their CRC ("Jumbo Frames" in the datasheet's receive chapter).
+pub const MAX_MTU: usize = 9000;
 const ETH_HEADER: usize = 14;
+/// Bytes of receive buffers the driver pins, whatever their size.
+const RX_BYTES: usize = 2 << 20;
 /// How long a batch waits for the NIC to release user memory, reset for
 /// the NIC to come out of reset, and an EEPROM read for its word.
 const NIC_TIMEOUT: Duration = Duration::from_millis(500);
 
 const RX_RING_OFF: usize = 0;
-const TX_RING_OFF: usize = RX_RING * DESC_LEN;
-const RX_BUF_OFF: usize = TX_RING_OFF + TX_RING * DESC_LEN;
-const TX_BUF_OFF: usize = RX_BUF_OFF + RX_RING * BUF;
-const DMA_LEN: usize = TX_BUF_OFF + TX_RING * BUF;
+
+/// Where the rings and buffers lie in the DMA block, for one MTU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Receive descriptors (frames the NIC can take while the process is
+    /// busy): 1,024 of 2 KiB, or 128 of 16 KiB with jumbo frames.
+    pub rx_ring: usize,
+    /// Bytes of each receive buffer.
+    pub rx_buf: usize,
+    /// RCTL's buffer size and long-packet bits for `rx_buf`.
+    pub rctl_size: u32,
+}
+
+impl Layout {
+    /// The layout for `mtu` (68..=[`MAX_MTU`]).
+    pub fn for_mtu(mtu: usize) -> Layout {
+        let (rx_buf, rctl_size) = if mtu <= MTU { (2048, 0) } else { (16384, rctl::LPE | rctl::BSEX | rctl::BSIZE_16384) };
+        Layout { rx_ring: RX_BYTES / rx_buf, rx_buf, rctl_size }
+    }
+
+    fn tx_ring_off(&self) -> usize {
+        self.rx_ring * DESC_LEN
+    }
+
+    fn rx_buf_off(&self) -> usize {
+        self.tx_ring_off() + TX_RING * DESC_LEN
+    }
+
+    fn tx_buf_off(&self) -> usize {
+        self.rx_buf_off() + self.rx_ring * self.rx_buf
+    }
+
+    fn len(&self) -> usize {
+        self.tx_buf_off() + TX_RING * TX_BUF
+    }
+}
 
 // The rings' lengths must be multiples of 128 bytes (RDLEN, TDLEN).
-const _: () = assert!((RX_RING * DESC_LEN) % 128 == 0 && (TX_RING * DESC_LEN) % 128 == 0);
+const _: () = assert!((RX_BYTES / 16384 * DESC_LEN) % 128 == 0 && (TX_RING * DESC_LEN) % 128 == 0);
 
 #[derive(Default, Debug)]
 struct Counters {
@@ -67,6 +105,8 @@ struct Counters {
 pub struct E1000eDevice {
     address: String,
     mac: MacAddr,
+    mtu: usize,
+    layout: Layout,
     /// The registers (BAR0, memory space).
     regs: Registers,
     mem: DmaMemory,
@@ -88,8 +128,12 @@ pub struct E1000eDevice {
 
 impl E1000eDevice {
     /// Opens the 82574 at PCI `address` (bound to vfio-pci), resets it and
-    /// brings it up.
-    pub fn open(address: &str) -> io::Result<E1000eDevice> {
+    /// brings it up for frames of `mtu` payload bytes (68..=[`MAX_MTU`]).
+    pub fn open(address: &str, mtu: usize) -> io::Result<E1000eDevice> {
+        if !(68..=MAX_MTU).contains(&mtu) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{address}: MTU {mtu}; the 82574 takes 68..={MAX_MTU}")));
+        }
+        let layout = Layout::for_mtu(mtu);
         let vfio = VfioDevice::open(address)?;
         let bar = vfio.region(0)?;
         if bar.size < 0x6000 {
@@ -99,12 +143,14 @@ impl E1000eDevice {
         // The registers decoded; bus mastering stays off until `bring_up`
         // has stopped and reset the NIC.
         pci_cmd::decode_without_mastering(&vfio)?;
-        let mem = DmaMemory::new(DMA_LEN)?;
+        let mem = DmaMemory::new(layout.len())?;
         let mut iommu = IommuMappings::default();
         let mem_iova = iommu.map_own(&vfio, &mem)?;
         let mut d = E1000eDevice {
             address: address.to_string(),
             mac: MacAddr::ZERO,
+            mtu,
+            layout,
             regs,
             mem,
             mem_iova,
@@ -232,30 +278,32 @@ impl E1000eDevice {
         for i in 0..regs::MTA_WORDS {
             self.regs.write(regs::MTA + 4 * i, 0);
         }
+        self.regs.write(regs::RXCSUM, 0);
         // Interrupts at once: no delay timers, no throttling.
         for r in [regs::ITR, regs::RDTR, regs::RADV, regs::TIDV, regs::TADV] {
             self.regs.write(r, 0);
         }
 
         // Receive ring: every descriptor with its buffer; all but one
-        // belong to the NIC (head 0, tail RX_RING - 1).
-        for i in 0..RX_RING {
-            self.put_desc(RX_RING_OFF, i, self.iova_of(RX_BUF_OFF + i * BUF), 0);
+        // belong to the NIC (head 0, tail one short of the end).
+        let l = self.layout;
+        for i in 0..l.rx_ring {
+            self.put_desc(RX_RING_OFF, i, self.iova_of(l.rx_buf_off() + i * l.rx_buf), 0);
         }
         let rx = self.iova_of(RX_RING_OFF);
         self.regs.write(regs::RDBAL, rx as u32);
         self.regs.write(regs::RDBAH, (rx >> 32) as u32);
-        self.regs.write(regs::RDLEN, (RX_RING * DESC_LEN) as u32);
+        self.regs.write(regs::RDLEN, (l.rx_ring * DESC_LEN) as u32);
         self.regs.write(regs::RDH, 0);
         fence(Ordering::Release);
-        self.regs.write(regs::RDT, (RX_RING - 1) as u32);
+        self.regs.write(regs::RDT, (l.rx_ring - 1) as u32);
         self.rx_next = 0;
 
         // Transmit ring: empty (head = tail = 0).
         for i in 0..TX_RING {
-            self.put_desc(TX_RING_OFF, i, 0, 0);
+            self.put_desc(l.tx_ring_off(), i, 0, 0);
         }
-        let tx = self.iova_of(TX_RING_OFF);
+        let tx = self.iova_of(l.tx_ring_off());
         self.regs.write(regs::TDBAL, tx as u32);
         self.regs.write(regs::TDBAH, (tx >> 32) as u32);
         self.regs.write(regs::TDLEN, (TX_RING * DESC_LEN) as u32);
@@ -265,9 +313,9 @@ impl E1000eDevice {
         self.regs.write(regs::TIPG, regs::TIPG_DEFAULT);
 
         self.irq_fd = self.vfio.enable_intx()?;
-        self.regs.write(regs::IMS, int::RXT0 | int::RXO | int::RXDMT0);
+        self.regs.write(regs::IMS, int::RXT0 | int::RXO);
         self.regs.write(regs::TCTL, tctl::EN | tctl::PSP | tctl::CT | tctl::COLD);
-        self.regs.write(regs::RCTL, rctl::EN | rctl::BAM | rctl::SECRC);
+        self.regs.write(regs::RCTL, rctl::EN | rctl::BAM | rctl::SECRC | l.rctl_size);
         Ok(())
     }
 
@@ -294,9 +342,43 @@ impl E1000eDevice {
 
     /// Frees transmit descriptors the NIC has finished with.
     fn reclaim(&mut self) {
-        while self.tx_busy > 0 && self.desc_status(TX_RING_OFF, self.tx_clean).1 & desc::tx::DD != 0 {
+        while self.tx_busy > 0 && self.desc_status(self.layout.tx_ring_off(), self.tx_clean).1 & desc::tx::DD != 0 {
             self.tx_clean = (self.tx_clean + 1) % TX_RING;
             self.tx_busy -= 1;
+        }
+    }
+
+    /// The DMA offset of transmit buffer `i`.
+    fn tx_buf(&self, i: usize) -> usize {
+        self.layout.tx_buf_off() + i * TX_BUF
+    }
+
+    /// Copies frame `f` into consecutive transmit buffers and queues one
+    /// descriptor for each (the caller checked that the ring has room).
+    fn copy_out(&mut self, f: &TxFrame<'_>) {
+        let len = f.len();
+        let mut parts = std::iter::once(f.header).chain(f.pieces().iter().copied()).flat_map(|p| p.chunks(TX_BUF));
+        let mut part = parts.next().unwrap_or_default();
+        let mut left = len;
+        while left > 0 {
+            let off = self.tx_buf(self.tx_next);
+            let room = left.min(TX_BUF);
+            let mut at = 0;
+            while at < room {
+                let n = part.len().min(room - at);
+                if n == 0 {
+                    break; // the parts ran out (they add up to `len`: not reached)
+                }
+                // SAFETY: `at + n <= room <= TX_BUF`, inside this buffer.
+                unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), self.mem.at(off + at), n) };
+                at += n;
+                part = &part[n..];
+                if part.is_empty() {
+                    part = parts.next().unwrap_or_default();
+                }
+            }
+            left -= room;
+            self.queue_tx(self.iova_of(off), room, left == 0);
         }
     }
 
@@ -304,7 +386,7 @@ impl E1000eDevice {
     /// once per batch).
     fn queue_tx(&mut self, addr: u64, len: usize, last: bool) -> usize {
         let i = self.tx_next;
-        self.put_desc(TX_RING_OFF, i, addr, desc::tx_command(len, last));
+        self.put_desc(self.layout.tx_ring_off(), i, addr, desc::tx_command(len, last));
         self.tx_next = (i + 1) % TX_RING;
         self.tx_busy += 1;
         i
@@ -317,7 +399,7 @@ impl FrameDevice for E1000eDevice {
     }
 
     fn mtu(&self) -> usize {
-        MTU
+        self.mtu
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -342,11 +424,11 @@ impl FrameDevice for E1000eDevice {
             if st & desc::rx::DD == 0 {
                 break;
             }
-            let off = RX_BUF_OFF + i * BUF;
-            match desc::rx_done(word, st, BUF) {
+            let off = self.layout.rx_buf_off() + i * self.layout.rx_buf;
+            match desc::rx_done(word, st, self.layout.rx_buf) {
                 RxDone::Frame(len) => {
                     // SAFETY: the NIC wrote the buffer back (DD set, read
-                    // with acquire); `len` <= BUF is checked.
+                    // with acquire); `len` <= the buffer's size is checked.
                     let frame = unsafe { std::slice::from_raw_parts(self.mem.at(off), len) };
                     if self.filter.is_none_or(|f| f.matches(frame)) {
                         sink(frame);
@@ -360,7 +442,7 @@ impl FrameDevice for E1000eDevice {
             }
             self.put_desc(RX_RING_OFF, i, self.iova_of(off), 0);
             returned = Some(i);
-            self.rx_next = (i + 1) % RX_RING;
+            self.rx_next = (i + 1) % self.layout.rx_ring;
         }
         if let Some(i) = returned {
             // The buffers go back to the NIC: the tail now stands on the
@@ -376,46 +458,40 @@ impl FrameDevice for E1000eDevice {
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
         self.reclaim();
-        let max = ETH_HEADER + MTU;
+        let max = ETH_HEADER + self.mtu;
         let mut sent = 0;
         let mut wait_for: Option<usize> = None;
         for f in frames {
             let len = f.len();
-            if !(ETH_HEADER..=max).contains(&len) {
+            if !(ETH_HEADER..=max).contains(&len) || f.header.len() > TX_BUF {
                 if sent > 0 {
                     break;
                 }
-                return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame of {len} bytes; the 82574 sends {ETH_HEADER}..={max} (MTU {MTU})")));
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame of {len} bytes; this 82574 sends {ETH_HEADER}..={max} (MTU {})", self.mtu)));
             }
-            // Two descriptors at most, and the ring never fills up (a full
-            // ring would have head == tail, which reads as empty).
-            if self.tx_busy + 2 > TX_RING - 1 {
-                self.counters.tx_ring_full += 1;
-                break;
-            }
-            let h = f.header.len();
             let direct = match f.pieces() {
                 [p] if !p.is_empty() => self.iommu.translate(p.as_ptr() as usize, p.len()).map(|iova| (iova, p.len())),
                 _ => None,
             };
-            let off = TX_BUF_OFF + self.tx_next * BUF;
-            // SAFETY: the header fits the slot's BUF bytes (len <= 1514).
-            unsafe { std::ptr::copy_nonoverlapping(f.header.as_ptr(), self.mem.at(off), h) };
+            let needed = if direct.is_some() { 2 } else { len.div_ceil(TX_BUF) };
+            // The ring never fills up: a full ring would have head == tail,
+            // which reads as empty.
+            if self.tx_busy + needed > TX_RING - 1 {
+                self.counters.tx_ring_full += 1;
+                break;
+            }
             match direct {
                 Some((iova, plen)) => {
-                    self.queue_tx(self.iova_of(off), h, false);
+                    let off = self.tx_buf(self.tx_next);
+                    // SAFETY: the header fits the slot's TX_BUF bytes (checked above).
+                    unsafe { std::ptr::copy_nonoverlapping(f.header.as_ptr(), self.mem.at(off), f.header.len()) };
+                    self.queue_tx(self.iova_of(off), f.header.len(), false);
                     wait_for = Some(self.queue_tx(iova, plen, true));
                     self.counters.tx_zero_copy += 1;
                 }
                 None => {
-                    let mut at = h;
-                    for p in f.pieces() {
-                        // SAFETY: the whole frame fits BUF (len <= 1514 < BUF).
-                        unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), self.mem.at(off + at), p.len()) };
-                        at += p.len();
-                    }
+                    self.copy_out(f);
                     self.counters.tx_copied += u64::from(f.pieces > 0);
-                    self.queue_tx(self.iova_of(off), len, true);
                 }
             }
             sent += 1;
@@ -429,7 +505,7 @@ impl FrameDevice for E1000eDevice {
         if let Some(i) = wait_for {
             // User memory must not be reused before the NIC has read it.
             let t0 = Instant::now();
-            while self.desc_status(TX_RING_OFF, i).1 & desc::tx::DD == 0 {
+            while self.desc_status(self.layout.tx_ring_off(), i).1 & desc::tx::DD == 0 {
                 if t0.elapsed() > NIC_TIMEOUT {
                     return Err(io::Error::other(format!("{}: the NIC did not send within {NIC_TIMEOUT:?}", self.address)));
                 }

@@ -14,14 +14,16 @@
 //! # Device names
 //!
 //! `e1000e:<pci address>` (e.g. `e1000e:0000:00:03.0`) and
-//! `/dev/via_e1000e<N>`, the N-th 82574 by PCI address. The device must be
-//! bound to vfio-pci first (`via-agent bind <pci address>`).
+//! `/dev/via_e1000e<N>`, the N-th 82574 by PCI address, each optionally
+//! followed by `,mtu=<bytes>` (1500 by default; up to 9000, jumbo frames:
+//! every host on the link must take them). The device must be bound to
+//! vfio-pci first (`via-agent bind <pci address>`).
 
 pub mod desc;
 pub mod device;
 pub mod regs;
 
-pub use device::E1000eDevice;
+pub use device::{E1000eDevice, MAX_MTU, MTU};
 
 use std::io;
 use via_device::{pci, FrameDevice};
@@ -38,8 +40,10 @@ pub struct E1000eOpener;
 impl E1000eOpener {
     /// The PCI address an e1000e device name designates: `Some(Ok(addr))`,
     /// `Some(Err(..))` for an e1000e name that resolves to nothing, `None`
-    /// when the name is not an e1000e name.
+    /// when the name is not an e1000e name. Options after a comma are not
+    /// part of the address ([`E1000eOpener::parse`]).
     pub fn address_of(name: &str) -> Option<io::Result<String>> {
+        let name = name.split(',').next().unwrap_or_default();
         if let Some(a) = name.strip_prefix("e1000e:") {
             return Some(Ok(pci::normalize_address(a)));
         }
@@ -50,6 +54,24 @@ impl E1000eOpener {
             io::Error::new(io::ErrorKind::NotFound, format!("there are {} e1000e NICs; {name} needs at least {} (see `via-agent list`)", nics.len(), n + 1))
         }))
     }
+
+    /// The address and MTU of an e1000e device name (`<name>[,mtu=N]`);
+    /// None when the name is not an e1000e name.
+    pub fn parse(name: &str) -> Option<io::Result<(String, usize)>> {
+        let address = Self::address_of(name)?;
+        let mut mtu = MTU;
+        for option in name.split(',').skip(1) {
+            let bad = |why: String| io::Error::new(io::ErrorKind::InvalidInput, format!("{name}: {why} (options: mtu=<68..={MAX_MTU}>)"));
+            match option.split_once('=') {
+                Some(("mtu", v)) => match v.parse::<usize>() {
+                    Ok(m) if (68..=MAX_MTU).contains(&m) => mtu = m,
+                    _ => return Some(Err(bad(format!("MTU {v:?} is not a number in 68..={MAX_MTU}")))),
+                },
+                _ => return Some(Err(bad(format!("unknown option {option:?}")))),
+            }
+        }
+        Some(address.map(|a| (a, mtu)))
+    }
 }
 
 impl DeviceOpener for E1000eOpener {
@@ -58,8 +80,8 @@ impl DeviceOpener for E1000eOpener {
     }
 
     fn open(&self, name: &str, _routes: &[HostRoute]) -> Option<io::Result<Box<dyn FrameDevice>>> {
-        let addr = Self::address_of(name)?;
-        Some(addr.and_then(|a| E1000eDevice::open(&a)).map(|d| Box::new(d) as Box<dyn FrameDevice>))
+        let parsed = Self::parse(name)?;
+        Some(parsed.and_then(|(a, mtu)| E1000eDevice::open(&a, mtu)).map(|d| Box::new(d) as Box<dyn FrameDevice>))
     }
 }
 
@@ -77,6 +99,28 @@ mod tests {
         assert!(E1000eOpener::address_of("/dev/via_eth0").is_none());
         assert!(E1000eOpener::address_of("tulip:00:03.0").is_none());
         assert!(E1000eOpener::address_of("/dev/via_e1000eX").is_none());
+    }
+
+    #[test]
+    fn the_mtu_option() {
+        assert_eq!(E1000eOpener::parse("e1000e:00:03.0").unwrap().unwrap(), ("0000:00:03.0".to_string(), 1500));
+        assert_eq!(E1000eOpener::parse("e1000e:00:03.0,mtu=9000").unwrap().unwrap(), ("0000:00:03.0".to_string(), 9000));
+        for bad in ["e1000e:00:03.0,mtu=9001", "e1000e:00:03.0,mtu=", "e1000e:00:03.0,mtu=x", "e1000e:00:03.0,jumbo"] {
+            let e = E1000eOpener::parse(bad).unwrap().unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad}");
+            assert!(e.to_string().contains(bad) && e.to_string().contains("mtu=<68..=9000>"), "{e}");
+        }
+        assert!(E1000eOpener::parse("tulip:00:03.0,mtu=9000").is_none());
+    }
+
+    #[test]
+    fn layouts_pin_the_same_receive_bytes_whatever_the_mtu() {
+        let std = device::Layout::for_mtu(1500);
+        let jumbo = device::Layout::for_mtu(9000);
+        assert_eq!((std.rx_ring, std.rx_buf, std.rctl_size), (1024, 2048, 0), "the reset values: 2 KiB buffers, no long packets");
+        assert_eq!((jumbo.rx_ring, jumbo.rx_buf), (128, 16384));
+        assert!(jumbo.rx_buf >= 9000 + 14 + 4, "a whole jumbo frame in one buffer");
+        assert_eq!(jumbo.rctl_size, regs::rctl::LPE | regs::rctl::BSEX | regs::rctl::BSIZE_16384);
     }
 
     #[test]

@@ -45,6 +45,9 @@ pub const TDT: u64 = 0x3818;
 /// Transmit interrupt delay value and absolute delay: 0 for none.
 pub const TIDV: u64 = 0x3820;
 pub const TADV: u64 = 0x382C;
+/// Receive Checksum Control (RXCSUM): 0 turns the IP/TCP/UDP checksum
+/// offloads off (VIA frames carry none of those headers).
+pub const RXCSUM: u64 = 0x5000;
 /// Multicast Table Array (128 words).
 pub const MTA: u64 = 0x5200;
 pub const MTA_WORDS: u64 = 128;
@@ -82,8 +85,14 @@ pub mod rctl {
     pub const BAM: u32 = 1 << 15;
     /// Strip the Ethernet CRC from received frames.
     pub const SECRC: u32 = 1 << 26;
-    // BSIZE (bits 17:16) = 00 with BSEX = 0: 2,048-byte buffers; DTYP = 00
-    // and RFCTL.EXSTEN = 0 (the reset values): legacy descriptors.
+    /// Long packet enable: frames over 1,522 bytes (jumbo frames).
+    pub const LPE: u32 = 1 << 5;
+    /// Buffer size extension: BSIZE counts in 16x larger units.
+    pub const BSEX: u32 = 1 << 25;
+    /// BSIZE (bits 17:16) = 01 with BSEX: 16,384-byte buffers.
+    pub const BSIZE_16384: u32 = 0b01 << 16;
+    // BSIZE = 00 with BSEX = 0: 2,048-byte buffers; DTYP = 00 and
+    // RFCTL.EXSTEN = 0 (the reset values): legacy descriptors.
 }
 
 /// TCTL bits and fields.
@@ -108,8 +117,6 @@ pub mod int {
     pub const RXT0: u32 = 1 << 7;
     /// Receiver overrun: a frame came with no free descriptor.
     pub const RXO: u32 = 1 << 6;
-    /// Receive descriptor minimum threshold reached.
-    pub const RXDMT0: u32 = 1 << 4;
     /// Every cause.
     pub const ALL: u32 = u32::MAX;
 }

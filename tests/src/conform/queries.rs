@@ -45,9 +45,10 @@ fn plain_target(c: &mut Ctx) {
 fn query_nic_initiator(c: &mut Ctx) {
     let a = c.nic.attributes();
     if ["tulip:", "/dev/via_tulip", "e1000e:", "/dev/via_e1000e"].iter().any(|p| c.dev.starts_with(p)) {
-        // A NIC over VFIO: Ethernet's MTU, and the unicast address from
-        // its serial ROM or EEPROM.
-        check!(c, a.native_mtu == 1500, "NativeMTU {} on {}", a.native_mtu, c.dev);
+        // A NIC over VFIO: Ethernet's MTU unless the name asks for another
+        // (`,mtu=N`), and the unicast address from its serial ROM or EEPROM.
+        let mtu = c.dev.split(',').find_map(|o| o.strip_prefix("mtu=")).and_then(|m| m.parse().ok()).unwrap_or(1500);
+        check!(c, a.native_mtu == mtu, "NativeMTU {} on {}, expected {mtu}", a.native_mtu, c.dev);
         check!(c, a.mac.0[0] & 1 == 0 && a.mac != via_user::MacAddr::ZERO, "station address {} is not a unicast address", a.mac);
     } else if let Some(spec) = c.dev.strip_prefix("udp:") {
         // VIA in UDP/IPv4: the interface's MTU less the IPv4 and UDP
