@@ -86,7 +86,7 @@ impl Layout {
 }
 
 // The rings' lengths must be multiples of 128 bytes (RDLEN, TDLEN).
-const _: () = assert!((RX_BYTES / 16384 * DESC_LEN) % 128 == 0 && (TX_RING * DESC_LEN) % 128 == 0);
+const _: () = assert!((RX_BYTES / 16384 * DESC_LEN).is_multiple_of(128) && (TX_RING * DESC_LEN).is_multiple_of(128));
 
 #[derive(Default, Debug)]
 struct Counters {
@@ -356,29 +356,21 @@ impl E1000eDevice {
     /// Copies frame `f` into consecutive transmit buffers and queues one
     /// descriptor for each (the caller checked that the ring has room).
     fn copy_out(&mut self, f: &TxFrame<'_>) {
-        let len = f.len();
-        let mut parts = std::iter::once(f.header).chain(f.pieces().iter().copied()).flat_map(|p| p.chunks(TX_BUF));
-        let mut part = parts.next().unwrap_or_default();
-        let mut left = len;
-        while left > 0 {
-            let off = self.tx_buf(self.tx_next);
-            let room = left.min(TX_BUF);
-            let mut at = 0;
-            while at < room {
-                let n = part.len().min(room - at);
-                if n == 0 {
-                    break; // the parts ran out (they add up to `len`: not reached)
-                }
-                // SAFETY: `at + n <= room <= TX_BUF`, inside this buffer.
-                unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), self.mem.at(off + at), n) };
-                at += n;
-                part = &part[n..];
-                if part.is_empty() {
-                    part = parts.next().unwrap_or_default();
-                }
-            }
-            left -= room;
-            self.queue_tx(self.iova_of(off), room, left == 0);
+        let parts = std::iter::once(f.header).chain(f.pieces().iter().copied());
+        let buffers = f.len().div_ceil(TX_BUF);
+        let first = self.tx_next;
+        split_into_buffers(parts, TX_BUF, |k, at, bytes| {
+            let off = self.tx_buf((first + k) % TX_RING);
+            // SAFETY: `at + bytes.len() <= TX_BUF` (split_into_buffers'
+            // promise): inside transmit buffer `first + k`.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.mem.at(off + at), bytes.len()) };
+        });
+        let mut left = f.len();
+        for k in 0..buffers {
+            let n = left.min(TX_BUF);
+            left -= n;
+            let off = self.tx_buf((first + k) % TX_RING);
+            self.queue_tx(self.iova_of(off), n, left == 0);
         }
     }
 
@@ -390,6 +382,25 @@ impl E1000eDevice {
         self.tx_next = (i + 1) % TX_RING;
         self.tx_busy += 1;
         i
+    }
+}
+
+/// Lays `parts`, one after the other, into buffers of `size` bytes:
+/// `put(k, at, bytes)` for each run of bytes that goes at offset `at` of
+/// buffer `k` (`at + bytes.len() <= size`). Every buffer but the last is
+/// filled whole.
+fn split_into_buffers<'a>(parts: impl Iterator<Item = &'a [u8]>, size: usize, mut put: impl FnMut(usize, usize, &'a [u8])) {
+    let (mut k, mut at) = (0, 0);
+    for mut part in parts {
+        while !part.is_empty() {
+            let n = part.len().min(size - at);
+            put(k, at, &part[..n]);
+            part = &part[n..];
+            at += n;
+            if at == size {
+                (k, at) = (k + 1, 0);
+            }
+        }
     }
 }
 
@@ -556,5 +567,37 @@ impl Drop for E1000eDevice {
         self.regs.write(regs::CTRL, c | ctrl::RST);
         self.iommu.clear(&self.vfio);
         let _ = pci_cmd::stop_mastering(&self.vfio);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_into_buffers;
+
+    /// The buffers `split_into_buffers` fills, as vectors.
+    fn split(parts: &[&[u8]], size: usize) -> Vec<Vec<u8>> {
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        split_into_buffers(parts.iter().copied(), size, |k, at, bytes| {
+            assert!(at + bytes.len() <= size, "a run past its buffer");
+            if out.len() == k {
+                out.push(Vec::new());
+            }
+            assert_eq!(out.len(), k + 1, "buffers in order");
+            assert_eq!(out[k].len(), at, "runs in order, no gap");
+            out[k].extend_from_slice(bytes);
+        });
+        out
+    }
+
+    #[test]
+    fn a_frame_fills_whole_buffers_but_the_last() {
+        let frame: Vec<u8> = (0..9014u32).map(|i| i as u8).collect();
+        // A header, a payload in three pieces of odd sizes.
+        let parts: [&[u8]; 4] = [&frame[..14], &frame[14..3000], &frame[3000..3001], &frame[3001..]];
+        let bufs = split(&parts, 2048);
+        assert_eq!(bufs.iter().map(Vec::len).collect::<Vec<_>>(), [2048, 2048, 2048, 2048, 822]);
+        assert_eq!(bufs.concat(), frame, "every byte once, in order");
+        assert_eq!(split(&[&frame[..60]], 2048), [frame[..60].to_vec()], "a small frame: one buffer");
+        assert_eq!(split(&[&frame[..2048], &[]], 2048).len(), 1, "exactly one buffer's worth, and an empty piece");
     }
 }

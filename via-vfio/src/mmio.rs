@@ -45,7 +45,7 @@ impl Registers {
     /// all ones when a region read fails, as a vanished PCI device reads).
     #[inline]
     pub fn read(&self, off: u64) -> u32 {
-        assert!(off % 4 == 0 && off + 4 <= self.len, "register {off:#x} outside the {}-byte BAR", self.len);
+        assert!(off.is_multiple_of(4) && off + 4 <= self.len, "register {off:#x} outside the {}-byte BAR", self.len);
         match &self.access {
             // SAFETY: in bounds of the mapped BAR and 4-byte aligned
             // (asserted); MMIO needs a volatile access.
@@ -60,7 +60,7 @@ impl Registers {
     /// Writes the register at byte offset `off` (as in [`Registers::read`]).
     #[inline]
     pub fn write(&self, off: u64, v: u32) {
-        assert!(off % 4 == 0 && off + 4 <= self.len, "register {off:#x} outside the {}-byte BAR", self.len);
+        assert!(off.is_multiple_of(4) && off + 4 <= self.len, "register {off:#x} outside the {}-byte BAR", self.len);
         match &self.access {
             // SAFETY: as in `read`.
             Access::Mapped(base) => unsafe { std::ptr::write_volatile(base.add(off as usize).cast::<u32>(), v.to_le()) },
