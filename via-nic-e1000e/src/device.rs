@@ -6,10 +6,11 @@
 //! receive descriptor (2 KiB; 16 KiB with jumbo frames) and one 2 KiB
 //! transmit buffer per transmit descriptor.
 //!
-//! A frame whose payload lies in registered memory goes out in two
+//! A frame whose payload lies in registered memory goes out in several
 //! descriptors: the header from the transmit buffer of the first, the
 //! payload straight from registered memory (zero copy; the 82574 gathers
-//! a frame from several descriptors). Anything else is copied into
+//! a frame from several descriptors), one descriptor per page it touches
+//! ([`page_runs`] says why). Anything else is copied into
 //! consecutive transmit buffers, one descriptor each (one for a frame of
 //! Ethernet's MTU, up to five for a jumbo frame). A batch that sends from user memory
 //! returns only once the NIC has released it, so the caller may reuse
@@ -28,10 +29,10 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
-use via_vfio::{pci_cmd, DmaMemory, IommuMappings, Registers, VfioDevice};
+use via_vfio::{pci_cmd, DmaMemory, IommuMappings, Registers, VfioDevice, PAGE};
 
-/// Transmit descriptors: a zero-copy frame takes two, a copied one one
-/// per 2 KiB.
+/// Transmit descriptors: a zero-copy frame takes one for its header and one
+/// per page of its payload, a copied one one per 2 KiB.
 pub const TX_RING: usize = 128;
 /// Bytes of each transmit buffer.
 const TX_BUF: usize = 2048;
@@ -385,6 +386,26 @@ impl E1000eDevice {
     }
 }
 
+/// `[iova, iova + len)` cut at page boundaries: (start, length) of each
+/// run. A payload goes out in one descriptor per page it touches: QEMU's
+/// 82574 maps each descriptor's buffer through the IOMMU as one piece and
+/// drops the frame when the guest pages behind it are not contiguous,
+/// which registered memory's pages need not be (the NIC itself gathers
+/// any run of descriptors, so real hardware loses nothing by this).
+fn page_runs(iova: u64, len: usize) -> impl Iterator<Item = (u64, usize)> {
+    let end = iova + len as u64;
+    let mut at = iova;
+    std::iter::from_fn(move || {
+        (at < end).then(|| {
+            let next = ((at / PAGE as u64) + 1) * PAGE as u64;
+            let run = (next.min(end) - at) as usize;
+            let r = (at, run);
+            at += run as u64;
+            r
+        })
+    })
+}
+
 /// Lays `parts`, one after the other, into buffers of `size` bytes:
 /// `put(k, at, bytes)` for each run of bytes that goes at offset `at` of
 /// buffer `k` (`at + bytes.len() <= size`). Every buffer but the last is
@@ -484,7 +505,10 @@ impl FrameDevice for E1000eDevice {
                 [p] if !p.is_empty() => self.iommu.translate(p.as_ptr() as usize, p.len()).map(|iova| (iova, p.len())),
                 _ => None,
             };
-            let needed = if direct.is_some() { 2 } else { len.div_ceil(TX_BUF) };
+            let needed = match direct {
+                Some((iova, plen)) => 1 + page_runs(iova, plen).count(),
+                None => len.div_ceil(TX_BUF),
+            };
             // The ring never fills up: a full ring would have head == tail,
             // which reads as empty.
             if self.tx_busy + needed > TX_RING - 1 {
@@ -497,7 +521,9 @@ impl FrameDevice for E1000eDevice {
                     // SAFETY: the header fits the slot's TX_BUF bytes (checked above).
                     unsafe { std::ptr::copy_nonoverlapping(f.header.as_ptr(), self.mem.at(off), f.header.len()) };
                     self.queue_tx(self.iova_of(off), f.header.len(), false);
-                    wait_for = Some(self.queue_tx(iova, plen, true));
+                    for (at, n) in page_runs(iova, plen) {
+                        wait_for = Some(self.queue_tx(at, n, at + n as u64 == iova + plen as u64));
+                    }
                     self.counters.tx_zero_copy += 1;
                 }
                 None => {
@@ -572,7 +598,17 @@ impl Drop for E1000eDevice {
 
 #[cfg(test)]
 mod tests {
-    use super::split_into_buffers;
+    use super::{page_runs, split_into_buffers};
+
+    #[test]
+    fn payloads_are_cut_at_page_boundaries() {
+        let runs = |iova, len| page_runs(iova, len).collect::<Vec<_>>();
+        assert_eq!(runs(0x1000_0000, 1436), [(0x1000_0000, 1436)], "inside one page");
+        assert_eq!(runs(0x1000_0f00, 1436), [(0x1000_0f00, 0x100), (0x1000_1000, 1436 - 0x100)]);
+        assert_eq!(runs(0x1000_0f00, 9000), [(0x1000_0f00, 0x100), (0x1000_1000, 4096), (0x1000_2000, 4096), (0x1000_3000, 9000 - 0x100 - 8192)]);
+        assert_eq!(runs(0x1000_1000, 4096), [(0x1000_1000, 4096)], "exactly one page");
+        assert!(runs(0x1000_1000, 0).is_empty());
+    }
 
     /// The buffers `split_into_buffers` fills, as vectors.
     fn split(parts: &[&[u8]], size: usize) -> Vec<Vec<u8>> {
