@@ -1,26 +1,38 @@
 #!/bin/bash
-# The QEMU harness for the tulip/VFIO path, in one command:
+# The QEMU harness for the VFIO path (tulip and e1000e NICs), in one command:
 #
-#   qemu/run.sh [--nics N]... [--only NAME] [--env VAR=VALUE]... [--timeout SECONDS]
+#   qemu/run.sh [--boot KIND:N]... [--nics N]... [--only NAME] [--env VAR=VALUE]... [--timeout SECONDS]
 #
 # builds the guest binaries statically (via-agent, via-pingpong,
 # via-testpeer, via-conform, via-guest-suite, cg), builds an initramfs from
 # busybox and the VFIO modules of the Debian kernel package, boots a q35
-# guest under TCG with the emulated intel-iommu and N tulip NICs on one
-# QEMU hub, lets qemu/init bind every tulip with via-agent and run
-# via-guest-suite, and reads the result from the serial console. By default
-# it boots twice: with 2 NICs and with 4. Needs qemu-system-x86,
-# linux-image-amd64 and busybox-static (.ci/run installs them).
+# guest under TCG with the emulated intel-iommu and N NICs on one QEMU
+# hub, lets qemu/init bind every NIC that has a VIA driver with via-agent
+# and run via-guest-suite, and reads the result from the serial console.
+# Needs qemu-system-x86, linux-image-amd64 and busybox-static (.ci/run
+# installs them).
 #
-# The guest is told how many NICs it got (via_nics=N on the kernel command
-# line): it fails unless exactly N tulips are bound to vfio-pci, and every
-# check needing more NICs than are bound fails (the 4-NIC checks run
-# whenever 4 were given). A boot passes only when the suite's last line
+# One boot per --boot KIND:N, in the order given: KIND is tulip (DEC 21143,
+# QEMU's -device tulip), e1000e (Intel 82574L, -device e1000e) or mixed
+# (tulip, e1000e, tulip, ... alternating, so a pair is one of each);
+# --nics N is --boot tulip:N. By default it boots five times: tulip:2,
+# tulip:4, e1000e:2, e1000e:4, mixed:2.
+#
+# The guest is told how many NICs it got and of which kinds (via_nics=N
+# via_kinds=tulip:1,e1000e:1 on the kernel command line): it fails unless
+# exactly that many of each kind are bound to vfio-pci, and every check
+# needing more NICs than are bound fails (the 4-NIC checks run whenever 4
+# were given). A boot passes only when the suite's last line
 # `guest: P passed, F failed, K planned` has P == K > 0, the guest said
-# how many tulips it bound and that is N, and it exited 0. --only NAME
-# that matches no check fails before booting, naming the known checks
-# (`via-guest-suite plan N NAME`). Exits non-zero on any failure, a
-# missing result line, or a time-out.
+# how many NICs of each kind it bound and that is what was given, and it
+# exited 0. Each boot's summary line says its kind:
+#   qemu/run.sh: 2 e1000e NICs: 2 bound; guest: P passed, F failed, K planned in T s (attempt A)
+# (`... NICs: FAIL: why` for a boot that failed), and the run ends with
+# one line per kind booted:
+#   qemu/run.sh: e1000e: 2 passed, 0 failed (boots)
+# --only NAME that matches no check fails before booting, naming the known
+# checks (`via-guest-suite plan KINDS NAME`). Exits non-zero on any
+# failure, a missing result line, or a time-out.
 #
 # The watchdog: a guest that prints nothing for VIA_QEMU_SILENCE seconds
 # (default 120; the suite prints a line at least every minute) has stopped.
@@ -35,22 +47,28 @@
 # A check that fails is never retried either.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-NICS=()
+USAGE="usage: qemu/run.sh [--boot KIND:N]... [--nics N]... [--only NAME] [--env VAR=VALUE]... [--timeout SECONDS] (KIND: tulip, e1000e or mixed)"
+BOOTS=()
 ONLY=""
 ENVS=""
 TIMEOUT=${VIA_QEMU_TIMEOUT:-600}
 while [ $# -gt 0 ]; do
     case "$1" in
-        --nics) NICS+=("$2"); shift 2 ;;
+        --boot) BOOTS+=("$2"); shift 2 ;;
+        --nics) BOOTS+=("tulip:$2"); shift 2 ;;
         --only) ONLY="$2"; shift 2 ;;
         --env) ENVS="$ENVS via_env=$2"; shift 2 ;;
         --timeout) TIMEOUT="$2"; shift 2 ;;
-        *) echo "usage: qemu/run.sh [--nics N]... [--only NAME] [--env VAR=VALUE]... [--timeout SECONDS]" >&2; exit 2 ;;
+        *) echo "$USAGE" >&2; exit 2 ;;
     esac
 done
-[ ${#NICS[@]} -gt 0 ] || NICS=(2 4)
+[ ${#BOOTS[@]} -gt 0 ] || BOOTS=(tulip:2 tulip:4 e1000e:2 e1000e:4 mixed:2)
 
 die() { echo "qemu/run.sh: $*" >&2; exit 1; }
+for b in "${BOOTS[@]}"; do
+    [[ "$b" =~ ^(tulip|e1000e|mixed):[0-9]+$ ]] || die "--boot $b: expected KIND:N, KIND one of tulip, e1000e, mixed ($USAGE)"
+    [ "${b#*:}" -ge 2 ] || die "--boot $b: the suite needs at least 2 NICs"
+done
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 missing (apt-get install qemu-system-x86)"
 BUSYBOX=$(command -v busybox || true)
 [ -n "$BUSYBOX" ] || die "busybox missing (apt-get install busybox-static)"
@@ -71,11 +89,31 @@ CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" 
     -p nas-cg --bin cg
 BINDIR=${CARGO_TARGET_DIR:-$ROOT/target}/$TARGET/guest
 
+# A boot KIND:N as the QEMU device of each NIC, in PCI slot order (one
+# word each): KIND N times, or for mixed tulip and e1000e alternating.
+nic_devices() {
+    local kind=${1%%:*} n=${1#*:} i
+    for i in $(seq 0 $((n - 1))); do
+        case "$kind" in
+            mixed) if [ $((i % 2)) = 0 ]; then echo tulip; else echo e1000e; fi ;;
+            *) echo "$kind" ;;
+        esac
+    done
+}
+# The NICs of a boot counted by kind, as the guest writes them
+# (`tulip:1,e1000e:1`: tulip first, kinds with none left out).
+kind_counts() {
+    local devs t e
+    devs=$(nic_devices "$1")
+    t=$(grep -cx tulip <<< "$devs" || true)
+    e=$(grep -cx e1000e <<< "$devs" || true)
+    { [ "$t" = 0 ] || echo "tulip:$t"; [ "$e" = 0 ] || echo "e1000e:$e"; } | paste -sd, -
+}
+
 # The checks each boot plans; an --only that matches none fails here.
-for n in "${NICS[@]}"; do
-    [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 2 ] || die "--nics $n: the suite needs at least 2 NICs"
-    planned=$("$BINDIR/via-guest-suite" plan "$n" "$ONLY") || die "--only $ONLY: unknown check (above)"
-    echo "qemu/run.sh: $n NICs: $(echo "$planned" | wc -l) checks to run besides the NIC count${ONLY:+ (--only $ONLY)}"
+for b in "${BOOTS[@]}"; do
+    planned=$("$BINDIR/via-guest-suite" plan "$(kind_counts "$b")" "$ONLY") || die "--only $ONLY: unknown check (above)"
+    echo "qemu/run.sh: ${b#*:} ${b%%:*} NICs: $(echo "$planned" | wc -l) checks to run besides the NIC count${ONLY:+ (--only $ONLY)}"
 done
 
 # 2. The initramfs.
@@ -114,22 +152,26 @@ done
 printf '%s\n' "${order[@]}" > "$IRD/lib/modules/order"
 (cd "$IRD" && find . | cpio -o -H newc --quiet | gzip -1) > "$WORK/initrd.gz"
 
-# 3. Boot, once per NIC count.
+# 3. Boot, once per --boot.
 SILENCE=${VIA_QEMU_SILENCE:-120}
 # The suite's first line: silence before it is the boot phase, after it a hang.
 SUITE_STARTED='^guest: suite started'
 RESULT='^guest: [0-9]+ passed, [0-9]+ failed, [0-9]+ planned$'
-# boot N LOG: one guest run; returns 0 if the guest printed its result,
+# The suite's count of the NICs bound: how many, and by kind.
+BOUND='^guest: [0-9]+ NICs bound to vfio-pci \([a-z0-9:,]+\)'
+# boot KIND:N LOG: one guest run; returns 0 if the guest printed its result,
 # 3 if it fell silent in the boot phase, 4 if it fell silent after the
 # suite started (state saved in LOG either way), 1 otherwise.
 boot() {
-    local n=$1 log=$2 mon=$WORK/monitor i
+    local b=$1 log=$2 mon=$WORK/monitor i=0 dev
     local args=(-accel tcg -machine q35 -cpu max -smp 2 -m 1024 -device intel-iommu
           -kernel "$KERNEL" -initrd "$WORK/initrd.gz"
-          -append "console=ttyS0 intel_iommu=on panic=-1 quiet loglevel=3 printk.devkmsg=on printk.time=0 via_nics=$n via_only=$ONLY$ENVS"
+          -append "console=ttyS0 intel_iommu=on panic=-1 quiet loglevel=3 printk.devkmsg=on printk.time=0 via_nics=${b#*:} via_kinds=$(kind_counts "$b") via_only=$ONLY$ENVS"
           -nographic -no-reboot -nodefaults -serial stdio -monitor "pipe:$mon")
-    for i in $(seq 0 $((n - 1))); do
-        args+=(-netdev "hubport,id=p$i,hubid=0" -device "tulip,netdev=p$i,mac=52:54:00:00:00:$(printf %02x $((i + 1)))")
+    # Every NIC on hub 0, whatever its kind; MACs 52:54:00:00:00:01, :02, ...
+    for dev in $(nic_devices "$b"); do
+        args+=(-netdev "hubport,id=p$i,hubid=0" -device "$dev,netdev=p$i,mac=52:54:00:00:00:$(printf %02x $((i + 1)))")
+        i=$((i + 1))
     done
     rm -f "$mon.in" "$mon.out" "$WORK/silent" "$WORK/hung"
     mkfifo "$mon.in" "$mon.out"
@@ -174,44 +216,58 @@ boot() {
 }
 
 status=0
-for n in "${NICS[@]}"; do
-    log=$WORK/guest-$n.log
+# Boots passed and failed, by KIND of --boot (the run's last lines).
+declare -A PASSED FAILED
+KINDS=()
+for b in "${BOOTS[@]}"; do
+    kind=${b%%:*} n=${b#*:}
+    # The label of this boot's lines: "2 e1000e NICs".
+    what="$n $kind NICs"
+    given=$(kind_counts "$b")
+    log=$WORK/guest-$kind-$n.log
     for attempt in 1 2; do
-        echo "qemu/run.sh: booting a guest with $n tulip NICs (time limit ${TIMEOUT}s, attempt $attempt)"
+        echo "qemu/run.sh: booting a guest with $what ($given; time limit ${TIMEOUT}s, attempt $attempt)"
         t0=$(date +%s)
-        rc=0; boot "$n" "$log" || rc=$?
+        rc=0; boot "$b" "$log" || rc=$?
         t1=$(date +%s)
-        [ -n "${VIA_QEMU_LOGDIR:-}" ] && cp "$log" "$VIA_QEMU_LOGDIR/guest-$n-attempt$attempt.log"
+        [ -n "${VIA_QEMU_LOGDIR:-}" ] && cp "$log" "$VIA_QEMU_LOGDIR/guest-$kind-$n-attempt$attempt.log"
         if [ "$rc" = 3 ] && [ "$attempt" = 1 ]; then
-            echo "qemu/run.sh: $n NICs: the guest stopped before the suite started (silent for ${SILENCE} s after $((t1 - t0)) s; state above); booting it again"
+            echo "qemu/run.sh: $what: the guest stopped before the suite started (silent for ${SILENCE} s after $((t1 - t0)) s; state above); booting it again"
             continue
         fi
         break
     done
     result=$(grep -aE "$RESULT" "$log" | tail -n 1 || true)
-    bound=$(grep -aoE '^guest: [0-9]+ tulips bound to vfio-pci' "$log" | tail -n 1 | awk '{print $2}' || true)
+    # "guest: 2 NICs bound to vfio-pci (tulip:1,e1000e:1), ...": 2 and tulip:1,e1000e:1.
+    read -r bound bound_kinds < <(grep -aoE "$BOUND" "$log" | tail -n 1 | sed -E 's/^guest: ([0-9]+) .*\((.*)\)$/\1 \2/') || true
     read -r passed failed planned < <(echo "$result" | awk '{print $2, $4, $6}')
     took="$((t1 - t0)) s (attempt $attempt)"
+    ok=0
     if [ "$rc" = 3 ]; then
-        echo "qemu/run.sh: $n NICs: FAIL: the guest stopped again before the suite started (silent for ${SILENCE} s; state above)"
-        status=1
+        echo "qemu/run.sh: $what: FAIL: the guest stopped again before the suite started (silent for ${SILENCE} s; state above)"
     elif [ "$rc" = 4 ]; then
-        echo "qemu/run.sh: $n NICs: FAIL: the guest hung in the suite (silent for ${SILENCE} s after it started, $took; state above; not retried)"
-        status=1
+        echo "qemu/run.sh: $what: FAIL: the guest hung in the suite (silent for ${SILENCE} s after it started, $took; state above; not retried)"
     elif [ -z "$result" ]; then
-        echo "qemu/run.sh: $n NICs: FAIL: no result from the guest after $took (crash or time-out)"
-        status=1
-    elif [ "$bound" != "$n" ]; then
-        echo "qemu/run.sh: $n NICs: FAIL: ${bound:-no count of} tulips bound to vfio-pci, $n given; $result, $took"
-        status=1
+        echo "qemu/run.sh: $what: FAIL: no result from the guest after $took (crash or time-out)"
+    elif [ "${bound:-}" != "$n" ] || [ "${bound_kinds:-}" != "$given" ]; then
+        echo "qemu/run.sh: $what: FAIL: ${bound:-no count of} NICs bound to vfio-pci (${bound_kinds:-none}), $n given ($given); $result, $took"
     elif [ "$planned" = 0 ] || [ "$passed" != "$planned" ] || [ "$failed" != 0 ]; then
-        echo "qemu/run.sh: $n NICs: FAIL: $result (every planned check must pass, and some be planned), $took"
-        status=1
+        echo "qemu/run.sh: $what: FAIL: $bound bound; $result (every planned check must pass, and some be planned), $took"
     elif ! grep -q '^GUEST-EXIT 0' "$log"; then
-        echo "qemu/run.sh: $n NICs: FAIL: $result but the guest exited non-zero ($(grep -a '^GUEST-EXIT' "$log" | tail -n 1)), $took"
-        status=1
+        echo "qemu/run.sh: $what: FAIL: $result but the guest exited non-zero ($(grep -a '^GUEST-EXIT' "$log" | tail -n 1)), $took"
     else
-        echo "qemu/run.sh: $n NICs: $bound tulips bound; $result in $took"
+        echo "qemu/run.sh: $what: $bound bound; $result in $took"
+        ok=1
     fi
+    [ -n "${PASSED[$kind]:-}" ] || { KINDS+=("$kind"); PASSED[$kind]=0; FAILED[$kind]=0; }
+    if [ "$ok" = 1 ]; then
+        PASSED[$kind]=$((PASSED[$kind] + 1))
+    else
+        FAILED[$kind]=$((FAILED[$kind] + 1))
+        status=1
+    fi
+done
+for kind in "${KINDS[@]}"; do
+    echo "qemu/run.sh: $kind: ${PASSED[$kind]} passed, ${FAILED[$kind]} failed (boots)"
 done
 exit $status

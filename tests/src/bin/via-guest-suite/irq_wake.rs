@@ -1,6 +1,8 @@
 //! The interrupt check of `sleeping_waits_wake_on_interrupts`: a receive
 //! wait that sleeps with nothing else able to wake it, woken by the
-//! tulip's receive interrupt through the VFIO eventfd.
+//! receiving NIC's interrupt through the VFIO eventfd. Nothing in it is
+//! particular to one kind of NIC: it needs of the driver only an
+//! interrupt eventfd and an `interrupts` device counter.
 //!
 //! Both NICs are opened in this process, each without the progress thread
 //! and without spinning (`spin` 0), and the VI is unreliable, so no

@@ -1,19 +1,23 @@
 //! The killed-process check: two ranks streaming with DMA in flight are
 //! killed, and the NICs must be left with no mapping and no bus mastering,
-//! free to open, and open clean (see docs/DESIGN-NOTES.md).
+//! free to open, and open clean (see docs/DESIGN-NOTES.md). It runs on
+//! every kind of NIC: what it reads of a NIC's own registers is read per
+//! kind ([`NicState`]), the rest is the same for every VFIO device.
 
 use super::*;
 
-// What the kernel shows of a tulip from outside the process that owns it:
-// its CSRs through the I/O BAR's sysfs file (port reads, which no driver
-// claim blocks), its PCI command register through sysfs config space,
-// whether its VFIO group is free, and the memory the VFIO container pins.
-// The IOMMU's page tables themselves are not visible: the Debian kernel
-// has no CONFIG_IOMMU_DEBUGFS. What shows instead that the mappings went:
-// type-1 VFIO pins every mapped page (accounted in the owner's VmLck) and
-// unpins it only when it removes the mapping, so the pinned pages return
-// to MemFree exactly when the mappings are gone; and a device that reached
-// for an address with no mapping would leave a DMAR fault in the kernel log.
+// What the kernel shows of a NIC from outside the process that owns it:
+// its registers through the I/O BAR's sysfs file (port reads and writes,
+// which no driver claim blocks, whereas sysfs maps a memory BAR only while
+// no driver holds it), its PCI command register through sysfs config
+// space, whether its VFIO group is free, and the memory the VFIO container
+// pins. The IOMMU's page tables themselves are not visible: the Debian
+// kernel has no CONFIG_IOMMU_DEBUGFS. What shows instead that the mappings
+// went: type-1 VFIO pins every mapped page (accounted in the owner's
+// VmLck) and unpins it only when it removes the mapping, so the pinned
+// pages return to MemFree exactly when the mappings are gone; and a device
+// that reached for an address with no mapping would leave a DMAR fault in
+// the kernel log.
 
 /// Bytes each `--forever` rank registers beyond its buffers, so that the
 /// pages the container pins stand out of the noise in MemFree.
@@ -28,34 +32,102 @@ mod bits {
     pub const CSR6_ST: u32 = 1 << 13;
 }
 
-/// One look at a tulip from outside: CSR5, CSR6, bus mastering.
+/// The 82574L registers these checks read (datasheet §10.2), and its I/O
+/// BAR's window onto them (§10.1.3: write a register's offset to IOADDR,
+/// then read it from IODATA).
+mod e1000e {
+    pub const IOADDR: u64 = 0x00;
+    pub const IODATA: u64 = 0x04;
+    /// Device status.
+    pub const STATUS: u32 = 0x0008;
+    /// Receive control; bit 1 (EN): the receiver is enabled.
+    pub const RCTL: u32 = 0x0100;
+    /// Transmit control; bit 1 (EN): the transmitter is enabled.
+    pub const TCTL: u32 = 0x0400;
+    pub const EN: u32 = 1 << 1;
+}
+
+/// One look at a NIC from outside: its registers that say whether its
+/// receive and transmit DMA run, and bus mastering.
 #[derive(Debug)]
 struct NicState {
-    csr5: u32,
-    csr6: u32,
+    /// The registers read, by name, for the log.
+    regs: Vec<(&'static str, u32)>,
+    /// Both DMA engines started.
+    dma_started: bool,
+    /// What the NIC still holds from an earlier owner, when its kind
+    /// shows that from outside (None: nothing).
+    pending: Option<String>,
     bus_master: bool,
 }
 
+impl std::fmt::Display for NicState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (name, v) in &self.regs {
+            write!(f, "{name} {v:#010x} ")?;
+        }
+        write!(f, "bus master {}", self.bus_master)
+    }
+}
+
+/// The index of the first I/O BAR of the PCI function whose sysfs
+/// directory is `dir` (from its `resource` file: one line per BAR, start,
+/// end and flags; flag 0x100 is IORESOURCE_IO).
+fn io_bar(dir: &str) -> Result<usize, String> {
+    let table = std::fs::read_to_string(format!("{dir}/resource")).map_err(|e| format!("{dir}/resource: {e}"))?;
+    table
+        .lines()
+        .take(6)
+        .position(|l| l.split_whitespace().nth(2).and_then(|f| u64::from_str_radix(f.trim_start_matches("0x"), 16).ok()).is_some_and(|f| f & 0x100 != 0))
+        .ok_or(format!("{dir} has no I/O BAR"))
+}
+
 impl NicState {
-    fn read(addr: &str) -> Result<NicState, String> {
+    /// Reads NIC `dev` (a VIA device name: its kind says which registers).
+    fn read(dev: &str) -> Result<NicState, String> {
         use std::os::unix::fs::FileExt;
-        let dir = format!("/sys/bus/pci/devices/{addr}");
-        let read32 = |file: &str, off: u64| -> Result<u32, String> {
-            let f = std::fs::File::open(format!("{dir}/{file}")).map_err(|e| format!("{dir}/{file}: {e}"))?;
+        let dir = format!("/sys/bus/pci/devices/{}", address_of(dev));
+        let open = |file: &str, write: bool| std::fs::OpenOptions::new().read(true).write(write).open(format!("{dir}/{file}")).map_err(|e| format!("{dir}/{file}: {e}"));
+        let read32 = |f: &std::fs::File, file: &str, off: u64| -> Result<u32, String> {
             let mut b = [0u8; 4];
             f.read_exact_at(&mut b, off).map_err(|e| format!("{dir}/{file} at {off:#x}: {e}"))?;
             Ok(u32::from_le_bytes(b))
         };
-        // resource0 is the I/O BAR: CSRn at 8·n; config offset 4 is the
-        // command register (bit 2: bus master).
-        Ok(NicState { csr5: read32("resource0", 0x28)?, csr6: read32("resource0", 0x30)?, bus_master: read32("config", 4)? & 0x4 != 0 })
-    }
-
-    /// Both processes started, neither in state 0 (stopped): CSR5 bits
-    /// 19:17 (receive) and 22:20 (transmit), 21143 HRM §3.2.2.6.
-    fn dma_started(&self) -> bool {
-        let (rs, ts) = ((self.csr5 >> 17) & 7, (self.csr5 >> 20) & 7);
-        self.csr6 & (bits::CSR6_SR | bits::CSR6_ST) == bits::CSR6_SR | bits::CSR6_ST && rs != 0 && ts != 0
+        // Config offset 4 is the command register (bit 2: bus master).
+        let bus_master = read32(&open("config", false)?, "config", 4)? & 0x4 != 0;
+        let io = format!("resource{}", io_bar(&dir)?);
+        match kind_of(dev) {
+            "tulip" => {
+                // The I/O BAR holds the CSRs: CSRn at 8·n.
+                let f = open(&io, false)?;
+                let (csr5, csr6) = (read32(&f, &io, 0x28)?, read32(&f, &io, 0x30)?);
+                // Both processes started, neither in state 0 (stopped):
+                // CSR5 bits 19:17 (receive) and 22:20 (transmit), 21143
+                // HRM §3.2.2.6.
+                let (rs, ts) = ((csr5 >> 17) & 7, (csr5 >> 20) & 7);
+                let dma_started = csr6 & (bits::CSR6_SR | bits::CSR6_ST) == bits::CSR6_SR | bits::CSR6_ST && rs != 0 && ts != 0;
+                // An abnormal interrupt or a receive buffer unavailable
+                // left over from the killed owner.
+                let pending = (csr5 & (bits::CSR5_AIS | bits::CSR5_RU) != 0).then(|| format!("CSR5 {csr5:#010x}: abnormal interrupt summary or receive buffer unavailable"));
+                Ok(NicState { regs: vec![("CSR5", csr5), ("CSR6", csr6)], dma_started, pending, bus_master })
+            }
+            "e1000e" => {
+                // Through the I/O window (the only register this writes is
+                // IOADDR, the window's own latch, which the driver, working
+                // through the memory BAR, does not use).
+                let f = open(&io, true)?;
+                let reg = |r: u32| -> Result<u32, String> {
+                    f.write_all_at(&r.to_le_bytes(), e1000e::IOADDR).map_err(|e| format!("{dir}/{io}: writing IOADDR: {e}"))?;
+                    read32(&f, &io, e1000e::IODATA)
+                };
+                let (status, rctl, tctl) = (reg(e1000e::STATUS)?, reg(e1000e::RCTL)?, reg(e1000e::TCTL)?);
+                let dma_started = rctl & e1000e::EN != 0 && tctl & e1000e::EN != 0;
+                // What an old owner left pending is in the interrupt cause
+                // register, which clears when read: not looked at from here.
+                Ok(NicState { regs: vec![("STATUS", status), ("RCTL", rctl), ("TCTL", tctl)], dma_started, pending: None, bus_master })
+            }
+            k => Err(format!("{dev}: this check does not know the registers of a {k} NIC")),
+        }
     }
 }
 
@@ -121,7 +193,7 @@ fn fresh_progress(rank: &mut Child2) -> Result<String, String> {
 /// DMAR fault appeared. The next open resets the NIC (its processes
 /// restarted, nothing pending) and a verified exchange passes.
 pub(crate) fn killed_processes_leave_clean_nics(devs: &[String]) -> Result<(), String> {
-    let addrs: Vec<String> = devs[..2].iter().map(|d| d.trim_start_matches("tulip:").to_string()).collect();
+    let addrs: Vec<String> = devs[..2].iter().map(|d| address_of(d).to_string()).collect();
     let ballast_kib = (PINNED_BALLAST / 1024) as u64;
     let free_before = via_tests::proc_kib("/proc/meminfo", "MemFree")?;
     let (log_start, _) = dmar_faults(0)?;
@@ -142,12 +214,12 @@ pub(crate) fn killed_processes_leave_clean_nics(devs: &[String]) -> Result<(), S
     // While they stream: each NIC's DMA engines run, it masters the bus,
     // its group is taken (the probes used after the kill see these), and
     // the container pins the rank's registered pages.
-    for (r, a) in ranks.iter().zip(&addrs) {
-        let st = NicState::read(a)?;
+    for ((r, a), d) in ranks.iter().zip(&addrs).zip(devs) {
+        let st = NicState::read(d)?;
         let locked = via_tests::proc_kib(&format!("/proc/{}/status", r.child.id()), "VmLck")?;
-        println!("  {a} streaming: CSR5 {:#010x} CSR6 {:#010x} bus master {}; rank pins {locked} kB", st.csr5, st.csr6, st.bus_master);
-        if !st.dma_started() || !st.bus_master {
-            return Err(format!("{a} while its rank streams: {st:x?}, expected both DMA processes started and bus mastering on"));
+        println!("  {d} streaming: {st}; rank pins {locked} kB");
+        if !st.dma_started || !st.bus_master {
+            return Err(format!("{d} while its rank streams: {st}, expected both DMA engines started and bus mastering on"));
         }
         if !group_busy(a)? {
             return Err(format!("the VFIO group of {a} opened while its rank owns it"));
@@ -174,9 +246,9 @@ pub(crate) fn killed_processes_leave_clean_nics(devs: &[String]) -> Result<(), S
     // Reaped: the kernel ran the dead processes' file releases already.
     // (Every finding is reported, not only the first.)
     let mut leaks = Vec::new();
-    for a in &addrs {
-        let st = NicState::read(a)?;
-        println!("  {a} after the kill: CSR5 {:#010x} CSR6 {:#010x} bus master {}", st.csr5, st.csr6, st.bus_master);
+    for (a, d) in addrs.iter().zip(devs) {
+        let st = NicState::read(d)?;
+        println!("  {d} after the kill: {st}");
         if st.bus_master {
             leaks.push(format!("{a}: bus mastering still on after its process was killed"));
         }
@@ -192,14 +264,17 @@ pub(crate) fn killed_processes_leave_clean_nics(devs: &[String]) -> Result<(), S
     if !leaks.is_empty() {
         return Err(leaks.join("; "));
     }
-    // The next open: a reset NIC, its processes started afresh by the new
-    // owner with nothing pending from the old one (CSR5 abnormal summary,
-    // receive buffer unavailable), and counters that start at zero.
+    // The next open: a reset NIC, its DMA started afresh by the new owner
+    // with nothing pending from the old one (where its kind shows that),
+    // and counters that start at zero.
     for (d, a) in devs[..2].iter().zip(&addrs) {
         let nic = Nic::open(d).map_err(|e| format!("reopening {d}: {e}"))?;
-        let st = NicState::read(a)?;
-        if !st.dma_started() || !st.bus_master || st.csr5 & (bits::CSR5_AIS | bits::CSR5_RU) != 0 {
-            return Err(format!("{a} after the next open: {st:x?}"));
+        let st = NicState::read(d)?;
+        if !st.dma_started || !st.bus_master {
+            return Err(format!("{d} after the next open: {st}, expected both DMA engines started and bus mastering on"));
+        }
+        if let Some(p) = &st.pending {
+            return Err(format!("{d} after the next open: {p}"));
         }
         if !group_busy(a)? {
             return Err(format!("the VFIO group of {a} opened while the suite owns the NIC"));

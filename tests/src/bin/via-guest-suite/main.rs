@@ -1,23 +1,30 @@
-//! The test suite that runs inside the QEMU guest (see `qemu/`), on tulip
-//! NICs bound to vfio-pci, one process per NIC. Its first line is
-//! `guest: suite started: K checks planned for N NICs`, its last
-//! `guest: P passed, F failed, K planned`; it exits non-zero unless every
-//! planned check passed (P == K). `VIA_GUEST_NICS` (from `via_nics=N` on the kernel
-//! command line) says how many NICs the guest was given: fewer or more
-//! tulips bound to vfio-pci is a failure, and so is every check whose NICs
-//! are missing (never a skip). `VIA_GUEST_ONLY` filters the checks by name;
+//! The test suite that runs inside the QEMU guest (see `qemu/`), on the
+//! NICs that have a VIA driver (`via_device::pci::NIC_DRIVERS`: tulips and
+//! 82574L e1000e NICs) bound to vfio-pci, one process per NIC. Its first
+//! line is `guest: suite started: K checks planned for N NICs (KINDS)`,
+//! its last `guest: P passed, F failed, K planned`; it exits non-zero
+//! unless every planned check passed (P == K). `VIA_GUEST_NICS` (from
+//! `via_nics=N` on the kernel command line) says how many NICs the guest
+//! was given and `VIA_GUEST_KINDS` (`via_kinds=tulip:1,e1000e:1`) how
+//! many of each kind (unset: all N are tulips): another count of any kind
+//! bound to vfio-pci is a failure, and so is every check whose NICs are
+//! missing (never a skip). `VIA_GUEST_ONLY` filters the checks by name;
 //! matching nothing is an error naming the known checks.
 //!
 //! `via-guest-suite` runs the suite; `via-guest-suite plan NICS [ONLY]`
-//! lists the checks it would run (qemu/run.sh asks before booting);
-//! `via-guest-suite rank R DEV [--forever]` is one process of the
-//! all-to-all exchange and `via-guest-suite memlock DEV` the process of the
-//! RLIMIT_MEMLOCK check (both started by the suite).
+//! lists the checks it would run for NICS (a number of tulips, or kinds
+//! and counts such as `tulip:1,e1000e:1`; qemu/run.sh asks before
+//! booting); `via-guest-suite rank R DEV [--forever]` is one process of
+//! the all-to-all exchange and `via-guest-suite memlock DEV` the process
+//! of the RLIMIT_MEMLOCK check (both started by the suite).
 //!
-//! What it runs, with every process owning one tulip through VFIO:
-//! - as many tulips bound as NICs given;
-//! - opening every NIC (distinct station addresses from the SROM) and
-//!   reopening it; registration mapping and unmapping memory for the NIC;
+//! What it runs, with every process owning one NIC through VFIO (the
+//! checks on two NICs take the first two by PCI address: in a mixed guest
+//! one tulip and one e1000e, so the two drivers talk to each other):
+//! - as many NICs of each kind bound as given;
+//! - opening every NIC (distinct station addresses) and reopening it, also
+//!   by its numbered name `/dev/via_<kind><N>`; registration mapping and
+//!   unmapping memory for the NIC;
 //! - a process without CAP_IPC_LOCK under a low RLIMIT_MEMLOCK: the open or
 //!   registration that does not fit fails naming the limit, leaves nothing
 //!   mapped, and what fits still registers (`memlock.rs`);
@@ -25,13 +32,15 @@
 //!   reliability levels, RDMA write and RDMA read, over a sweep of sizes;
 //! - the two-host scenarios of `via-testpeer` and every rule of the
 //!   conformance suite (`via-conform`), which need no namespaces here;
-//! - all-to-all among every NIC (4 with `qemu/run.sh --nics 4`), NAS CG
-//!   class S on 2 ranks and, with 4 NICs, on 4;
+//! - all-to-all among every NIC (4 with `qemu/run.sh --boot KIND:4`), NAS
+//!   CG class S on 2 ranks and, with 4 NICs, on 4;
 //! - processes killed with traffic in flight: bus mastering off, VFIO
 //!   groups free and pinned pages released before the NICs reopen, no
-//!   IOMMU fault, then the same NICs open reset and carry verified traffic;
+//!   IOMMU fault, then the same NICs open reset and carry verified traffic
+//!   (`killed.rs`, which reads each kind's own registers);
 //! - with `VIA_GUEST_ONLY=bench` (`qemu/run.sh --only bench`): VIA against
-//!   raw frames on the same two tulips, latency and bandwidth.
+//!   raw frames on the same two NICs, latency and bandwidth, naming their
+//!   kinds.
 //!
 //! A check that runs for 110 s is reported with the state of every thread
 //! of the suite and its children, and fails (`stuck.rs`).
@@ -58,9 +67,69 @@ fn bin(name: &str) -> PathBuf {
     std::env::current_exe().expect("own path").with_file_name(name)
 }
 
-/// The tulips bound to vfio-pci, as VIA device names.
-fn tulips() -> Vec<String> {
-    pci::list().unwrap_or_default().into_iter().filter(|d| d.is_tulip() && d.driver.as_deref() == Some("vfio-pci")).filter_map(|d| d.via_name()).collect()
+/// The NICs with a VIA driver bound to vfio-pci, as VIA device names
+/// (`tulip:<pci>`, `e1000e:<pci>`), in PCI address order.
+fn bound_nics() -> Vec<String> {
+    pci::list().unwrap_or_default().into_iter().filter(|d| d.via_driver().is_some() && d.driver.as_deref() == Some("vfio-pci")).filter_map(|d| d.via_name()).collect()
+}
+
+/// The NIC kinds with a VIA driver, in `pci::NIC_DRIVERS` order (the
+/// order every count by kind is written in).
+fn kinds() -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = Vec::new();
+    for &(_, _, k) in pci::NIC_DRIVERS.iter() {
+        if !v.contains(&k) {
+            v.push(k);
+        }
+    }
+    v
+}
+
+/// The kind of a VIA device name (`e1000e` for `e1000e:0000:00:02.0`).
+fn kind_of(dev: &str) -> &str {
+    dev.split_once(':').map_or(dev, |(k, _)| k)
+}
+
+/// The PCI address of a VIA device name (`0000:00:02.0` for `e1000e:0000:00:02.0`).
+fn address_of(dev: &str) -> &str {
+    dev.split_once(':').map_or(dev, |(_, a)| a)
+}
+
+/// How many NICs of each kind: `(kind, count)` in [`kinds`] order, kinds
+/// with none left out.
+type KindCounts = Vec<(&'static str, usize)>;
+
+/// The counts by kind of the NICs `devs` (VIA device names).
+fn count_kinds(devs: &[String]) -> KindCounts {
+    kinds().into_iter().map(|k| (k, devs.iter().filter(|d| kind_of(d) == k).count())).filter(|&(_, n)| n > 0).collect()
+}
+
+/// `tulip:1,e1000e:1` (`none` for no NIC at all).
+fn show_kinds(counts: &KindCounts) -> String {
+    if counts.is_empty() {
+        return "none".into();
+    }
+    counts.iter().map(|(k, n)| format!("{k}:{n}")).collect::<Vec<_>>().join(",")
+}
+
+/// Parses NICs given as a number (that many tulips) or as kinds and
+/// counts, `tulip:1,e1000e:1`; the result is in [`kinds`] order.
+fn parse_kinds(spec: &str) -> Result<KindCounts, String> {
+    if let Ok(n) = spec.parse::<usize>() {
+        return Ok(if n > 0 { vec![("tulip", n)] } else { Vec::new() });
+    }
+    let known = kinds();
+    let mut given: Vec<(&'static str, usize)> = Vec::new();
+    for part in spec.split(',') {
+        let (k, n) = part.split_once(':').ok_or(format!("{spec:?}: expected KIND:COUNT[,KIND:COUNT...] (kinds: {})", known.join(", ")))?;
+        let kind = *known.iter().find(|&&x| x == k).ok_or(format!("{spec:?}: no VIA driver for NIC kind {k:?} (kinds: {})", known.join(", ")))?;
+        let n: usize = n.parse().map_err(|_| format!("{spec:?}: {n:?} is not a count"))?;
+        if given.iter().any(|&(g, _)| g == kind) {
+            return Err(format!("{spec:?}: {kind} given twice"));
+        }
+        given.push((kind, n));
+    }
+    Ok(known.into_iter().filter_map(|k| given.iter().find(|&&(g, n)| g == k && n > 0).copied()).collect())
 }
 
 /// A child whose stdout is read line by line on a thread.
@@ -198,9 +267,13 @@ fn open_every_nic(devs: &[String]) -> Result<(), String> {
         }
     }
     // Closed above (dropped): every NIC opens again, with the same
-    // address, also by its M-VIA style name /dev/via_tulip<N>.
-    for (n, (d, m)) in devs.iter().zip(&macs).enumerate() {
-        for name in [d.clone(), format!("/dev/via_tulip{n}")] {
+    // address, also by its M-VIA style name /dev/via_<kind><N>, N its
+    // index among the NICs of its kind by PCI address (every NIC present
+    // is bound here, so the bound ones are the ones the name counts).
+    for (i, (d, m)) in devs.iter().zip(&macs).enumerate() {
+        let kind = kind_of(d);
+        let n = devs[..i].iter().filter(|x| kind_of(x) == kind).count();
+        for name in [d.clone(), format!("/dev/via_{kind}{n}")] {
             let nic = Nic::open(&name).map_err(|e| format!("reopening {name}: {e}"))?;
             if nic.mac() != *m {
                 return Err(format!("{name}: MAC {} after reopening, {m} before", nic.mac()));
@@ -299,7 +372,7 @@ fn sleeping_waits_wake_on_interrupts(devs: &[String]) -> Result<(), String> {
 /// `via-agent bind` takes it back; a missing device is a clear error.
 fn via_agent_unbinds_and_binds(devs: &[String]) -> Result<(), String> {
     let agent = bin("via-agent");
-    let addr = devs[0].trim_start_matches("tulip:").to_string();
+    let addr = address_of(&devs[0]).to_string();
     let run = |args: &[&str]| -> Result<String, String> {
         let o = Command::new(&agent).args(args).output().map_err(|e| e.to_string())?;
         let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
@@ -358,9 +431,13 @@ fn pingpong_json(devs: &[String], extra: &[&str]) -> Result<Vec<(String, usize, 
 }
 
 /// Figures, not a pass/fail criterion beyond both transports working:
-/// VIA against raw frames on the same two tulips (the floor of this path),
-/// in alternating rounds, medians of the per-round ratios.
+/// VIA against raw frames on the same two NICs (the floor of this path),
+/// in alternating rounds, medians of the per-round ratios. Says which
+/// kinds of NIC the figures are of.
 fn bench_via_against_raw(devs: &[String]) -> Result<(), String> {
+    println!("  bench on {} (server) and {} (client)", devs[0], devs[1]);
+    // The kinds the figures are of, client to server: "tulip-e1000e".
+    let on = format!("{}-{}", kind_of(&devs[1]), kind_of(&devs[0]));
     let common = ["--sizes", "64,1024", "--bw-sizes", "1436", "--iters", "300"];
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); 3];
     let mut last = (Vec::new(), Vec::new());
@@ -383,7 +460,7 @@ fn bench_via_against_raw(devs: &[String]) -> Result<(), String> {
     for k in 0..3 {
         let (op, bytes, _) = &raw[k];
         let unit = if op == "lat" { "us one-way" } else { "MB/s" };
-        println!("  bench {op} {bytes} B: via {:.2} {unit}, raw {:.2} {unit} (last round); VIA/raw median of 3 rounds {:.3}", via[k].2, raw[k].2, median(&mut ratios[k]));
+        println!("  bench {on} {op} {bytes} B: via {:.2} {unit}, raw {:.2} {unit} (last round); VIA/raw median of 3 rounds {:.3}", via[k].2, raw[k].2, median(&mut ratios[k]));
     }
     Ok(())
 }
@@ -567,7 +644,7 @@ fn rank(r: usize, dev: &str, forever: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// NAS CG class S on MTTL across `n` processes, each owning one tulip
+/// NAS CG class S on MTTL across `n` processes, each owning one NIC
 /// (ranks started as a cluster launcher would: rank and size in the
 /// environment, the start-up rendezvous on the guest's loopback).
 fn cg_class_s(devs: &[String], n: usize) -> Result<(), String> {
@@ -600,12 +677,32 @@ fn cg_class_s(devs: &[String], n: usize) -> Result<(), String> {
 
 // ------------------------------------------------------------ the suite
 
-/// The check that always runs first: as many tulips are bound to vfio-pci
-/// as qemu/run.sh gave the guest (`via_nics=N` on the kernel command line,
-/// `VIA_GUEST_NICS` here).
-const NIC_COUNT_CHECK: &str = "tulips_bound_match_the_nics_given";
+/// The check that always runs first: as many NICs of each kind are bound
+/// to vfio-pci as qemu/run.sh gave the guest (`via_nics=N` and
+/// `via_kinds=...` on the kernel command line, [`Given`] here).
+const NIC_COUNT_CHECK: &str = "nics_bound_match_the_nics_given";
 
-/// One planned check: its name, how many bound tulips it needs and what it
+/// The NICs qemu/run.sh gave the guest: how many, and how many of each kind.
+#[derive(Clone, Debug)]
+struct Given {
+    total: usize,
+    kinds: KindCounts,
+}
+
+impl Given {
+    /// From a number (that many tulips) or kinds and counts
+    /// (`tulip:1,e1000e:1`); at least 2 NICs in all.
+    fn parse(spec: &str) -> Result<Given, String> {
+        let kinds = parse_kinds(spec)?;
+        let total = kinds.iter().map(|&(_, n)| n).sum();
+        if total < 2 {
+            return Err(format!("{spec:?}: {total} NICs; the suite needs at least 2"));
+        }
+        Ok(Given { total, kinds })
+    }
+}
+
+/// One planned check: its name, how many bound NICs it needs and what it
 /// runs on them. A check whose NICs are missing fails; nothing is skipped.
 struct Check {
     name: String,
@@ -613,16 +710,19 @@ struct Check {
     run: Box<CheckFn>,
 }
 
-/// What a check runs, on the tulips bound to vfio-pci.
+/// What a check runs, on the NICs bound to vfio-pci (VIA device names in
+/// PCI address order).
 type CheckFn = dyn Fn(&[String]) -> Result<(), String>;
 
 fn check(name: &str, nics: usize, run: impl Fn(&[String]) -> Result<(), String> + 'static) -> Check {
     Check { name: name.to_string(), nics, run: Box::new(run) }
 }
 
-/// Every check of the suite for a guest given `nics` tulips (bench_*
+/// Every check of the suite for a guest given `nics` NICs (bench_*
 /// included), in the order they run. The checks over every NIC need all
-/// `nics`; with 4 given, the 4-rank CG check is among them.
+/// `nics`; with 4 given, the 4-rank CG check is among them. Every check
+/// runs on every kind: the ones that look at a NIC's own registers
+/// (`killed.rs`) read each kind's.
 fn all_checks(nics: usize) -> Vec<Check> {
     let sizes = "0,1,1435,1436,1437,1499,1500,1501,2879,65536,1048576";
     let mut checks = vec![
@@ -677,13 +777,20 @@ fn plan(nics: usize, only: Option<&str>) -> Result<Vec<Check>, String> {
     Ok(planned)
 }
 
-/// The number of NICs qemu/run.sh gave the guest, from `VIA_GUEST_NICS`.
-fn nics_given() -> Result<usize, String> {
+/// The NICs qemu/run.sh gave the guest: `VIA_GUEST_NICS` (how many) and
+/// `VIA_GUEST_KINDS` (how many of each kind; unset: all are tulips), which
+/// must add up.
+fn nics_given() -> Result<Given, String> {
     let v = std::env::var("VIA_GUEST_NICS").map_err(|_| "VIA_GUEST_NICS is not set (qemu/run.sh passes via_nics=N on the kernel command line; qemu/init exports it)".to_string())?;
-    match v.parse() {
-        Ok(n) if n >= 2 => Ok(n),
-        _ => Err(format!("VIA_GUEST_NICS={v:?}: expected a number of NICs, at least 2")),
+    let total: usize = v.parse().map_err(|_| format!("VIA_GUEST_NICS={v:?}: expected a number of NICs, at least 2"))?;
+    let given = match std::env::var("VIA_GUEST_KINDS") {
+        Ok(k) if !k.is_empty() => Given::parse(&k).map_err(|e| format!("VIA_GUEST_KINDS: {e}"))?,
+        _ => Given::parse(&v).map_err(|e| format!("VIA_GUEST_NICS: {e}"))?,
+    };
+    if given.total != total {
+        return Err(format!("VIA_GUEST_NICS={total} but VIA_GUEST_KINDS gives {} NICs ({})", given.total, show_kinds(&given.kinds)));
     }
+    Ok(given)
 }
 
 fn main() {
@@ -710,12 +817,20 @@ fn main() {
     }
     if args.first().map(String::as_str) == Some("plan") {
         // `via-guest-suite plan NICS [ONLY]`: the checks a guest given NICS
-        // tulips runs (qemu/run.sh asks before booting).
-        let Some(nics) = args.get(1).and_then(|s| s.parse::<usize>().ok()).filter(|&n| n >= 2) else {
-            eprintln!("usage: via-guest-suite plan NICS [ONLY] (NICS at least 2)");
-            exit(2)
+        // (N tulips, or `tulip:1,e1000e:1`) runs (qemu/run.sh asks before
+        // booting).
+        let given = match args.get(1).map(|s| Given::parse(s)) {
+            Some(Ok(g)) => g,
+            Some(Err(e)) => {
+                eprintln!("via-guest-suite plan: {e}");
+                exit(2)
+            }
+            None => {
+                eprintln!("usage: via-guest-suite plan NICS [ONLY] (NICS: a number of tulips, at least 2, or KIND:COUNT,... such as tulip:1,e1000e:1)");
+                exit(2)
+            }
         };
-        match plan(nics, args.get(2).map(String::as_str).filter(|o| !o.is_empty())) {
+        match plan(given.total, args.get(2).map(String::as_str).filter(|o| !o.is_empty())) {
             Ok(checks) => {
                 for c in checks {
                     println!("{}", c.name);
@@ -732,7 +847,7 @@ fn main() {
     let only = std::env::var("VIA_GUEST_ONLY").ok().filter(|o| !o.is_empty());
     let given = nics_given();
     let checks = match &given {
-        Ok(n) => plan(*n, only.as_deref()),
+        Ok(g) => plan(g.total, only.as_deref()),
         Err(e) => Err(e.clone()),
     };
     let checks = checks.unwrap_or_else(|e| {
@@ -746,10 +861,20 @@ fn main() {
     let planned = checks.len() + 1; // + NIC_COUNT_CHECK
     // qemu/run.sh's watchdog reads this line: from here on a silent guest
     // is a hang of the suite, never rebooted.
-    println!("guest: suite started: {planned} checks planned for {given} NICs");
-    let devs = tulips();
-    let tulips_present = pci::list().unwrap_or_default().into_iter().filter(|d| d.is_tulip()).count();
-    println!("guest: {} tulips bound to vfio-pci, {given} NICs given, {tulips_present} tulips present: {devs:?}", devs.len());
+    println!("guest: suite started: {planned} checks planned for {} NICs ({})", given.total, show_kinds(&given.kinds));
+    let devs = bound_nics();
+    let bound = count_kinds(&devs);
+    let present: Vec<String> = pci::list().unwrap_or_default().into_iter().filter_map(|d| d.via_name()).collect();
+    // qemu/run.sh reads this line: the count bound, and by kind.
+    println!(
+        "guest: {} NICs bound to vfio-pci ({}), {} given ({}), {} with a VIA driver present ({}): {devs:?}",
+        devs.len(),
+        show_kinds(&bound),
+        given.total,
+        show_kinds(&given.kinds),
+        present.len(),
+        show_kinds(&count_kinds(&present))
+    );
     let (mut passed, mut failed) = (0, 0);
     let mut record = |name: &str, r: Result<(), String>| match r {
         Ok(()) => {
@@ -766,11 +891,15 @@ fn main() {
     stuck::watch(planned);
     record(
         NIC_COUNT_CHECK,
-        if devs.len() == given { Ok(()) } else { Err(format!("{given} NICs given, {} tulips bound to vfio-pci ({tulips_present} present): {devs:?}", devs.len())) },
+        if bound == given.kinds {
+            Ok(())
+        } else {
+            Err(format!("NICs given: {}; bound to vfio-pci: {} ({} with a VIA driver present: {present:?})", show_kinds(&given.kinds), show_kinds(&bound), present.len()))
+        },
     );
     for c in &checks {
         if devs.len() < c.nics {
-            record(&c.name, Err(format!("needs {} tulips bound to vfio-pci, {} are", c.nics, devs.len())));
+            record(&c.name, Err(format!("needs {} NICs bound to vfio-pci, {} are", c.nics, devs.len())));
             continue;
         }
         let t0 = Instant::now();

@@ -1,7 +1,9 @@
 //! The guest check that a too-low `RLIMIT_MEMLOCK` is a clear error: a
 //! child process (`via-guest-suite memlock DEV`) without `CAP_IPC_LOCK`
-//! opens a tulip under a limit just above what the NIC's rings pin, and
-//! registers memory that fits and memory that does not.
+//! opens a NIC under a limit just above what the NIC's rings pin, and
+//! registers memory that fits and memory that does not. It holds for every
+//! kind of NIC: what opening one pins is measured, not assumed (a tulip's
+//! and an e1000e's rings differ).
 
 use super::{stat, Child2};
 use std::process::Command;
