@@ -189,7 +189,7 @@ boot() {
             quiet=$((quiet + 5))
             [ "$quiet" -ge "$SILENCE" ] || continue
             if grep -qaE "$SUITE_STARTED" "$log"; then touch "$WORK/hung"; else touch "$WORK/silent"; fi
-            printf 'info status\ninfo cpus\ninfo pic\ninfo irq\ninfo registers -a\n' > "$mon.in"
+            printf 'info status\ninfo cpus\ninfo pic\ninfo irq\ncpu 0\ninfo lapic\ncpu 1\ninfo lapic\ninfo registers -a\n' > "$mon.in"
             sleep 5
             {
                 echo "qemu/run.sh: the guest printed nothing for ${quiet} s; QEMU's monitor says:"
