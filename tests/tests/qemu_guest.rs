@@ -112,6 +112,9 @@ fn guest_suite_passes_on_every_nic_kind_through_vfio() {
         if r.nics >= 4 {
             checks.push("cg_class_s_4_ranks".into());
         }
+        if r.kind == "e1000e" {
+            checks.push("jumbo_frames_on_two_e1000e".into());
+        }
         for check in checks {
             assert!(r.printed(&format!("PASS {check}")), "{what}: no \"PASS {check}\" in the guest's output:\n{}", r.output.join("\n"));
         }

@@ -337,6 +337,29 @@ fn pingpong_env(devs: &[String], extra: &[&str], env: &[(&str, &str)]) -> Result
     Ok(out)
 }
 
+/// Two 82574s opened for jumbo frames (`,mtu=9000`): a verified
+/// ping-pong of messages up to 64 KiB, and 8000-byte messages that each go
+/// as one frame (at Ethernet's MTU each would take six): the client's
+/// device sends fewer than two frames per message, ACKs included.
+fn jumbo_frames_on_two_e1000e(devs: &[String]) -> Result<(), String> {
+    let jumbo: Vec<String> = devs.iter().filter(|d| kind_of(d) == "e1000e").map(|d| format!("{d},mtu=9000")).collect();
+    if jumbo.len() < 2 {
+        return Err(format!("needs two e1000e NICs, the bound NICs are {devs:?}"));
+    }
+    pingpong(&jumbo, &[])?;
+    let iters = 200;
+    let out = pingpong_env(&jumbo, &["--sizes", "8000", "--bw-sizes", "8000", "--stats"], &[])?;
+    let frames = device_counter(&out, "tx_frames").ok_or("no tx_frames counter in the client's --stats report")?;
+    // pingpong_env's --iters: 200 latency round trips and 200 bandwidth
+    // messages, each 8000 bytes from the client.
+    let messages = 2 * iters;
+    println!("  client: {frames} frames sent for {messages} messages of 8000 bytes at MTU 9000");
+    if frames >= 2 * messages {
+        return Err(format!("{frames} frames for {messages} messages of 8000 bytes: not one frame each (is the MTU 9000?)"));
+    }
+    Ok(())
+}
+
 /// The value of device counter `name` in a `--stats` report (the lines
 /// after "counters of ... (device):").
 fn device_counter(out: &str, name: &str) -> Option<u64> {
@@ -723,7 +746,8 @@ fn check(name: &str, nics: usize, run: impl Fn(&[String]) -> Result<(), String> 
 /// `nics`; with 4 given, the 4-rank CG check is among them. Every check
 /// runs on every kind: the ones that look at a NIC's own registers
 /// (`killed.rs`) read each kind's.
-fn all_checks(nics: usize) -> Vec<Check> {
+fn all_checks(given: &Given) -> Vec<Check> {
+    let nics = given.total;
     let sizes = "0,1,1435,1436,1437,1499,1500,1501,2879,65536,1048576";
     let mut checks = vec![
         check("open_every_nic", nics, open_every_nic),
@@ -752,6 +776,9 @@ fn all_checks(nics: usize) -> Vec<Check> {
     if nics >= 4 {
         checks.push(check("cg_class_s_4_ranks", 4, |d| cg_class_s(d, 4)));
     }
+    if given.kinds.iter().any(|&(k, n)| k == "e1000e" && n >= 2) {
+        checks.push(check("jumbo_frames_on_two_e1000e", 2, jumbo_frames_on_two_e1000e));
+    }
     checks.push(check("bench_via_against_raw_frames", 2, bench_via_against_raw));
     checks
 }
@@ -759,8 +786,9 @@ fn all_checks(nics: usize) -> Vec<Check> {
 /// The checks to run for `nics` NICs and the filter `only` (a part of a
 /// check's name; none: every check but the figures, bench_*). A filter
 /// that matches no check is an error naming the known checks.
-fn plan(nics: usize, only: Option<&str>) -> Result<Vec<Check>, String> {
-    let all = all_checks(nics);
+fn plan(given: &Given, only: Option<&str>) -> Result<Vec<Check>, String> {
+    let nics = given.total;
+    let all = all_checks(given);
     let known: Vec<String> = all.iter().map(|c| c.name.clone()).collect();
     let planned: Vec<Check> = all
         .into_iter()
@@ -830,7 +858,7 @@ fn main() {
                 exit(2)
             }
         };
-        match plan(given.total, args.get(2).map(String::as_str).filter(|o| !o.is_empty())) {
+        match plan(&given, args.get(2).map(String::as_str).filter(|o| !o.is_empty())) {
             Ok(checks) => {
                 for c in checks {
                     println!("{}", c.name);
@@ -847,7 +875,7 @@ fn main() {
     let only = std::env::var("VIA_GUEST_ONLY").ok().filter(|o| !o.is_empty());
     let given = nics_given();
     let checks = match &given {
-        Ok(g) => plan(g.total, only.as_deref()),
+        Ok(g) => plan(&g, only.as_deref()),
         Err(e) => Err(e.clone()),
     };
     let checks = checks.unwrap_or_else(|e| {
