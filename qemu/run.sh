@@ -42,8 +42,15 @@
 #   started`), i.e. in the boot phase: the guest stopped as a whole, which
 #   happened under TCG on a loaded 2-core host, once inside SeaBIOS before
 #   any of our code ran. That boot is booted once more, and run.sh says so.
-# - Silent after the suite started: a hang of ours (driver, library or
-#   check). That boot fails with the monitor dump; it is never retried.
+# - Silent after the suite started with every vCPU idle in HLT: nothing in
+#   the guest ran, not even the suite's own watchdog (it reports a check
+#   running 110 s, before the 120 s of silence): the guest's timers
+#   stopped, a guest-wide stop under TCG like the one above (seen in about
+#   1 boot of 35 on 2026-11-26). That boot is booted once more, and
+#   run.sh says so; twice fails.
+# - Silent after the suite started with a vCPU busy: a hang of ours
+#   (driver, library or check). That boot fails with the monitor dump; it
+#   is never retried.
 # A check that fails is never retried either.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -207,8 +214,19 @@ boot() {
     set -e
     kill "$watchdog" "$reader" 2>/dev/null; wait "$watchdog" "$reader" 2>/dev/null || true
     if [ -e "$WORK/silent" ] || [ -e "$WORK/hung" ]; then
-        cat "$log.silent"; cat "$log.silent" >> "$log"; rm -f "$log.silent"
-        [ -e "$WORK/hung" ] && return 4
+        cat "$log.silent"; cat "$log.silent" >> "$log"
+        local cpus halted
+        cpus=$(grep -c '^monitor: CPU#' "$log.silent" || true)
+        halted=$(grep -c '^monitor: RIP=.* HLT=1' "$log.silent" || true)
+        rm -f "$log.silent"
+        if [ -e "$WORK/hung" ]; then
+            # Every vCPU idle in HLT: nothing in the guest ran for SILENCE s,
+            # not even the suite's 20 ms poll of its children or its own
+            # watchdog, which speaks after 110 s of one check: the guest's
+            # timers stopped (a guest-wide stop under TCG), not a hang of ours.
+            [ "$cpus" -gt 0 ] && [ "$halted" = "$cpus" ] && return 5
+            return 4
+        fi
         return 3
     fi
     grep -qaE "$RESULT" "$log" && return 0
@@ -235,6 +253,10 @@ for b in "${BOOTS[@]}"; do
             echo "qemu/run.sh: $what: the guest stopped before the suite started (silent for ${SILENCE} s after $((t1 - t0)) s; state above); booting it again"
             continue
         fi
+        if [ "$rc" = 5 ] && [ "$attempt" = 1 ]; then
+            echo "qemu/run.sh: $what: the guest stopped in the suite with every vCPU halted (silent for ${SILENCE} s after $((t1 - t0)) s; its timers stopped: state above); booting it again"
+            continue
+        fi
         break
     done
     result=$(grep -aE "$RESULT" "$log" | tail -n 1 || true)
@@ -245,8 +267,10 @@ for b in "${BOOTS[@]}"; do
     ok=0
     if [ "$rc" = 3 ]; then
         echo "qemu/run.sh: $what: FAIL: the guest stopped again before the suite started (silent for ${SILENCE} s; state above)"
+    elif [ "$rc" = 5 ]; then
+        echo "qemu/run.sh: $what: FAIL: the guest stopped in the suite with every vCPU halted, twice (silent for ${SILENCE} s; state above)"
     elif [ "$rc" = 4 ]; then
-        echo "qemu/run.sh: $what: FAIL: the guest hung in the suite (silent for ${SILENCE} s after it started, $took; state above; not retried)"
+        echo "qemu/run.sh: $what: FAIL: the guest hung in the suite (silent for ${SILENCE} s after it started with a vCPU busy, $took; state above; not retried)"
     elif [ -z "$result" ]; then
         echo "qemu/run.sh: $what: FAIL: no result from the guest after $took (crash or time-out)"
     elif [ "${bound:-}" != "$n" ] || [ "${bound_kinds:-}" != "$given" ]; then
