@@ -27,9 +27,9 @@ use crate::regs::{self, ctrl, eerd, int, rctl, tctl};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
-use via_vfio::{pci_cmd, DmaMemory, IommuMappings, Registers, VfioDevice, PAGE};
+use via_vfio::{pci_cmd, spin_until, DmaMemory, IommuMappings, NicCounters, Registers, VfioDevice, PAGE};
 
 /// Transmit descriptors: a zero-copy frame takes one for its header and one
 /// per page of its payload, a copied one one per 2 KiB.
@@ -89,18 +89,6 @@ impl Layout {
 // The rings' lengths must be multiples of 128 bytes (RDLEN, TDLEN).
 const _: () = assert!((RX_BYTES / 16384 * DESC_LEN).is_multiple_of(128) && (TX_RING * DESC_LEN).is_multiple_of(128));
 
-#[derive(Default, Debug)]
-struct Counters {
-    rx_frames: u64,
-    rx_bad: u64,
-    rx_filtered: u64,
-    rx_overrun: u64,
-    tx_frames: u64,
-    tx_zero_copy: u64,
-    tx_copied: u64,
-    tx_ring_full: u64,
-    interrupts: u64,
-}
 
 /// An Intel 82574 owned through VFIO.
 pub struct E1000eDevice {
@@ -122,7 +110,7 @@ pub struct E1000eDevice {
     tx_busy: usize,
     filter: Option<RxFilter>,
     irq_fd: RawFd,
-    counters: Counters,
+    counters: NicCounters,
     // Last, so that it is closed after the NIC was stopped in `drop`.
     vfio: VfioDevice,
 }
@@ -162,7 +150,7 @@ impl E1000eDevice {
             tx_busy: 0,
             filter: None,
             irq_fd: -1,
-            counters: Counters::default(),
+            counters: NicCounters::default(),
             vfio,
         };
         d.bring_up()?;
@@ -213,14 +201,10 @@ impl E1000eDevice {
 
     /// Waits until `done` holds of the registers, or fails naming `what`.
     fn wait_for(&self, what: &str, done: impl Fn(&Registers) -> bool) -> io::Result<()> {
-        let t0 = Instant::now();
-        while !done(&self.regs) {
-            if t0.elapsed() > NIC_TIMEOUT {
-                return Err(io::Error::other(format!("{}: {what} within {NIC_TIMEOUT:?}", self.address)));
-            }
-            std::hint::spin_loop();
+        if spin_until(NIC_TIMEOUT, || done(&self.regs)) {
+            return Ok(());
         }
-        Ok(())
+        Err(io::Error::other(format!("{}: {what} within {NIC_TIMEOUT:?}", self.address)))
     }
 
     /// The station address: RAL0/RAH0 as the NIC loaded them from its
@@ -330,7 +314,7 @@ impl E1000eDevice {
         let causes = self.regs.read(regs::ICR);
         self.regs.write(regs::ICR, causes);
         if causes & int::RXO != 0 {
-            self.counters.rx_overrun += 1;
+            self.counters.rx_no_buffer += 1;
         }
         let _ = self.vfio.unmask_intx();
         // A frame written back between the caller's look at the ring and
@@ -541,12 +525,8 @@ impl FrameDevice for E1000eDevice {
         }
         if let Some(i) = wait_for {
             // User memory must not be reused before the NIC has read it.
-            let t0 = Instant::now();
-            while self.desc_status(self.layout.tx_ring_off(), i).1 & desc::tx::DD == 0 {
-                if t0.elapsed() > NIC_TIMEOUT {
-                    return Err(io::Error::other(format!("{}: the NIC did not send within {NIC_TIMEOUT:?}", self.address)));
-                }
-                std::hint::spin_loop();
+            if !spin_until(NIC_TIMEOUT, || self.desc_status(self.layout.tx_ring_off(), i).1 & desc::tx::DD != 0) {
+                return Err(io::Error::other(format!("{}: the NIC did not send within {NIC_TIMEOUT:?}", self.address)));
             }
             self.reclaim();
         }
@@ -562,19 +542,7 @@ impl FrameDevice for E1000eDevice {
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
-        let c = &self.counters;
-        vec![
-            ("rx_frames", c.rx_frames),
-            ("rx_bad", c.rx_bad),
-            ("rx_filtered", c.rx_filtered),
-            ("rx_overrun", c.rx_overrun),
-            ("tx_frames", c.tx_frames),
-            ("tx_zero_copy", c.tx_zero_copy),
-            ("tx_copied", c.tx_copied),
-            ("tx_ring_full", c.tx_ring_full),
-            ("interrupts", c.interrupts),
-            ("dma_mappings", self.iommu.user_count() as u64),
-        ]
+        self.counters.stats(self.iommu.user_count())
     }
 }
 

@@ -23,9 +23,9 @@ use crate::srom::{self, Csr9};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
-use via_vfio::{pci_cmd, DmaMemory, IommuMappings, Registers, VfioDevice};
+use via_vfio::{pci_cmd, spin_until, DmaMemory, IommuMappings, NicCounters, Registers, VfioDevice};
 
 /// Receive descriptors (frames the NIC can take while the process is busy).
 pub const RX_RING: usize = 1024;
@@ -48,18 +48,6 @@ const RX_BUF_OFF: usize = TX_RING_OFF + TX_RING * DESC_LEN;
 const TX_BUF_OFF: usize = RX_BUF_OFF + RX_RING * BUF;
 const DMA_LEN: usize = TX_BUF_OFF + TX_RING * BUF;
 
-#[derive(Default, Debug)]
-struct Counters {
-    rx_frames: u64,
-    rx_bad: u64,
-    rx_filtered: u64,
-    rx_no_buffer: u64,
-    tx_frames: u64,
-    tx_zero_copy: u64,
-    tx_copied: u64,
-    tx_ring_full: u64,
-    interrupts: u64,
-}
 
 /// A DEC 2114x owned through VFIO.
 pub struct TulipDevice {
@@ -76,7 +64,7 @@ pub struct TulipDevice {
     tx_busy: usize,
     filter: Option<RxFilter>,
     irq_fd: RawFd,
-    counters: Counters,
+    counters: NicCounters,
     // Last, so that it is closed after the NIC was stopped in `drop`.
     vfio: VfioDevice,
 }
@@ -122,7 +110,7 @@ impl TulipDevice {
             tx_busy: 0,
             filter: None,
             irq_fd: -1,
-            counters: Counters::default(),
+            counters: NicCounters::default(),
             vfio,
         };
         d.bring_up()?;
@@ -180,12 +168,8 @@ impl TulipDevice {
     fn bring_up(&mut self) -> io::Result<()> {
         let _ = self.vfio.reset();
         self.write_csr(regs::BUS_MODE, regs::BUS_MODE_SWR);
-        let t0 = Instant::now();
-        while self.read_csr(regs::BUS_MODE) & regs::BUS_MODE_SWR != 0 {
-            if t0.elapsed() > NIC_TIMEOUT {
-                return Err(io::Error::other(format!("{}: the NIC did not leave software reset", self.address)));
-            }
-            std::hint::spin_loop();
+        if !spin_until(NIC_TIMEOUT, || self.read_csr(regs::BUS_MODE) & regs::BUS_MODE_SWR == 0) {
+            return Err(io::Error::other(format!("{}: the NIC did not leave software reset", self.address)));
         }
         // Only a reset NIC may master the bus. A process killed with the NIC
         // running leaves its receive and transmit processes started, with
@@ -219,12 +203,8 @@ impl TulipDevice {
         // Transmit only, promiscuous off: the NIC loads the filter.
         self.write_csr(regs::OP_MODE, op_mode::ST);
         self.write_csr(regs::TX_POLL, 1);
-        let t0 = Instant::now();
-        while self.desc_status(TX_RING_OFF, 0) & OWN != 0 {
-            if t0.elapsed() > NIC_TIMEOUT {
-                return Err(io::Error::other(format!("{}: the NIC did not take the setup frame (is bus mastering allowed and the IOMMU mapping in place?)", self.address)));
-            }
-            std::hint::spin_loop();
+        if !spin_until(NIC_TIMEOUT, || self.desc_status(TX_RING_OFF, 0) & OWN == 0) {
+            return Err(io::Error::other(format!("{}: the NIC did not take the setup frame (is bus mastering allowed and the IOMMU mapping in place?)", self.address)));
         }
         self.tx_next = 1;
         self.tx_clean = 1;
@@ -383,12 +363,8 @@ impl FrameDevice for TulipDevice {
         }
         if let Some(i) = wait_for {
             // User memory must not be reused before the NIC has read it.
-            let t0 = Instant::now();
-            while self.desc_status(TX_RING_OFF, i) & OWN != 0 {
-                if t0.elapsed() > NIC_TIMEOUT {
-                    return Err(io::Error::other(format!("{}: the NIC did not send within {NIC_TIMEOUT:?}", self.address)));
-                }
-                std::hint::spin_loop();
+            if !spin_until(NIC_TIMEOUT, || self.desc_status(TX_RING_OFF, i) & OWN == 0) {
+                return Err(io::Error::other(format!("{}: the NIC did not send within {NIC_TIMEOUT:?}", self.address)));
             }
             self.reclaim();
         }
@@ -404,19 +380,7 @@ impl FrameDevice for TulipDevice {
     }
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
-        let c = &self.counters;
-        vec![
-            ("rx_frames", c.rx_frames),
-            ("rx_bad", c.rx_bad),
-            ("rx_filtered", c.rx_filtered),
-            ("rx_no_buffer", c.rx_no_buffer),
-            ("tx_frames", c.tx_frames),
-            ("tx_zero_copy", c.tx_zero_copy),
-            ("tx_copied", c.tx_copied),
-            ("tx_ring_full", c.tx_ring_full),
-            ("interrupts", c.interrupts),
-            ("dma_mappings", self.iommu.user_count() as u64),
-        ]
+        self.counters.stats(self.iommu.user_count())
     }
 }
 
