@@ -20,7 +20,9 @@
 //! (RDT); a written-back descriptor has DD set. Buffers are handed back
 //! in a batch, one RDT write per `receive` call. Receive interrupts (RXT0,
 //! with every delay timer and the throttle at 0) reach a VFIO eventfd that
-//! is the device's wait descriptor.
+//! is the device's wait descriptor; they are acknowledged and let through
+//! again only before a sleep (`prepare_sleep`), so a spinning process takes
+//! one interrupt, not one per frame, and no system call per empty look.
 
 use crate::desc::{self, RxDone, DESC_LEN};
 use crate::regs::{self, ctrl, eerd, int, rctl, tctl};
@@ -28,7 +30,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
-use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, Sleep, TxFrame};
 use via_vfio::{pci_cmd, spin_until, DmaMemory, IommuMappings, NicCounters, Registers, VfioDevice, PAGE};
 
 /// Transmit descriptors: a zero-copy frame takes one for its header and one
@@ -304,8 +306,10 @@ impl E1000eDevice {
         Ok(())
     }
 
-    /// After an interrupt: acknowledge its causes at the NIC and let VFIO
-    /// deliver the next one.
+    /// Before a sleep, if an interrupt came since the last: acknowledge
+    /// its causes at the NIC and let VFIO deliver the next one. (While a
+    /// process spins, VFIO keeps INTx masked after the first interrupt: no
+    /// interrupt per frame, and no system call per empty look at the ring.)
     fn rearm_interrupt(&mut self) {
         if !self.vfio.take_interrupt() {
             return;
@@ -317,12 +321,6 @@ impl E1000eDevice {
             self.counters.rx_no_buffer += 1;
         }
         let _ = self.vfio.unmask_intx();
-        // A frame written back between the caller's look at the ring and
-        // the acknowledgement above raised no interrupt we will see: wake
-        // the next sleeper ourselves rather than leave the frame waiting.
-        if self.desc_status(RX_RING_OFF, self.rx_next).1 & desc::rx::DD != 0 {
-            self.vfio.signal();
-        }
     }
 
     /// Frees transmit descriptors the NIC has finished with.
@@ -466,9 +464,6 @@ impl FrameDevice for E1000eDevice {
             fence(Ordering::Release);
             self.regs.write(regs::RDT, i as u32);
         }
-        if n == 0 {
-            self.rearm_interrupt();
-        }
         Ok(n)
     }
 
@@ -543,6 +538,13 @@ impl FrameDevice for E1000eDevice {
 
     fn stats(&self) -> Vec<(&'static str, u64)> {
         self.counters.stats(self.iommu.user_count())
+    }
+
+    fn prepare_sleep(&mut self) -> Option<Sleep> {
+        self.rearm_interrupt();
+        // A frame written back before the acknowledgement above raised no
+        // interrupt the sleeper will see: take it instead of sleeping.
+        (self.desc_status(RX_RING_OFF, self.rx_next).1 & desc::rx::DD == 0).then(Sleep::default)
     }
 }
 

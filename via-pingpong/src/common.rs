@@ -6,6 +6,7 @@
 use std::io;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
+use via_device::Sleep;
 
 /// Command-line options of one side.
 #[derive(Clone, Debug)]
@@ -249,7 +250,21 @@ const BURST_ROUNDS: u32 = 64;
 /// [`BURST_ROUNDS`] more after each partial arrival, then sleeping in
 /// poll() on `fd` for `events` between attempts. The same rule as VIA's
 /// waits, so no transport is favoured by its wait.
-pub fn spin_then_poll<T>(fd: RawFd, events: i16, timeout: Duration, mut attempt: impl FnMut() -> io::Result<Step<T>>) -> io::Result<T> {
+pub fn spin_then_poll<T>(fd: RawFd, events: i16, timeout: Duration, attempt: impl FnMut() -> io::Result<Step<T>>) -> io::Result<T> {
+    spin_then_sleep(fd, events, timeout, attempt, || Some(Sleep::default()))
+}
+
+/// [`spin_then_poll`] on a frame device's descriptor: `prepare` runs
+/// before each sleep (`FrameDevice::prepare_sleep`, which a NIC over VFIO
+/// needs to let its interrupt through again) and holds the [`Sleep`] it
+/// gives while asleep; None (frames came meanwhile) skips the sleep.
+pub fn spin_then_sleep<T>(
+    fd: RawFd,
+    events: i16,
+    timeout: Duration,
+    mut attempt: impl FnMut() -> io::Result<Step<T>>,
+    mut prepare: impl FnMut() -> Option<Sleep>,
+) -> io::Result<T> {
     let mut start: Option<Instant> = None;
     let spin = spin_budget();
     let mut burst = 0u32;
@@ -275,6 +290,7 @@ pub fn spin_then_poll<T>(fd: RawFd, events: i16, timeout: Duration, mut attempt:
             std::hint::spin_loop();
             continue;
         }
+        let Some(_asleep) = prepare() else { continue };
         let mut p = libc::pollfd { fd, events, revents: 0 };
         let ms = (timeout - el).as_millis().min(100) as i32;
         // SAFETY: one valid pollfd.

@@ -5,7 +5,8 @@
 //! as consecutive frames. No loss recovery: the link is a veth pair and the
 //! protocol's credits keep the receive ring from overflowing.
 
-use crate::common::{spin_then_poll, Link, Step};
+use crate::common::{spin_then_sleep, Link, Step};
+use std::cell::RefCell;
 use std::io;
 use std::time::Duration;
 use via_device::{FrameDevice, MacAddr, RxFilter, TxFrame};
@@ -81,8 +82,9 @@ impl Link for RawLink {
         let mut peer = None;
         let frag = self.frag;
         let fd = self.fd;
-        let dev = &mut self.dev;
-        spin_then_poll(fd, libc::POLLIN, Duration::from_secs(30), || {
+        let dev = RefCell::new(&mut self.dev);
+        let attempt = || {
+            let mut dev = dev.borrow_mut();
             let mut arrived = false;
             loop {
                 // Take only the frames this message still needs.
@@ -114,7 +116,8 @@ impl Link for RawLink {
                 }
                 arrived = true;
             }
-        })
+        };
+        spin_then_sleep(fd, libc::POLLIN, Duration::from_secs(30), attempt, || dev.borrow_mut().prepare_sleep())
         .inspect(|_| {
             if let Some(p) = peer {
                 self.set_peer(p);

@@ -12,9 +12,9 @@
 //! does: the sender uses the other NIC). Only once the receiver is seen
 //! asleep in ppoll (`/proc/self/task/TID/syscall`) does the other NIC
 //! send; the wait must then return the message, and the receiving NIC's
-//! `interrupts` counter (interrupts taken from the eventfd, counted on the
-//! first round after the wake-up that finds the ring empty) must have
-//! moved. With the interrupt path broken (the NIC not raising it, or VFIO
+//! `interrupts` counter (interrupts taken from the eventfd, counted when
+//! the driver lets the interrupt through again before the next sleep) must
+//! have moved. With the interrupt path broken (the NIC not raising it, or VFIO
 //! not delivering it) the wait times out, or returns on some engine timer
 //! without an interrupt counted: either fails.
 
@@ -80,7 +80,7 @@ pub fn receive_wait_is_woken_by_the_interrupt(receiver_dev: &str, sender_dev: &s
     })?;
     tx_buf.write(0, MESSAGE).map_err(|e| e.to_string())?;
 
-    let (wait_result, before, after, waited) = std::thread::scope(|s| -> Result<_, String> {
+    let (wait_result, before, waited) = std::thread::scope(|s| -> Result<_, String> {
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
         let rx_vi = &mut rx_vi;
         let waiter = s.spawn(move || {
@@ -110,12 +110,16 @@ pub fn receive_wait_is_woken_by_the_interrupt(receiver_dev: &str, sender_dev: &s
         tx_vi.post_send(descriptor(&tx_nic, &tx_vi, &tx_buf, MESSAGE.len())?).map_err(|e| format!("VipPostSend: {e}"))?;
         tx_vi.send_wait(Some(WAIT)).map_err(|e| format!("VipSendWait: {e}"))?.check_ok().map_err(|e| format!("the send: {e}"))?;
         let (r, waited) = waiter.join().map_err(|_| "the waiting thread panicked".to_string())?;
-        // The driver takes (and counts) an interrupt from the eventfd on
-        // the first round that finds the receive ring empty: the wake-up's
-        // round found the frame, so one more round takes it.
-        rx_nic.progress();
-        Ok((r, before, interrupts(&rx_nic)?, waited))
+        Ok((r, before, waited))
     })?;
+    // The driver takes (and counts) an interrupt from the eventfd when a
+    // wait is about to sleep again (FrameDevice::prepare_sleep): a short
+    // wait that finds nothing sleeps, and so takes it.
+    rx_vi.post_recv(descriptor(&rx_nic, &rx_vi, &rx_buf, 4096)?).map_err(|e| format!("VipPostRecv: {e}"))?;
+    if rx_vi.recv_wait(Some(Duration::from_millis(2))).is_ok() {
+        return Err("a second message arrived; one was sent".into());
+    }
+    let after = interrupts(&rx_nic)?;
     println!("  receive wait: woke after {:.1} ms; {} interrupts taken meanwhile", waited.as_secs_f64() * 1e3, after - before);
     let d = wait_result.map_err(|e| format!("the sleeping receive wait was not woken by the arriving frame ({} interrupts taken): {e}", after - before))?;
     d.check_ok().map_err(|e| format!("the receive: {e}"))?;
