@@ -42,15 +42,17 @@
 #   started`), i.e. in the boot phase: the guest stopped as a whole, which
 #   happened under TCG on a loaded 2-core host, once inside SeaBIOS before
 #   any of our code ran. That boot is booted once more, and run.sh says so.
-# - Silent after the suite started with every vCPU idle in HLT: nothing in
-#   the guest ran, not even the suite's own watchdog (it reports a check
-#   running 110 s, before the 120 s of silence): the guest's timers
-#   stopped, a guest-wide stop under TCG like the one above (seen in about
-#   1 boot of 35 on 2026-11-26). That boot is booted once more, and
-#   run.sh says so; twice fails.
-# - Silent after the suite started with a vCPU busy: a hang of ours
-#   (driver, library or check). That boot fails with the monitor dump; it
-#   is never retried.
+# - Silent after the suite started with every vCPU idle in HLT, or with a
+#   vCPU left inside an interrupt (its local APIC shows one in service:
+#   the timer's, vector 236, in every case seen): the guest kernel
+#   stopped, its timers with it, so not even the suite's own watchdog (it
+#   reports a check running 110 s, before the 120 s of silence) ran. A
+#   guest-wide stop under TCG like the one above (about 1 boot in 20-35
+#   on 2026-11-26). That boot is booted once more, and run.sh says so;
+#   twice fails.
+# - Silent after the suite started with a vCPU busy and no interrupt in
+#   service: a hang of ours (driver, library or check). That boot fails
+#   with the monitor dump; it is never retried.
 # A check that fails is never retried either.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -215,16 +217,22 @@ boot() {
     kill "$watchdog" "$reader" 2>/dev/null; wait "$watchdog" "$reader" 2>/dev/null || true
     if [ -e "$WORK/silent" ] || [ -e "$WORK/hung" ]; then
         cat "$log.silent"; cat "$log.silent" >> "$log"
-        local cpus halted
+        local cpus halted in_service
         cpus=$(grep -c '^monitor: CPU#' "$log.silent" || true)
         halted=$(grep -c '^monitor: RIP=.* HLT=1' "$log.silent" || true)
+        # `info lapic`: "ISR 236" is an interrupt (236: the local timer's)
+        # the vCPU entered and never ended; "ISR (none)" when none is.
+        in_service=$(grep -cE '^monitor: ISR[[:space:]]+[0-9]' "$log.silent" || true)
         rm -f "$log.silent"
         if [ -e "$WORK/hung" ]; then
-            # Every vCPU idle in HLT: nothing in the guest ran for SILENCE s,
-            # not even the suite's 20 ms poll of its children or its own
-            # watchdog, which speaks after 110 s of one check: the guest's
-            # timers stopped (a guest-wide stop under TCG), not a hang of ours.
-            [ "$cpus" -gt 0 ] && [ "$halted" = "$cpus" ] && return 5
+            # The guest kernel stopped: every vCPU idle in HLT (nothing ran
+            # for SILENCE s, not even the suite's 20 ms poll of its children
+            # or its own watchdog, which speaks after 110 s of one check), or
+            # a vCPU left with an interrupt in service, whose timers then
+            # never fire. Not a hang of ours: our code runs in user space.
+            if [ "$cpus" -gt 0 ] && { [ "$halted" = "$cpus" ] || [ "$in_service" -gt 0 ]; }; then
+                return 5
+            fi
             return 4
         fi
         return 3
@@ -254,7 +262,7 @@ for b in "${BOOTS[@]}"; do
             continue
         fi
         if [ "$rc" = 5 ] && [ "$attempt" = 1 ]; then
-            echo "qemu/run.sh: $what: the guest stopped in the suite with every vCPU halted (silent for ${SILENCE} s after $((t1 - t0)) s; its timers stopped: state above); booting it again"
+            echo "qemu/run.sh: $what: the guest kernel stopped in the suite (every vCPU halted, or one left inside an interrupt; silent for ${SILENCE} s after $((t1 - t0)) s: state above); booting it again"
             continue
         fi
         break
@@ -268,7 +276,7 @@ for b in "${BOOTS[@]}"; do
     if [ "$rc" = 3 ]; then
         echo "qemu/run.sh: $what: FAIL: the guest stopped again before the suite started (silent for ${SILENCE} s; state above)"
     elif [ "$rc" = 5 ]; then
-        echo "qemu/run.sh: $what: FAIL: the guest stopped in the suite with every vCPU halted, twice (silent for ${SILENCE} s; state above)"
+        echo "qemu/run.sh: $what: FAIL: the guest kernel stopped in the suite twice (silent for ${SILENCE} s; state above)"
     elif [ "$rc" = 4 ]; then
         echo "qemu/run.sh: $what: FAIL: the guest hung in the suite (silent for ${SILENCE} s after it started with a vCPU busy, $took; state above; not retried)"
     elif [ -z "$result" ]; then
