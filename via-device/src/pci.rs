@@ -59,6 +59,23 @@ impl PciDevice {
     }
 }
 
+/// The PCI address a device name of VIA driver `driver` (a name of
+/// [`NIC_DRIVERS`]) designates: `<driver>:<pci address>`, or
+/// `/dev/via_<driver><N>`, the N-th such NIC by PCI address. `Some(Ok)`
+/// for an address, `Some(Err)` for a numbered name past the NICs present,
+/// `None` when the name is not one of the driver's.
+pub fn address_of_name(driver: &str, name: &str) -> Option<io::Result<String>> {
+    if let Some(a) = name.strip_prefix(driver).and_then(|r| r.strip_prefix(':')) {
+        return Some(Ok(normalize_address(a)));
+    }
+    let n = name.strip_prefix("/dev/via_")?.strip_prefix(driver)?;
+    let Ok(n) = n.parse::<usize>() else { return None };
+    let nics: Vec<_> = list().unwrap_or_default().into_iter().filter(|d| d.via_driver() == Some(driver)).collect();
+    Some(nics.get(n).map(|d| d.address.clone()).ok_or_else(|| {
+        io::Error::new(io::ErrorKind::NotFound, format!("there are {} {driver} NICs; {name} needs at least {} (see `via-agent list`)", nics.len(), n + 1))
+    }))
+}
+
 /// `00:03.0` → `0000:00:03.0`; full addresses are returned as they are.
 pub fn normalize_address(a: &str) -> String {
     if a.matches(':').count() == 1 {

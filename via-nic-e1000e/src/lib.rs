@@ -43,16 +43,7 @@ impl E1000eOpener {
     /// when the name is not an e1000e name. Options after a comma are not
     /// part of the address ([`E1000eOpener::parse`]).
     pub fn address_of(name: &str) -> Option<io::Result<String>> {
-        let name = name.split(',').next().unwrap_or_default();
-        if let Some(a) = name.strip_prefix("e1000e:") {
-            return Some(Ok(pci::normalize_address(a)));
-        }
-        let n = name.strip_prefix("/dev/via_e1000e")?;
-        let Ok(n) = n.parse::<usize>() else { return None };
-        let nics: Vec<_> = pci::list().unwrap_or_default().into_iter().filter(|d| d.via_driver() == Some(DRIVER)).collect();
-        Some(nics.get(n).map(|d| d.address.clone()).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, format!("there are {} e1000e NICs; {name} needs at least {} (see `via-agent list`)", nics.len(), n + 1))
-        }))
+        pci::address_of_name(DRIVER, name.split(',').next().unwrap_or_default())
     }
 
     /// The address and MTU of an e1000e device name (`<name>[,mtu=N]`);

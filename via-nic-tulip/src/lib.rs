@@ -40,15 +40,7 @@ impl TulipOpener {
     /// `Some(Err(..))` for a tulip name that resolves to nothing, `None`
     /// when the name is not a tulip name.
     pub fn address_of(name: &str) -> Option<io::Result<String>> {
-        if let Some(a) = name.strip_prefix("tulip:") {
-            return Some(Ok(pci::normalize_address(a)));
-        }
-        let n = name.strip_prefix("/dev/via_tulip")?;
-        let Ok(n) = n.parse::<usize>() else { return None };
-        let tulips: Vec<_> = pci::list().unwrap_or_default().into_iter().filter(|d| d.is_tulip()).collect();
-        Some(tulips.get(n).map(|d| d.address.clone()).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotFound, format!("there are {} tulip NICs; {name} needs at least {} (see `via-agent list`)", tulips.len(), n + 1))
-        }))
+        pci::address_of_name("tulip", name)
     }
 }
 
