@@ -57,6 +57,19 @@ pub struct Descriptor {
     pub ds: [DataSegment; 2],
 }
 
+/// The operands of a remote atomic (extension, `vipl_ext.h`): the
+/// segment after the address segment of a descriptor whose operation is
+/// [`control::OP_ATOMIC`]. Its local data segment (the 8 bytes that
+/// receive the target's value before the operation) comes third.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AtomicOperands {
+    /// Fetch-and-add: the addend. Compare-and-swap: the value compared.
+    pub compare_add: u64,
+    /// Compare-and-swap: the value stored when the compare matched.
+    pub swap: u64,
+}
+
 /// Bytes a descriptor with `segs` segments occupies.
 pub const fn descriptor_bytes(segs: usize) -> usize {
     32 + 16 * segs
@@ -72,6 +85,18 @@ pub mod control {
     pub const IMMEDIATE: u16 = 0x4;
     pub const QFENCE: u16 = 0x8;
     pub const RESERVED: u16 = 0xFFF0;
+    /// Extension (`vipl_ext.h`): a remote atomic. VIA 1.0's reserved
+    /// operation code, valid only with one of the two atomic bits below
+    /// (alone it stays a FORMAT_ERROR). Segments: the address segment
+    /// (the 8-byte, 8-aligned target), [`super::AtomicOperands`], one
+    /// local data segment of 8 bytes for the value before the operation.
+    pub const OP_ATOMIC: u16 = OP_RESERVED;
+    /// With [`OP_ATOMIC`]: add `compare_add` to the target.
+    pub const ATOMIC_FETCH_ADD: u16 = 0x10;
+    /// With [`OP_ATOMIC`]: store `swap` if the target equals `compare_add`.
+    pub const ATOMIC_CMP_SWAP: u16 = 0x20;
+    /// The control bits an atomic may carry besides its operation bits.
+    pub const ATOMIC_ALLOWED: u16 = OP_MASK | QFENCE | ATOMIC_FETCH_ADD | ATOMIC_CMP_SWAP;
 }
 
 /// `VIP_STATUS_*` bits of `ControlSegment::status`.
@@ -91,6 +116,8 @@ pub mod status {
     pub const OP_RDMA_WRITE: u32 = 0x20000;
     pub const OP_REMOTE_RDMA_WRITE: u32 = 0x30000;
     pub const OP_RDMA_READ: u32 = 0x40000;
+    /// Extension (`vipl_ext.h`): a remote atomic completed.
+    pub const OP_ATOMIC: u32 = 0x50000;
     pub const OP_MASK: u32 = 0x70000;
     pub const IMMEDIATE: u32 = 0x80000;
     pub const RESERVED: u32 = 0xFFF0_FE00;
@@ -119,5 +146,6 @@ mod tests {
         assert_eq!(size_of::<Descriptor>(), 64);
         assert_eq!(align_of::<Descriptor>(), DESCRIPTOR_ALIGNMENT);
         assert_eq!(descriptor_bytes(2), 64);
+        assert_eq!(size_of::<AtomicOperands>(), size_of::<DataSegment>());
     }
 }

@@ -10,7 +10,7 @@
 //! it is posted: read a buffer after its descriptor completed, and do not
 //! change a send buffer while its descriptor is posted (the VIA contract).
 
-use crate::descriptor::{self, control, descriptor_bytes, status, AddressSegment, DataSegment, Pvoid64, DESCRIPTOR_ALIGNMENT};
+use crate::descriptor::{self, control, descriptor_bytes, status, AddressSegment, AtomicOperands, DataSegment, Pvoid64, DESCRIPTOR_ALIGNMENT};
 use crate::error::{Result, ViaError};
 use crate::nic::Nic;
 use std::alloc::Layout;
@@ -201,6 +201,35 @@ pub enum Op {
     RdmaWrite(RemoteBuffer),
     /// Read the remote buffer into the local segments (reliable VIs).
     RdmaRead(RemoteBuffer),
+    /// Extension (`vipl_ext.h`): add `add` to the 8 bytes at the start of
+    /// the remote buffer (8-byte aligned; the target's region and VI need
+    /// RDMA write enabled), atomically; the value before lands in the one
+    /// local segment, of 8 bytes, in this host's byte order. Reliable VIs.
+    /// It runs once at the target, even when its request is sent again.
+    FetchAdd { remote: RemoteBuffer, add: u64 },
+    /// Extension: if the 8 bytes at the start of the remote buffer equal
+    /// `compare`, store `swap` there, atomically; the value before lands
+    /// in the local segment as for [`Op::FetchAdd`].
+    CompareSwap { remote: RemoteBuffer, compare: u64, swap: u64 },
+}
+
+impl Op {
+    /// The remote buffer an RDMA operation or atomic names.
+    fn remote(&self) -> Option<RemoteBuffer> {
+        match *self {
+            Op::SendRecv => None,
+            Op::RdmaWrite(r) | Op::RdmaRead(r) | Op::FetchAdd { remote: r, .. } | Op::CompareSwap { remote: r, .. } => Some(r),
+        }
+    }
+
+    /// An atomic's operands (addend or compare value, swap value).
+    fn atomic_operands(&self) -> Option<AtomicOperands> {
+        match *self {
+            Op::FetchAdd { add, .. } => Some(AtomicOperands { compare_add: add, swap: 0 }),
+            Op::CompareSwap { compare, swap, .. } => Some(AtomicOperands { compare_add: compare, swap }),
+            _ => None,
+        }
+    }
 }
 
 /// A `VIP_DESCRIPTOR` in registered memory, with room for a fixed number
@@ -246,11 +275,13 @@ impl Descriptor {
     /// optional immediate data (sends and RDMA writes) and the QFENCE bit
     /// (wait for earlier RDMA reads of the VI before starting).
     pub fn set_op(&mut self, op: Op, segments: &[(&MemoryRegion, Range<usize>)], imm: Option<u32>, fence: bool) -> Result<()> {
-        let remote = match op {
-            Op::SendRecv => None,
-            Op::RdmaWrite(r) | Op::RdmaRead(r) => Some(r),
-        };
-        let first = usize::from(remote.is_some());
+        let remote = op.remote();
+        let operands = op.atomic_operands();
+        // An atomic's operands take the segment after the address segment.
+        let first = usize::from(remote.is_some()) + usize::from(operands.is_some());
+        if operands.is_some() && (segments.len() != 1 || imm.is_some()) {
+            return Err(ViaError::invalid("an atomic has one local segment (8 bytes, for the value before) and no immediate data"));
+        }
         if segments.len() > self.max_segs {
             return Err(ViaError::invalid(format!("{} data segments, the descriptor has room for {}", segments.len(), self.max_segs)));
         }
@@ -272,6 +303,8 @@ impl Descriptor {
             Op::SendRecv => control::OP_SENDRECV,
             Op::RdmaWrite(_) => control::OP_RDMAWRITE,
             Op::RdmaRead(_) => control::OP_RDMAREAD,
+            Op::FetchAdd { .. } => control::OP_ATOMIC | control::ATOMIC_FETCH_ADD,
+            Op::CompareSwap { .. } => control::OP_ATOMIC | control::ATOMIC_CMP_SWAP,
         };
         let cs = descriptor::ControlSegment {
             seg_count: (first + segments.len()) as u16,
@@ -288,6 +321,9 @@ impl Descriptor {
             if let Some(r) = remote {
                 let a = AddressSegment { data: Pvoid64 { address_bits: r.addr }, handle: r.handle, reserved: 0 };
                 std::ptr::write_volatile((base + 32) as *mut AddressSegment, a);
+            }
+            if let Some(o) = operands {
+                std::ptr::write_volatile((base + 48) as *mut AtomicOperands, o);
             }
             for (i, (r, range)) in segments.iter().enumerate() {
                 let ds = DataSegment { data: Pvoid64 { address_bits: (r.as_ptr() as usize + range.start) as u64 }, handle: r.handle(), length: range.len() as u32 };

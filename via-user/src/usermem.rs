@@ -5,7 +5,7 @@
 //! registered and promised (by the VIA contract) to keep alive while
 //! registered.
 
-use crate::descriptor::{descriptor_bytes, AddressSegment, ControlSegment, DataSegment};
+use crate::descriptor::{descriptor_bytes, AddressSegment, AtomicOperands, ControlSegment, DataSegment};
 use via_kernel_agent::memory::{MemError, Ptag, RegistrationTable};
 
 /// Checks that the descriptor at `addr` with handle `handle` lies in memory
@@ -52,6 +52,16 @@ pub unsafe fn read_segment(addr: usize, i: usize) -> DataSegment {
 pub unsafe fn read_address_segment(addr: usize) -> AddressSegment {
     // SAFETY: the caller's promise.
     unsafe { std::ptr::read_volatile((addr + 32) as *const AddressSegment) }
+}
+
+/// Reads segment 1 of the atomic descriptor at `addr` as its operands.
+///
+/// # Safety
+/// As for [`read_segment`] with `i` 1: the descriptor has at least two
+/// segments and was checked against the registration table.
+pub unsafe fn read_atomic_operands(addr: usize) -> AtomicOperands {
+    // SAFETY: the caller's promise.
+    unsafe { std::ptr::read_volatile((addr + 48) as *const AtomicOperands) }
 }
 
 /// Writes the completion fields of the descriptor at `addr`, if its memory
@@ -121,4 +131,26 @@ pub unsafe fn bytes<'a>(addr: usize, len: usize) -> &'a [u8] {
 /// registration table.
 pub unsafe fn copy_in(addr: usize, src: &[u8]) {
     std::ptr::copy_nonoverlapping(src.as_ptr(), addr as *mut u8, src.len());
+}
+
+/// Runs remote atomic `code` (`engine::post`'s `ATOMIC_*`) on the 8 bytes
+/// at `addr` with `operands` (two little-endian u64s: the addend or
+/// compare value, the swap value); returns the value before. Atomic with
+/// respect to the application's own atomics on the same word. None for an
+/// unknown code (nothing is touched).
+///
+/// # Safety
+/// `[addr, addr + 8)` was checked against the registration table under
+/// the engine lock held since, and `addr` is 8-byte aligned.
+pub unsafe fn atomic_at(addr: usize, code: u8, operands: &[u8; 16]) -> Option<u64> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let a = u64::from_le_bytes(operands[..8].try_into().unwrap());
+    let b = u64::from_le_bytes(operands[8..].try_into().unwrap());
+    // SAFETY: the caller's promise: registered, aligned, live.
+    let word = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
+    match code {
+        crate::engine::post::ATOMIC_FETCH_ADD => Some(word.fetch_add(a, Ordering::SeqCst)),
+        crate::engine::post::ATOMIC_CMP_SWAP => Some(word.compare_exchange(a, b, Ordering::SeqCst, Ordering::SeqCst).unwrap_or_else(|old| old)),
+        _ => None,
+    }
 }

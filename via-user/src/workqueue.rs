@@ -44,8 +44,11 @@ pub struct WqEntry {
     /// Error bits the peer reported for this message (REMOTE_DESC,
     /// RDMA_PROT); it completes with them once acknowledged.
     pub remote_status: u32,
-    /// RDMA read: response bytes placed so far, and whether the last
-    /// response arrived.
+    /// Remote atomic: the operands as read at post, little-endian as
+    /// they go on the wire (the addend or compare value, the swap value).
+    pub operands: [u8; 16],
+    /// RDMA read or atomic: response bytes placed so far, and whether the
+    /// last response arrived.
     pub got: u32,
     pub read_done: bool,
     /// The local data segments as checked at post, when there are at most
@@ -106,6 +109,18 @@ impl WqEntry {
 
     pub fn is_read(&self) -> bool {
         self.op() == crate::descriptor::control::OP_RDMAREAD
+    }
+
+    /// A remote atomic (extension; validated at post, so one of the two
+    /// atomic bits is set).
+    pub fn is_atomic(&self) -> bool {
+        self.op() == crate::descriptor::control::OP_ATOMIC
+    }
+
+    /// Does the message complete only when the peer answers it (an RDMA
+    /// read or a remote atomic: one request frame, then response frames)?
+    pub fn awaits_response(&self) -> bool {
+        self.is_read() || self.is_atomic()
     }
 }
 

@@ -65,6 +65,14 @@ pub enum Kind {
     RdmaReadReq = 4,
     /// Data answering an RDMA read request.
     RdmaReadResp = 5,
+    /// A remote atomic (extension): `imm` names the operation, `rdma_addr`
+    /// and `rdma_handle` the 8-byte target, the payload its two operands
+    /// (little-endian u64s: the addend or the compare value, then the
+    /// swap value). Sequenced like a read request.
+    AtomicReq = 6,
+    /// The target's 8 bytes before the atomic (little-endian), answering
+    /// an `AtomicReq` (its PSN and message number echoed).
+    AtomicResp = 7,
     /// Client asks a server to connect (payload: [`ConnRepr`]).
     ConnRequest = 16,
     /// The server saw the request and a ConnectWait matched it; decision pending.
@@ -96,6 +104,8 @@ impl Kind {
             3 => Kind::RdmaWrite,
             4 => Kind::RdmaReadReq,
             5 => Kind::RdmaReadResp,
+            6 => Kind::AtomicReq,
+            7 => Kind::AtomicResp,
             16 => Kind::ConnRequest,
             17 => Kind::ConnPending,
             18 => Kind::ConnAccept,

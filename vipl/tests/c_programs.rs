@@ -130,6 +130,13 @@ fn a_program_linked_with_the_static_archive_opens_devices() {
     assert!(String::from_utf8_lossy(&run.stdout).contains("OK threads"));
 }
 
+/// Remote atomics built with `vipl_ext.h` and posted with `VipPostSend`.
+#[test]
+fn remote_atomics_from_c() {
+    let out = build_and_run("atomics", &[]);
+    assert!(out.contains("OK atomics"), "{out}");
+}
+
 #[test]
 fn calls_from_four_threads_at_once() {
     let out = build_and_run("threads", &[]);

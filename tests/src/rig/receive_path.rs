@@ -102,12 +102,14 @@ mod at {
     pub const MSG_SEQ: Range<usize> = 70..74;
 }
 
-const KINDS: [Kind; 15] = [
+const KINDS: [Kind; 17] = [
     Kind::Data,
     Kind::Ack,
     Kind::RdmaWrite,
     Kind::RdmaReadReq,
     Kind::RdmaReadResp,
+    Kind::AtomicReq,
+    Kind::AtomicResp,
     Kind::Disconnect,
     Kind::ConnRequest,
     Kind::ConnPending,

@@ -182,6 +182,11 @@ pub struct Counters {
     /// Duplicate RDMA read requests not served again: for no read we
     /// served, or past what the requester may still be missing.
     pub read_requests_stale: u64,
+    /// The peer's remote atomics run on our memory (each once).
+    pub atomics_served: u64,
+    /// Duplicate atomic requests answered again from what the atomic
+    /// gave the first time (it did not run again).
+    pub atomics_replayed: u64,
 }
 
 impl Counters {
@@ -219,6 +224,8 @@ impl Counters {
             ("rx_query_refused", self.rx_query_refused),
             ("read_requests_replayed", self.read_requests_replayed),
             ("read_requests_stale", self.read_requests_stale),
+            ("atomics_served", self.atomics_served),
+            ("atomics_replayed", self.atomics_replayed),
         ]
     }
 }

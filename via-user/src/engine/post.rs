@@ -25,6 +25,21 @@ impl Queue {
     }
 }
 
+/// The wire's code for the atomic a descriptor's control bits ask for
+/// (`Kind::AtomicReq`'s `imm`): None unless exactly one atomic bit is set.
+pub(crate) fn atomic_code(control: u16) -> Option<u8> {
+    match control & (control::ATOMIC_FETCH_ADD | control::ATOMIC_CMP_SWAP) {
+        control::ATOMIC_FETCH_ADD => Some(ATOMIC_FETCH_ADD),
+        control::ATOMIC_CMP_SWAP => Some(ATOMIC_CMP_SWAP),
+        _ => None,
+    }
+}
+
+/// `Kind::AtomicReq`'s `imm`: fetch-and-add.
+pub const ATOMIC_FETCH_ADD: u8 = 1;
+/// `Kind::AtomicReq`'s `imm`: compare-and-swap.
+pub const ATOMIC_CMP_SWAP: u8 = 2;
+
 impl Core {
     /// Validates the descriptor at `addr` for a VI with `attrs` into `e`,
     /// the queue's next slot (so the entry is built where it stays).
@@ -52,18 +67,23 @@ impl Core {
         e.segs = cs.seg_count;
         e.control = cs.control;
         e.imm = cs.immediate_data;
-        if cs.control & control::RESERVED != 0 || cs.seg_count as usize > MAX_SEGMENTS {
+        let op = cs.control & control::OP_MASK;
+        // The extension's remote atomic reuses the reserved operation
+        // code with bits VIA 1.0 reserves: only there are they allowed.
+        let atomic = q == Queue::Send && op == control::OP_ATOMIC;
+        let reserved = if atomic { cs.control & !control::ATOMIC_ALLOWED } else { cs.control & control::RESERVED };
+        if reserved != 0 || cs.seg_count as usize > MAX_SEGMENTS {
             e.pre_status = status::FORMAT_ERROR;
             return Ok(());
         }
-        let op = cs.control & control::OP_MASK;
-        let rdma = op == control::OP_RDMAWRITE || op == control::OP_RDMAREAD;
+        let rdma = op == control::OP_RDMAWRITE || op == control::OP_RDMAREAD || atomic;
         let bad_op = match q {
             Queue::Recv => op != control::OP_SENDRECV || cs.control & control::QFENCE != 0,
+            Queue::Send if atomic => atomic_code(cs.control).is_none() || cs.seg_count != 3 || !attrs.reliability.is_reliable(),
             Queue::Send => op == control::OP_RESERVED || (op == control::OP_RDMAREAD && (cs.control & control::IMMEDIATE != 0 || !attrs.reliability.is_reliable())),
         };
         if bad_op || (rdma && cs.seg_count == 0) {
-            e.pre_status = status::FORMAT_ERROR; // reserved op, RDMA on a receive queue, read on an unreliable VI
+            e.pre_status = status::FORMAT_ERROR; // reserved op, RDMA on a receive queue, read or atomic on an unreliable VI
             return Ok(());
         }
         if rdma {
@@ -73,6 +93,18 @@ impl Core {
             e.seg0 = 1;
             e.raddr = a.data.address_bits;
             e.rhandle = a.handle;
+        }
+        if atomic {
+            // SAFETY: as above, with seg_count 3.
+            let o = unsafe { usermem::read_atomic_operands(addr) };
+            e.operands[..8].copy_from_slice(&o.compare_add.to_le_bytes());
+            e.operands[8..].copy_from_slice(&o.swap.to_le_bytes());
+            e.imm = atomic_code(cs.control).unwrap_or(0) as u32;
+            e.seg0 = 2;
+            if !e.raddr.is_multiple_of(8) {
+                e.pre_status = status::FORMAT_ERROR; // the target must be 8-byte aligned
+                return Ok(());
+            }
         }
         let mut total: u64 = 0;
         let keep = (cs.seg_count - e.seg0) as usize <= INLINE_SEGMENTS;
@@ -99,6 +131,9 @@ impl Core {
         e.len = total as u32;
         if q == Queue::Send && cs.length as u64 != total {
             e.pre_status = status::FORMAT_ERROR;
+        }
+        if atomic && total != 8 {
+            e.pre_status = status::FORMAT_ERROR; // the old value's 8 bytes, no more
         }
         Ok(())
     }
@@ -206,7 +241,9 @@ impl Context {
             return;
         }
         let e = wq.get(wq.done);
-        let (desc, desc_handle, op_bits, started) = (e.desc, e.desc_handle, e.op(), e.nframes != 0);
+        let (desc, desc_handle, started) = (e.desc, e.desc_handle, e.nframes != 0);
+        // A reserved operation without the extension's bits completes as a send.
+        let op_bits = if e.is_atomic() && atomic_code(e.control).is_none() { control::OP_SENDRECV } else { e.op() };
         let checked = e.checked_epoch == self.mem.epoch();
         wq.done = wq.done.wrapping_add(1);
         let cq = match q {
@@ -215,14 +252,18 @@ impl Context {
         };
         let op = match (q, op_bits) {
             (Queue::Send, control::OP_RDMAWRITE) => status::OP_RDMA_WRITE,
-            (Queue::Send, control::OP_RDMAREAD) => {
+            (Queue::Send, control::OP_RDMAREAD | control::OP_ATOMIC) => {
                 if started {
                     vi.tx.reads_outstanding = vi.tx.reads_outstanding.saturating_sub(1);
                     if vi.tx.idx != vi.sq.tail {
                         self.outbox.ring(id); // a QFENCE may wait for this read
                     }
                 }
-                status::OP_RDMA_READ
+                if op_bits == control::OP_ATOMIC {
+                    status::OP_ATOMIC
+                } else {
+                    status::OP_RDMA_READ
+                }
             }
             _ => q.op_status(),
         };

@@ -173,8 +173,9 @@ impl Core {
             cx.on_ack(vi, f.ack(), nak, sack, now);
         }
         match kind {
-            Kind::Data | Kind::RdmaWrite | Kind::RdmaReadReq => cx.on_sequenced(vi, kind, &f, payload, now),
-            Kind::RdmaReadResp => cx.on_read_response(vi, &f, payload, now),
+            Kind::Data | Kind::RdmaWrite | Kind::RdmaReadReq | Kind::AtomicReq => cx.on_sequenced(vi, kind, &f, payload, now),
+            Kind::RdmaReadResp => cx.on_read_response(vi, &f, payload, false, now),
+            Kind::AtomicResp => cx.on_read_response(vi, &f, payload, true, now),
             Kind::Ack => {}
             _ => cx.counters.rx_malformed += 1,
         }
@@ -291,7 +292,7 @@ impl Context {
             if e.nframes == 0 || !seq_le(e.first_psn.wrapping_add(e.nframes), vi.tx.una) {
                 return;
             }
-            if e.is_read() && !e.read_done && e.remote_status == 0 {
+            if e.awaits_response() && !e.read_done && e.remote_status == 0 {
                 return; // the request arrived; the data has not yet
             }
             let (len, bits) = if e.remote_status != 0 { (0, e.remote_status) } else { (e.len, 0) };
@@ -356,6 +357,8 @@ impl Context {
                             self.queue_report(vi, end, seq, bits, false); // the report was lost
                         } else if kind == Kind::RdmaReadReq {
                             self.on_read_request(vi, f, true); // a response was lost
+                        } else if kind == Kind::AtomicReq {
+                            self.on_atomic_request(vi, f, payload, true); // its answer was lost
                         }
                         return;
                     }
@@ -405,6 +408,7 @@ impl Context {
         }
         let alive = match kind {
             Kind::RdmaReadReq => reliable && self.on_read_request(vi, f, false),
+            Kind::AtomicReq => reliable && self.on_atomic_request(vi, f, payload, false),
             // The one-frame message, inlined here; the rest (reassembly,
             // RDMA writes) apart.
             _ => self.place_whole_message(vi, kind, f, payload) || self.place(vi, kind, f, payload),

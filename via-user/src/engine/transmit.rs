@@ -157,9 +157,9 @@ impl Engine {
 /// path's and the one-frame path's alike). On a reliable VI, the fragment
 /// that `fills_window` asks for an ACK.
 fn fragment_fields(e: &WqEntry, reliable: bool, psn: u32, ack: u32, off: u32, len: u32, fills_window: bool) -> StreamRepr {
-    let is_read = e.is_read();
+    let request = e.awaits_response();
     let mut fl = if off == 0 { flags::FIRST } else { 0 };
-    if is_read || off + len == e.len {
+    if request || off + len == e.len {
         fl |= flags::LAST;
     }
     if e.control & control::IMMEDIATE != 0 {
@@ -174,6 +174,7 @@ fn fragment_fields(e: &WqEntry, reliable: bool, psn: u32, ack: u32, off: u32, le
     let kind = match e.op() {
         control::OP_RDMAWRITE => Kind::RdmaWrite,
         control::OP_RDMAREAD => Kind::RdmaReadReq,
+        control::OP_ATOMIC => Kind::AtomicReq,
         _ => Kind::Data,
     };
     StreamRepr {
@@ -187,7 +188,8 @@ fn fragment_fields(e: &WqEntry, reliable: bool, psn: u32, ack: u32, off: u32, le
         rdma_addr: e.raddr,
         rdma_handle: e.rhandle,
         msg_seq: e.msg_seq,
-        payload_len: len as u16,
+        // An atomic's request carries its operands.
+        payload_len: if e.is_atomic() { e.operands.len() as u16 } else { len as u16 },
     }
 }
 
@@ -511,9 +513,9 @@ impl Context {
         }
         let epoch = self.mem.epoch();
         let e = vi.sq.get_mut(idx);
-        // (A descriptor that passed validation is a send, an RDMA write or
-        // an RDMA read; a read takes the general path.)
-        if e.pre_status != 0 || e.is_read() || e.nframes != 0 || e.len > vi.tx.frag || (e.control & control::QFENCE != 0 && vi.tx.reads_outstanding != 0) {
+        // (A descriptor that passed validation is a send, an RDMA write,
+        // an RDMA read or an atomic; the last two take the general path.)
+        if e.pre_status != 0 || e.awaits_response() || e.nframes != 0 || e.len > vi.tx.frag || (e.control & control::QFENCE != 0 && vi.tx.reads_outstanding != 0) {
             return false;
         }
         let Some(&[seg]) = e.checked_segments(epoch) else { return false };
@@ -641,7 +643,7 @@ impl Context {
                 vi.tx.off = 0;
                 continue;
             }
-            let (fenced, is_read) = (en.control & control::QFENCE != 0, en.is_read());
+            let (fenced, is_read) = (en.control & control::QFENCE != 0, en.awaits_response());
             if fenced && vi.tx.off == 0 && reads_pending(vi) {
                 break; // QFENCE: wait until the earlier RDMA reads complete
             }
@@ -671,7 +673,10 @@ impl Context {
             fragment_fields(e, reliable, vi.tx.psn, vi.rx.expected, off, len, fills_window).emit(&vi.tx.head, &mut hdrs[n]);
             specs[n].resp = None;
             if is_read {
-                specs[n].n = 0;
+                // A read's request has no payload; an atomic's, its
+                // operands (kept in the queue's entry, which stays put).
+                specs[n].n = usize::from(e.is_atomic());
+                specs[n].pieces[0] = (e.operands.as_ptr() as usize, e.operands.len());
                 specs[n].lendable = false;
             } else if !gather(mem, bounce, frag as usize, e, ptag, off, len, n, &mut specs[n], max_pieces) {
                 // The memory went away under a descriptor part of which the
@@ -812,7 +817,7 @@ fn reads_pending(vi: &crate::vi::ViState) -> bool {
     let mut idx = vi.sq.done;
     while idx != vi.tx.idx {
         let e = vi.sq.get(idx);
-        if e.is_read() && e.nframes != 0 && !e.read_done && e.remote_status == 0 {
+        if e.awaits_response() && e.nframes != 0 && !e.read_done && e.remote_status == 0 {
             return true;
         }
         idx = idx.wrapping_add(1);
@@ -865,6 +870,17 @@ impl Context {
             if off + len == job.len {
                 fl |= flags::LAST;
             }
+            if let Some(value) = vi.served.jobs[j].value.as_ref() {
+                // An atomic's answer: the value it found, kept in the job.
+                let fl = flags::RELIABLE | flags::ACK | flags::FIRST | flags::LAST;
+                HeaderRepr { kind: Kind::AtomicResp as u8, flags: fl, psn: job.psn, msg_len: job.len, msg_seq: job.msg_seq, payload_len: value.len() as u16, ..base }.emit(&mut hdrs[n]);
+                specs[n] = Spec { n: 1, resp: Some(job.len), lendable: false, ..Spec::default() };
+                specs[n].pieces[0] = (value.as_ptr() as usize, value.len());
+                n += 1;
+                j += 1;
+                off = vi.served.jobs.get(j).map_or(0, |x| x.off);
+                continue;
+            }
             let addr = job.addr + off as usize;
             if len > 0 && mem.check(job.handle, addr, len as usize, ptag).is_err() {
                 // Deregistered since the request: nothing more of it is sent
@@ -888,14 +904,23 @@ impl Context {
             vi.tx.read_resume = false;
             let mut idx = vi.sq.done;
             while idx != vi.tx.idx && n < BATCH {
-                let e = *vi.sq.get(idx);
+                let e = vi.sq.get(idx);
                 idx = idx.wrapping_add(1);
-                if !e.is_read() || e.nframes == 0 || e.read_done || e.remote_status != 0 || !seq_lt(e.first_psn, vi.tx.una) {
+                if !e.awaits_response() || e.nframes == 0 || e.read_done || e.remote_status != 0 || !seq_lt(e.first_psn, vi.tx.una) {
                     continue;
                 }
                 let fl = flags::RELIABLE | flags::ACK | flags::FIRST | flags::LAST;
-                HeaderRepr { kind: Kind::RdmaReadReq as u8, flags: fl, psn: e.first_psn, msg_len: e.len, offset: e.got, rdma_addr: e.raddr, rdma_handle: e.rhandle, msg_seq: e.msg_seq, ..base }.emit(&mut hdrs[n]);
                 specs[n] = Spec::default();
+                let (kind, payload_len) = if e.is_atomic() {
+                    // Asked again with its operands: the target answers
+                    // from what the atomic gave, never running it twice.
+                    specs[n].n = 1;
+                    specs[n].pieces[0] = (e.operands.as_ptr() as usize, e.operands.len());
+                    (Kind::AtomicReq, e.operands.len() as u16)
+                } else {
+                    (Kind::RdmaReadReq, 0)
+                };
+                HeaderRepr { kind: kind as u8, flags: fl, psn: e.first_psn, msg_len: e.len, offset: e.got, imm: e.imm, rdma_addr: e.raddr, rdma_handle: e.rhandle, msg_seq: e.msg_seq, payload_len, ..base }.emit(&mut hdrs[n]);
                 n += 1;
             }
         }

@@ -106,7 +106,8 @@ pub struct RxMessage {
     pub rdma: Option<(usize, u32)>,
 }
 
-/// An RDMA read this VI serves: the response frames still to send.
+/// An RDMA read (or remote atomic) this VI serves: the response frames
+/// still to send.
 #[derive(Clone, Copy, Debug)]
 pub struct ReadJob {
     /// PSN and message number of the request (echoed in every response).
@@ -118,6 +119,9 @@ pub struct ReadJob {
     pub len: u32,
     /// Next byte to send.
     pub off: u32,
+    /// A remote atomic's answer: the target's value before it ran
+    /// (little-endian), sent in place of memory at `addr`.
+    pub value: Option<[u8; 8]>,
 }
 
 /// An RDMA read of the peer's that we served, remembered so that a
@@ -136,6 +140,9 @@ pub struct ServedRead {
     /// from it.
     pub resume_off: u32,
     pub repeats: u32,
+    /// A remote atomic we ran: its answer, given again to a duplicate of
+    /// its request (it never runs twice).
+    pub value: Option<[u8; 8]>,
 }
 
 
