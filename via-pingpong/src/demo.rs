@@ -189,6 +189,7 @@ fn run_pair_with(h: &Hosts, transport: &str, extra: Vec<String>) -> Result<(Vec<
         "via-shm" | "via-shm-lent" | "via-auth" | "via-udp" => ("via", "reliable", None),
         "via-write" => ("via", "reliable", Some("write")),
         "via-read" => ("via", "reliable", Some("read")),
+        "via-atomic" => ("via", "reliable", Some("atomic")),
         t => (t, "reliable", None),
     };
     let mut extra = extra;
@@ -423,7 +424,7 @@ fn alternating_rounds(o: &Options, h: &Hosts, probe: Option<&Probe>) -> (Vec<Row
 fn print_ratios(rows: &[Row], sweeps: &[Row], rounds: Option<&Rounds>) {
     let paired = rounds.is_some();
     println!("\n=== VIA against the baselines (same run; {}) ===", if paired { "median of per-round ratios of alternating rounds" } else { "sweep figures" });
-    if !rows.iter().any(|r| !r.transport.starts_with("via") || r.transport.starts_with("via?")) && !rows.iter().any(|r| r.transport == "via-write" || r.transport == "via-auth") {
+    if !rows.iter().any(|r| !r.transport.starts_with("via") || r.transport.starts_with("via?")) && !rows.iter().any(|r| ["via-write", "via-auth", "via-atomic"].contains(&r.transport.as_str())) {
         println!("(no baseline rows: they need root, or their runs failed above)");
         return;
     }
@@ -525,6 +526,9 @@ fn print_ratios(rows: &[Row], sweeps: &[Row], rounds: Option<&Rounds>) {
     }
     if let Some(x) = val("via-read", "lat") {
         println!("latency 64 B    RDMA read (whole read, a round trip) = {x:.2} us");
+    }
+    if let Some((a, r, x)) = ratio("via-atomic", "via-read", "lat") {
+        println!("latency         atomic fetch-and-add/RDMA read = {x:.3}  (medians {a:.2} / {r:.2} us; 8 B atomic against a 64 B read, each a round trip; target <= 1.1) {}", verdict(x <= 1.1));
     }
     if let Some((v, x, r)) = ratio("via", "raw", "bw") {
         println!("bandwidth 1 MiB VIA/raw  = {r:.3}  (medians {v:.1} / {x:.1} MB/s; target >= 0.9) {}", verdict(r >= 0.9));

@@ -65,7 +65,10 @@ USAGE:
     --rdma MODE       with --transport via: write (RDMA write latency, perftest
                       ib_write_lat style: one-way, memory polled) or read (RDMA
                       read; latency is the whole read, a round trip) and their
-                      bandwidths (a 0-byte RDMA write latency writes the 1-byte tag)
+                      bandwidths (a 0-byte RDMA write latency writes the 1-byte tag);
+                      atomic (a remote fetch-and-add of one 8-byte word, the
+                      vipl_ext.h extension, timed as a read: latency only; demo
+                      transport via-atomic, printed against via-read)
     --device DEV      VIA device name: /dev/via_<ifname> (default /dev/via_lo), or
                       udp:<ifname> for VIA in UDP/IPv4 datagrams (hosts named by IPv4 address)
     --peer ADDR       client: server MAC, IPv4 address (udp: devices) or host name (via, raw;
@@ -146,8 +149,8 @@ fn parse() -> Result<(String, Options), String> {
             "--discriminator" => o.discriminator = val()?,
             "--rdma" => {
                 let m = val()?;
-                if m != "write" && m != "read" {
-                    return Err(format!("--rdma is write or read, not {m:?}"));
+                if m != "write" && m != "read" && m != "atomic" {
+                    return Err(format!("--rdma is write, read or atomic, not {m:?}"));
                 }
                 o.rdma = Some(m);
             }

@@ -155,6 +155,20 @@ impl End {
         self.vi.post_send(d).map_err(err)
     }
 
+    /// Posts a fetch-and-add of 1 on the first word of the peer's buffer,
+    /// the value before landing in `rbuf[..8]` (the `vipl_ext.h` atomic).
+    fn post_atomic(&mut self) -> io::Result<()> {
+        let peer = self.peer_buf.ok_or_else(|| io::Error::other("an atomic before the buffer exchange"))?;
+        let mut d = match self.spare.pop() {
+            Some(d) => d,
+            None => Descriptor::new(&self.nic, self.ptag, 1).map_err(err)?,
+        };
+        if d.control() != control::OP_ATOMIC | control::ATOMIC_FETCH_ADD {
+            d.set_op(Op::FetchAdd { remote: peer, add: 1 }, &[(&self.rbuf, 0..8)], None, false).map_err(err)?;
+        }
+        self.vi.post_send(d).map_err(err)
+    }
+
     /// Posts an RDMA write of `sbuf[..len]` into the peer's buffer, or an
     /// RDMA read of the peer's buffer into `rbuf[..len]`.
     fn post_rdma(&mut self, write: bool, len: usize) -> io::Result<()> {
@@ -562,6 +576,9 @@ impl Client {
 pub struct RdmaClient {
     c: Client,
     write: bool,
+    /// `--rdma atomic`: each operation a fetch-and-add of one 8-byte word
+    /// (whatever the size), timed as a read is.
+    atomic: bool,
 }
 
 impl Bench for RdmaClient {
@@ -589,7 +606,11 @@ impl Bench for RdmaClient {
             e.drain_sends()?;
             for i in 0..iters + warmup {
                 let t0 = Instant::now();
-                e.post_rdma(false, size)?;
+                if self.atomic {
+                    e.post_atomic()?;
+                } else {
+                    e.post_rdma(false, size)?;
+                }
                 let d = e.vi.send_wait(T).map_err(err)?;
                 let dt = t0.elapsed();
                 d.check_ok().map_err(err)?;
@@ -652,6 +673,7 @@ impl Bench for Client {
 pub fn name(o: &Options) -> &'static str {
     match (o.rdma.as_deref(), o.reliability.is_reliable()) {
         (Some("write"), _) => "via-write",
+        (Some("atomic"), _) => "via-atomic",
         (Some(_), _) => "via-read",
         (None, true) if o.device.contains("+shm:") && o.device.contains(",lend=") => "via-shm-lent",
         (None, true) if o.device.contains("+shm:") => "via-shm",
@@ -672,9 +694,11 @@ pub fn client(o: &Options) -> io::Result<Vec<Row>> {
     let mut c = Client::connect(&o.device, &o.peer, o.reliability, o.discriminator.as_bytes(), max_size(o), o.recv_cq)?;
     if let Some(mode) = &o.rdma {
         c.exchange()?;
-        let mut r = RdmaClient { c, write: mode == "write" };
-        let rows = sweep(o, name(o), &mut r, true)?;
-        if o.verify {
+        let mut r = RdmaClient { c, write: mode == "write", atomic: mode == "atomic" };
+        // An atomic moves 8 bytes whatever the size: no bandwidth sweep.
+        let bw = !r.atomic;
+        let rows = sweep(o, name(o), &mut r, bw)?;
+        if o.verify && !r.atomic {
             r.c.verify_all(o, if r.write { CHECK_WRITE } else { CHECK_READ })?;
         }
         if o.stats {
