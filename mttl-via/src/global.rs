@@ -218,34 +218,7 @@ impl<T: Pod> GlobalPtr<T> {
             Some(Ok(x)) => x,
             Some(Err(e)) => panic!("reading {len} bytes at {self:?}: {e}"),
         };
-        // Alone, the reader spins here. With other threads ready, or other
-        // readers parked (whom a spinner would keep from being woken), it
-        // parks too, and the scheduler wakes it once the read is done: one
-        // poll for all parked readers, whose reads overlap.
-        // A parked read is not polled for (which would post it) until the
-        // scheduler has run every ready thread: the reads they start go
-        // out together, one doorbell for all.
-        loop {
-            let parked = with(|rt| {
-                if thread::any_ready() || !rt.reads.is_empty() {
-                    rt.reads.push((h, thread::current().expect("reading outside a user-level thread")));
-                    return Some(true);
-                }
-                match rt.comm.senddone(h) {
-                    Ok(true) => Some(false),
-                    Ok(false) => None,
-                    Err(e) => runtime::fatal(e),
-                }
-            });
-            match parked {
-                None => continue,
-                Some(false) => break,
-                Some(true) => {
-                    thread::block();
-                    break; // woken: done
-                }
-            }
-        }
+        await_direct(h);
         with(|rt| {
             let src = rt.heap.slice(landing, len).expect("landing block");
             // SAFETY: our landing block, filled by the completed RDMA read.
@@ -311,4 +284,36 @@ impl<T: Pod> GlobalPtr<T> {
 fn unsafe_zeroed<T: Pod>() -> T {
     // SAFETY: every bit pattern, zero included, is a valid Pod value.
     unsafe { std::mem::zeroed() }
+}
+
+/// Waits for the direct transfer `h` (an RDMA read or atomic the calling
+/// thread started). Alone, the thread spins here. With other threads
+/// ready, or other direct transfers parked (whom a spinner would keep
+/// from being woken), it parks too, and the scheduler wakes it once the
+/// transfer is done: one poll for all parked transfers, which overlap.
+/// A parked transfer is not polled for (which would post it) until the
+/// scheduler has run every ready thread: the transfers they start go out
+/// together, one doorbell for all.
+pub(crate) fn await_direct(h: crate::comm::SendHandle) {
+    loop {
+        let parked = with(|rt| {
+            if thread::any_ready() || !rt.reads.is_empty() {
+                rt.reads.push((h, thread::current().expect("a remote access outside a user-level thread")));
+                return Some(true);
+            }
+            match rt.comm.senddone(h) {
+                Ok(true) => Some(false),
+                Ok(false) => None,
+                Err(e) => runtime::fatal(e),
+            }
+        });
+        match parked {
+            None => continue,
+            Some(false) => return,
+            Some(true) => {
+                thread::block();
+                return; // woken: done
+            }
+        }
+    }
 }

@@ -21,6 +21,7 @@
 //! (user-facing modules), and `scheduler` (the loop, the dispatch of
 //! message kinds to the features, [`run`]).
 
+mod atomic;
 pub mod beneath;
 pub mod boot;
 pub mod collective;

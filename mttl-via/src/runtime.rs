@@ -46,6 +46,11 @@ pub(crate) mod kind {
     /// (the size of a small result): `beneath::round_trip`.
     pub const ECHO: u8 = 13;
     pub const ECHO_BACK: u8 = 14;
+    /// [token u32][off u64][op u8][a u64][b u64]: run an atomic on the
+    /// heap word at `off` (op 0: add `a`; 1: compare `a`, swap `b`), reply
+    /// with the value before (8 bytes LE). Where the transport has no
+    /// remote atomics.
+    pub const ATOMIC: u8 = 15;
 }
 
 /// Reply status.
@@ -257,6 +262,23 @@ impl Runtime {
         let landing = self.heap.alloc(len)?;
         let bulk = self.comm.bulk().expect("checked above");
         Some(match bulk.get(pe, off as usize, landing as usize, len) {
+            Ok(h) => Ok((h, landing)),
+            Err(e) => {
+                self.heap.free(landing);
+                Err(e)
+            }
+        })
+    }
+
+    /// Starts a remote atomic `op` on the word at offset `off` of `pe`'s
+    /// heap, its value before landing in a block allocated in ours: the
+    /// atomic's handle and the block's offset. None where the transport
+    /// has no remote atomics or our heap has no room.
+    pub(crate) fn start_atomic(&mut self, pe: usize, off: u64, op: crate::comm::AtomicOp) -> Option<crate::comm::Result<(SendHandle, u64)>> {
+        self.comm.bulk()?;
+        let landing = self.heap.alloc(8)?;
+        let bulk = self.comm.bulk().expect("checked above");
+        Some(match bulk.atomic(pe, off as usize, op, landing as usize) {
             Ok(h) => Ok((h, landing)),
             Err(e) => {
                 self.heap.free(landing);

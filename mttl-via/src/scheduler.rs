@@ -45,6 +45,13 @@ pub(crate) fn dispatch(rt: &mut Runtime, node: usize, msg: &mut Vec<u8>) -> Resu
             let st = *take(&mut b, 1).map_err(bad)?.first().unwrap();
             rt.complete(token, st, b.to_vec()).map_err(|e| format!("from rank {node}: {e}"))?;
         }
+        kind::ATOMIC => {
+            let token = u32_at(&mut b).map_err(bad)?;
+            match crate::atomic::serve(rt.rank, &rt.heap, b) {
+                Ok(v) => rt.send_reply(node, token, status::OK, &v),
+                Err(why) => rt.send_reply(node, token, status::ERROR, why.as_bytes()),
+            }
+        }
         kind::READ | kind::READ_BULK => {
             let token = u32_at(&mut b).map_err(bad)?;
             let off = u64_at(&mut b).map_err(bad)?;
@@ -137,13 +144,20 @@ pub(crate) fn dispatch(rt: &mut Runtime, node: usize, msg: &mut Vec<u8>) -> Resu
     Ok(())
 }
 
-/// The scheduler loop: runs ready threads; between them takes what
-/// arrived; when nothing is ready, sleeps in `brecany` until a message
-/// comes. Returns when the shutdown handshake is over.
+/// The scheduler loop: runs the threads ready at the start of a pass
+/// (those they wake run in the next), then takes what arrived; when
+/// nothing is ready, sleeps in `brecany` until a message comes. A thread
+/// that yields in a loop waiting for another process (spinning on a
+/// remote lock) thus never keeps this process from answering that
+/// process's messages. Returns when the shutdown handshake is over.
 fn serve() {
     let mut buf = Vec::new();
     loop {
-        while thread::run_one() {}
+        for _ in 0..thread::ready_count() {
+            if !thread::run_one() {
+                break;
+            }
+        }
         let finished = with(|rt| {
             let mut got = 0;
             while got < 64 {

@@ -158,6 +158,11 @@ pub fn any_ready() -> bool {
     SCHED.with(|s| !s.borrow().ready.is_empty())
 }
 
+/// How many threads are ready to run (a thread woken twice counts twice).
+pub fn ready_count() -> usize {
+    SCHED.with(|s| s.borrow().ready.len())
+}
+
 /// Runs the next ready thread until it yields, blocks or finishes.
 /// Returns false when no thread was ready.
 pub fn run_one() -> bool {

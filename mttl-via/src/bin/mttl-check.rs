@@ -1,4 +1,4 @@
-//! `mttl-check [all|invoke|sync|gptr|coll|many|comm|crash]...`: the MTTL
+//! `mttl-check [all|invoke|sync|gptr|atomic|coll|many|comm|crash]...`: the MTTL
 //! test program, run by the tests under `mttl-run` at 1, 2, 4 and 8 ranks
 //! over both transports. Every check computes its expected answer locally
 //! and panics (failing the run) on a mismatch; a passing run ends with
@@ -48,6 +48,24 @@ remote! {
         let g = s.global();
         std::mem::forget(s); // lives for the run
         g
+    }
+    /// `k` fetch-and-adds of 1 on `p`; the values before.
+    fn add_many(p: GlobalPtr<u64>, k: u64) -> Vec<u64> {
+        (0..k).map(|_| p.fetch_add(1)).collect()
+    }
+    /// `rounds` increments of `counter` by a plain read and write, each
+    /// under the lock at `lock` (taken by compare-and-swap as `me`).
+    fn locked_increments(lock: GlobalPtr<u64>, counter: GlobalPtr<u64>, rounds: u64, me: u64) -> u64 {
+        for _ in 0..rounds {
+            while lock.compare_swap(0, me) != 0 {
+                mttl_via::yield_now();
+            }
+            let v = counter.read();
+            mttl_via::yield_now(); // let the others try the lock meanwhile
+            counter.write(v + 1);
+            assert_eq!(lock.compare_swap(me, 0), me, "the lock was ours until we let it go");
+        }
+        rounds
     }
     fn collectives(round: u64) -> u64 { check_collectives(round); 1 }
     fn fail_here(why: String) -> u64 { panic!("{why}") }
@@ -174,6 +192,36 @@ fn check_gptr() {
     assert!(msg.contains("heap"), "out-of-bounds message was {msg:?}");
     p.free();
     println!("mttl-check: gptr ok");
+}
+
+/// Remote atomics: fetch-and-adds from threads on every rank each see a
+/// value before no other add saw (each ran once), and a compare-and-swap
+/// lock keeps increments made by plain reads and writes from being lost.
+fn check_atomic() {
+    let n = pe_num();
+    let owner = n - 1;
+    let p = GlobalPtr::<u64>::alloc_on(owner, 1);
+    const K: u64 = 200;
+    let adders: Vec<_> = (0..2 * n).map(|i| ainvoke(i % n, add_many, (p, K))).collect();
+    let mut seen: Vec<u64> = adders.into_iter().flat_map(|a| a.wait()).collect();
+    seen.sort_unstable();
+    assert_eq!(seen, (0..2 * n as u64 * K).collect::<Vec<_>>(), "every value before an add seen once");
+    assert_eq!(p.read(), 2 * n as u64 * K);
+    assert_eq!(p.compare_swap(1, 5), 2 * n as u64 * K, "a compare that fails changes nothing");
+    assert_eq!(p.compare_swap(2 * n as u64 * K, 5), 2 * n as u64 * K);
+    assert_eq!(p.fetch_add(u64::MAX), 5, "adds wrap");
+    assert_eq!(p.read(), 4);
+    let lock = GlobalPtr::<u64>::alloc_on(owner, 1);
+    let counter = GlobalPtr::<u64>::alloc_on(owner, 1);
+    const ROUNDS: u64 = 30;
+    let lockers: Vec<_> = (0..2 * n).map(|i| ainvoke(i % n, locked_increments, (lock, counter, ROUNDS, i as u64 + 1))).collect();
+    let done: u64 = lockers.into_iter().map(|l| l.wait()).sum();
+    assert_eq!(counter.read(), done, "an increment was lost: two held the lock at once");
+    assert_eq!(lock.read(), 0);
+    p.free();
+    lock.free();
+    counter.free();
+    println!("mttl-check: atomic ok");
 }
 
 fn check_collectives(round: u64) {
@@ -418,7 +466,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut what: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
     if what.is_empty() || what == ["all"] {
-        what = vec!["invoke", "sync", "gptr", "coll", "many"];
+        what = vec!["invoke", "sync", "gptr", "atomic", "coll", "many"];
     }
     if what == ["comm"] {
         return check_comm();
@@ -431,6 +479,7 @@ fn main() {
                 "invoke" => check_invoke(),
                 "sync" => check_sync(),
                 "gptr" => check_gptr(),
+                "atomic" => check_atomic(),
                 "coll" => check_coll(),
                 "many" => check_many(),
                 "crash" => check_crash(),

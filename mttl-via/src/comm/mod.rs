@@ -108,8 +108,33 @@ pub trait Bulk {
     /// provider answers); done at `senddone` of the returned handle. A
     /// range outside either heap is refused here, before anything is sent.
     fn get(&mut self, node: usize, src_off: usize, dst_off: usize, len: usize) -> Result<SendHandle>;
+    /// Runs `op` on the 8-byte word at `off` of `node`'s heap (8-byte
+    /// aligned), atomically and once (a remote atomic: the peer's
+    /// processor takes no part); the word's value before lands at
+    /// `result_off` of ours, done at `senddone` of the returned handle.
+    fn atomic(&mut self, node: usize, off: usize, op: AtomicOp, result_off: usize) -> Result<SendHandle>;
     /// Smallest transfer worth sending this way.
     fn threshold(&self) -> usize;
+}
+
+/// A 64-bit atomic on a word of a heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Add the value (wrapping).
+    FetchAdd(u64),
+    /// Store `swap` if the word equals `compare`.
+    CompareSwap { compare: u64, swap: u64 },
+}
+
+impl AtomicOp {
+    /// Runs the atomic on `word`; the value before.
+    pub fn apply(self, word: &std::sync::atomic::AtomicU64) -> u64 {
+        use std::sync::atomic::Ordering::SeqCst;
+        match self {
+            AtomicOp::FetchAdd(v) => word.fetch_add(v, SeqCst),
+            AtomicOp::CompareSwap { compare, swap } => word.compare_exchange(compare, swap, SeqCst, SeqCst).unwrap_or_else(|old| old),
+        }
+    }
 }
 
 /// `_pmttl_cominit`: connects this process to every other one, over the

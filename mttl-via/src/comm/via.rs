@@ -22,7 +22,7 @@
 
 use super::credit::Credits;
 use super::pending::PendingList;
-use super::{Bulk, CommError, Result, SendHandle, Transport, BULK_NOTICE};
+use super::{AtomicOp, Bulk, CommError, Result, SendHandle, Transport, BULK_NOTICE};
 use crate::boot::Boot;
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -76,6 +76,9 @@ enum Out {
     /// An RDMA read of the peer's heap at `src` into ours at `dst`: it
     /// takes no receive of the peer's, so no credit.
     Get { xfer: HeapTransfer },
+    /// A remote atomic on the peer's word at `dst`, the value before into
+    /// our heap at `result`; no credit either.
+    Atomic { dst: usize, result: usize, op: AtomicOp, seq: u64 },
 }
 
 /// What is left of an RDMA transfer between our heap and a peer's, cut
@@ -396,6 +399,16 @@ impl ViaTransport {
                     }
                     batch.push(self.heap_op(op, local, None)?);
                     recs.push(Posted { slot: None, seq: piece.last.then_some(seq) });
+                }
+                &mut Out::Atomic { dst, result, op, seq } => {
+                    let remote = p.heap.offset(dst as u64);
+                    let op = match op {
+                        AtomicOp::FetchAdd(add) => Op::FetchAdd { remote, add },
+                        AtomicOp::CompareSwap { compare, swap } => Op::CompareSwap { remote, compare, swap },
+                    };
+                    p.backlog.pop_front();
+                    batch.push(self.heap_op(op, result..result + 8, None)?);
+                    recs.push(Posted { slot: None, seq: Some(seq) });
                 }
             }
         }
@@ -848,6 +861,18 @@ impl Bulk for ViaTransport {
             return Err(err(format!("rank {rank}: a read of {len} bytes at heap offset {src_off:#x} of rank {node} is outside its heap of {theirs} bytes")));
         }
         self.enqueue(node, |seq| Out::Get { xfer: HeapTransfer { src: src_off, dst: dst_off, len, seq } })
+    }
+
+    fn atomic(&mut self, node: usize, off: usize, op: AtomicOp, result_off: usize) -> Result<SendHandle> {
+        if result_off.checked_add(8).is_none_or(|e| e > self.heap.len()) {
+            return Err(err(format!("an atomic's result at heap offset {result_off:#x} runs past the heap")));
+        }
+        let rank = self.rank;
+        let theirs = self.peer(node)?.heap.len;
+        if !off.is_multiple_of(8) || (off as u64).checked_add(8).is_none_or(|e| e > theirs) {
+            return Err(err(format!("rank {rank}: an atomic at heap offset {off:#x} of rank {node}: not an aligned word of its heap of {theirs} bytes")));
+        }
+        self.enqueue(node, |seq| Out::Atomic { dst: off, result: result_off, op, seq })
     }
 
     fn threshold(&self) -> usize {
