@@ -151,6 +151,10 @@ pub mod flags {
     /// A [`super::TAG_LEN`]-byte authentication tag follows the payload
     /// ([`super::seal_authenticated`]).
     pub const AUTH: u16 = 0x0200;
+    /// On an `Ack` (extension: receiver-not-ready mode): the message at
+    /// `ack` found no receive posted and was not taken; the sender holds
+    /// it and sends it again after a back-off.
+    pub const RNR: u16 = 0x0400;
 }
 
 pub use crate::tag::TAG_LEN;

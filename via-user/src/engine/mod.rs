@@ -80,7 +80,21 @@ pub struct Config {
     pub queue_depth: usize,
     /// Run the background progress thread (`VIA_PROGRESS_THREAD=0` turns it off).
     pub progress_thread: bool,
+    /// Receiver-not-ready mode (an extension; `VIA_RNR=1`): a message
+    /// that finds no receive posted on a reliable VI is refused and the
+    /// sender told so; it holds the message and sends it again after a
+    /// back-off, instead of the connection breaking as VIA 1.0 has it.
+    pub rnr: bool,
+    /// Refusals in a row a sender takes before it gives up (the message
+    /// completes with TRANSPORT_ERROR and the connection breaks):
+    /// `VIA_RNR_RETRY`. With the back-off of [`RNR_BACKOFF`], the default
+    /// waits about a second and a half in all.
+    pub rnr_retry_limit: u32,
 }
+
+/// The back-off after a receiver-not-ready refusal: the first wait, and
+/// the longest (each refusal in a row doubles it).
+pub const RNR_BACKOFF: (Duration, Duration) = (Duration::from_micros(50), Duration::from_millis(10));
 
 impl Default for Config {
     fn default() -> Self {
@@ -93,6 +107,8 @@ impl Default for Config {
             ack_every: 32,
             queue_depth: 1024,
             progress_thread: true,
+            rnr: false,
+            rnr_retry_limit: 160,
         }
     }
 }
@@ -115,6 +131,12 @@ impl Config {
         }
         if let Some(v) = env_u64("VIA_PROGRESS_THREAD") {
             c.progress_thread = v != 0;
+        }
+        if let Some(v) = env_u64("VIA_RNR") {
+            c.rnr = v != 0;
+        }
+        if let Some(v) = env_u64("VIA_RNR_RETRY") {
+            c.rnr_retry_limit = v as u32;
         }
         c
     }
@@ -187,6 +209,10 @@ pub struct Counters {
     /// Duplicate atomic requests answered again from what the atomic
     /// gave the first time (it did not run again).
     pub atomics_replayed: u64,
+    /// Receiver-not-ready: messages we refused for want of a receive, and
+    /// refusals of ours the peer sent us.
+    pub rnr_refused: u64,
+    pub rnr_refusals_received: u64,
 }
 
 impl Counters {
@@ -226,6 +252,8 @@ impl Counters {
             ("read_requests_stale", self.read_requests_stale),
             ("atomics_served", self.atomics_served),
             ("atomics_replayed", self.atomics_replayed),
+            ("rnr_refused", self.rnr_refused),
+            ("rnr_refusals_received", self.rnr_refusals_received),
         ]
     }
 }

@@ -340,6 +340,7 @@ impl Context {
         }
         vi.tx.idx = vi.sq.done;
         vi.tx.off = 0;
+        vi.tx.rnr_until = None;
         vi.rx.msg = None;
         vi.rtx.stop();
         vi.tx.reads_outstanding = 0;

@@ -171,6 +171,9 @@ impl Core {
             // field; with ACK_REQ it is a NAK (a gap at `ack`).
             let (nak, sack) = if kind == Kind::Ack { (fl & flags::ACK_REQ != 0, Some(f.rdma_addr())) } else { (false, None) };
             cx.on_ack(vi, f.ack(), nak, sack, now);
+            if kind == Kind::Ack && fl & flags::RNR != 0 {
+                cx.on_rnr(vi, f.ack(), now);
+            }
         }
         match kind {
             Kind::Data | Kind::RdmaWrite | Kind::RdmaReadReq | Kind::AtomicReq => cx.on_sequenced(vi, kind, &f, payload, now),
@@ -238,6 +241,7 @@ impl Context {
         if ack != vi.tx.una {
             vi.sack.slide(ack.wrapping_sub(vi.tx.una));
             vi.tx.una = ack;
+            vi.tx.rnr_refusals = 0;
             vi.rtx.on_acked(ack, now);
             let outstanding = vi.tx.outstanding();
             let behind = seq_lt(vi.tx.psn, ack);
@@ -269,6 +273,34 @@ impl Context {
             vi.seek(una);
             self.outbox.ring(vi.id);
         }
+    }
+
+    /// The peer refused the message at `ack` for want of a receive
+    /// (receiver-not-ready mode): nothing from there is sent again until
+    /// a back-off passes (doubling with each refusal in a row), and past
+    /// the retry limit the message fails with TRANSPORT_ERROR and the
+    /// connection breaks. The retransmission timer stops meanwhile.
+    pub(super) fn on_rnr(&mut self, vi: &mut ViState, ack: u32, now: Time) {
+        if ack != vi.tx.una || vi.tx.unacknowledged() == 0 || vi.phase != ViPhase::Connected {
+            return; // stale: about frames already acknowledged
+        }
+        self.counters.rnr_refusals_received += 1;
+        vi.tx.rnr_refusals += 1;
+        if vi.tx.rnr_refusals > self.config.rnr_retry_limit {
+            if vi.sq.done != vi.sq.tail && vi.sq.get(vi.sq.done).nframes != 0 {
+                self.complete_next(vi, Queue::Send, 0, status::TRANSPORT_ERROR, None);
+            }
+            self.break_connection(vi);
+            return;
+        }
+        let (first, longest) = (crate::clock::nanos_of(super::RNR_BACKOFF.0), crate::clock::nanos_of(super::RNR_BACKOFF.1));
+        let wait = first.saturating_mul(1 << (vi.tx.rnr_refusals - 1).min(20)).min(longest);
+        let until = now.after_nanos(wait);
+        vi.seek(ack);
+        vi.rtx.forget_probe();
+        vi.rtx.on_progress(now, false);
+        vi.tx.rnr_until = Some(until);
+        self.arm(until);
     }
 
     /// The peer made progress on `vi` (an ACK moved, or a read
@@ -470,7 +502,7 @@ impl Context {
     /// receive descriptor for a send or an RDMA write with immediate data,
     /// checks an RDMA write's target. Returns the message (with neither a
     /// descriptor nor a target when it is to be dropped), or None when the
-    /// VI broke. The caller keeps it in `vi.rx.msg` while more fragments follow.
+    /// VI broke or (receiver-not-ready mode) the message was refused. The caller keeps it in `vi.rx.msg` while more fragments follow.
     fn begin_message<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>) -> Option<RxMessage> {
         let fl = f.flags();
         let reliable = vi.reliable();
@@ -490,6 +522,15 @@ impl Context {
         if kind == Kind::Data || m.imm.is_some() {
             if vi.rq.done == vi.rq.tail {
                 self.counters.rx_no_receive_posted += 1;
+                if reliable && self.config.rnr {
+                    // Receiver not ready: not taken (the next frame
+                    // expected is this one again), and the sender told.
+                    vi.rx.expected = m.first_psn;
+                    vi.rx.rnr_owed = true;
+                    self.counters.rnr_refused += 1;
+                    self.outbox.owe_ack(vi.id);
+                    return None;
+                }
                 if reliable {
                     // Not delivered: the Disconnect's ACK must not cover it.
                     vi.rx.expected = m.first_psn;

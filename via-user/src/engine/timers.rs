@@ -60,6 +60,10 @@ impl Context {
         if vi.acks.on_timer(now) {
             self.outbox.owe_ack(vi.id);
         }
+        if vi.tx.rnr_until.is_some_and(|t| t <= now) {
+            vi.tx.rnr_until = None; // the receiver-not-ready back-off passed: send again
+            self.outbox.ring(vi.id);
+        }
         if !vi.rtx.expired(now) {
             return;
         }

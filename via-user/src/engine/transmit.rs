@@ -507,6 +507,7 @@ impl Context {
             || vi.tx.psn != vi.tx.sent_hi
             || has_side_work(vi)
             || vi.sack.pending()
+            || vi.tx.rnr_until.is_some()
             || (reliable && vi.tx.in_flight() + 1 >= self.window)
         {
             return false;
@@ -626,8 +627,8 @@ impl Context {
         let max_pieces = self.sealer().max_pieces();
         let Context { mem, bounce, window, pre_errored, .. } = self;
         let window = *window;
-        if vi.phase != ViPhase::Connected || vi.peer.is_none() {
-            return 0;
+        if vi.phase != ViPhase::Connected || vi.peer.is_none() || vi.tx.rnr_until.is_some() {
+            return 0; // (receiver not ready: data waits out the back-off)
         }
         let frag = vi.tx.frag;
         let reliable = vi.reliable();
@@ -737,7 +738,7 @@ impl Context {
     /// false when nothing is owed.
     fn build_ack(&mut self, vi: &mut ViState, hdr: &mut [u8; FRAME_HEADER_LEN]) -> bool {
         let (mac, ep, id) = (self.mac, self.ep, vi.id);
-        if vi.phase != crate::vi::ViPhase::Connected || !vi.acks.owed() {
+        if vi.phase != crate::vi::ViPhase::Connected || !(vi.acks.owed() || vi.rx.rnr_owed) {
             return false;
         }
         let Some(peer) = vi.peer.as_ref() else { return false };
@@ -745,6 +746,9 @@ impl Context {
         let mut fl = flags::ACK | flags::RELIABLE;
         if nak {
             fl |= flags::ACK_REQ;
+        }
+        if std::mem::take(&mut vi.rx.rnr_owed) {
+            fl |= flags::RNR;
         }
         let mut h = ack_header(mac, ep, id, peer, vi.tx.psn, vi.rx.expected, fl);
         // Selective acknowledgement: the frames held past the gap.

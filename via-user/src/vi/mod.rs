@@ -201,6 +201,11 @@ pub struct Sender {
     pub reads_outstanding: u32,
     /// Ask again for the rest of stalled RDMA reads (a response was lost).
     pub read_resume: bool,
+    /// Receiver not ready: the peer refused the message at `una` for want
+    /// of a receive; data is held until then (a back-off), and how many
+    /// refusals came in a row.
+    pub rnr_until: Option<crate::clock::Time>,
+    pub rnr_refusals: u32,
 }
 
 impl Sender {
@@ -235,6 +240,9 @@ pub struct Receiver {
     pub last_error: Option<(u32, u32, u32, u32)>,
     /// RDMA protection violations by the peer on this connection.
     pub prot_violations: u32,
+    /// Receiver-not-ready mode: a message was refused for want of a
+    /// receive, and the sender is to be told (a standalone ACK with RNR).
+    pub rnr_owed: bool,
 }
 
 /// The peer's RDMA reads: those being answered, and those answered lately.
@@ -316,9 +324,6 @@ impl ViState {
 
     /// The earliest timer of this VI.
     pub fn next_timer(&self) -> Option<Time> {
-        match (self.rtx.deadline(), self.acks.deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.rtx.deadline(), self.acks.deadline(), self.tx.rnr_until].into_iter().flatten().min()
     }
 }
