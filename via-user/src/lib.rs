@@ -49,6 +49,7 @@ mod shared;
 mod usermem;
 pub mod vi;
 pub mod vi_api;
+pub mod srq_api;
 mod waker;
 pub mod workqueue;
 
@@ -60,6 +61,7 @@ pub use notify::{Notice, NotifyTarget};
 pub use raw::RawNic;
 pub use region::{Descriptor, MemoryRegion, Op, RemoteBuffer};
 pub use vi::{Reliability, ViAttributes, ViPhase};
+pub use srq_api::Srq;
 pub use vi_api::{Cq, Vi};
 pub use via_kernel_agent::memory::{MemAttributes, Ptag};
 pub use via_wire::MacAddr;

@@ -414,6 +414,12 @@ impl Nic {
         Ok(crate::Vi::owning(self, id))
     }
 
+    /// A shared receive queue of up to `depth` receives under `ptag` (an
+    /// extension: [`crate::Srq`]).
+    pub fn create_srq(&self, ptag: crate::Ptag, depth: usize) -> Result<crate::Srq> {
+        crate::Srq::create(self, ptag, depth)
+    }
+
     /// `VipCreateCQ`.
     pub fn create_cq(&self, entries: usize) -> Result<crate::Cq> {
         let id = self.raw().cq_create(entries)?;

@@ -13,7 +13,7 @@ use crate::error::{Result, ViaError, VipReturn};
 use crate::nic::Nic;
 use crate::vi::{ViAttributes, ViPhase};
 use std::time::{Duration, Instant};
-use via_kernel_agent::memory::MemAttributes;
+use via_kernel_agent::memory::{MemAttributes, Ptag};
 use via_wire::MacAddr;
 
 /// How long `VipConnectAccept` waits for its accept to leave: the
@@ -163,6 +163,32 @@ impl RawNic {
     /// so that several sends go out in one batch.
     pub fn vi_post_deferred(&self, id: u16, addr: usize, handle: u32) -> Result<()> {
         self.0.lock().core.post(id, addr, handle, Queue::Send)
+    }
+
+    /// Creates a shared receive queue of up to `depth` receives under
+    /// `ptag` (an extension: `engine::srq`).
+    pub fn srq_create(&self, ptag: Ptag, depth: usize) -> Result<u16> {
+        self.0.lock().core.create_srq(ptag, depth)
+    }
+
+    /// Destroys shared receive queue `id` (refused while a VI uses it).
+    pub fn srq_destroy(&self, id: u16) -> Result<()> {
+        self.0.lock().core.destroy_srq(id)
+    }
+
+    /// Posts the receive descriptor at `addr` to shared receive queue `id`.
+    pub fn srq_post(&self, id: u16, addr: usize, handle: u32) -> Result<()> {
+        self.0.lock().core.srq_post(id, addr, handle)
+    }
+
+    /// Receives waiting in shared receive queue `id`.
+    pub fn srq_len(&self, id: u16) -> Result<usize> {
+        self.0.lock().core.srq_len(id)
+    }
+
+    /// VI `vi` draws its receives from shared receive queue `srq`.
+    pub fn vi_use_srq(&self, vi: u16, srq: u16) -> Result<()> {
+        self.0.lock().core.vi_use_srq(vi, srq)
     }
 
     /// Transmits what was posted with [`RawNic::vi_post_deferred`].

@@ -39,6 +39,9 @@ pub struct Vi {
     /// A notification armed while its queue was empty: it takes the next
     /// descriptor posted there.
     on_post: [Option<DescriptorCallback>; 2],
+    /// The shared receive queue's descriptors, when the VI draws its
+    /// receives from one (they are handed back from there).
+    pool: Option<crate::srq_api::PoolDescriptors>,
 }
 
 type DescriptorCallback = Box<dyn FnOnce(Descriptor) + Send>;
@@ -53,7 +56,20 @@ fn qi(q: Queue) -> usize {
 impl Vi {
     /// Owns VI `id` of `nic`, just created.
     pub(crate) fn owning(nic: &Nic, id: u16) -> Vi {
-        Vi { nic: nic.clone(), id, owned: true, sent: VecDeque::new(), received: VecDeque::new(), armed: Default::default(), on_post: [None, None] }
+        Vi { nic: nic.clone(), id, owned: true, sent: VecDeque::new(), received: VecDeque::new(), armed: Default::default(), on_post: [None, None], pool: None }
+    }
+
+    /// Draws this VI's receives from `srq` (an extension): allowed while
+    /// the VI is idle with no receive posted; from then on receives are
+    /// posted to the pool, not the VI, and `RecvDone`/`RecvWait` hand
+    /// back the pool's descriptors that messages to this VI took.
+    pub fn use_srq(&mut self, srq: &crate::Srq) -> Result<()> {
+        if !srq.nic().same(&self.nic) {
+            return Err(ViaError::invalid("the shared receive queue belongs to another NIC"));
+        }
+        self.raw().vi_use_srq(self.id, srq.id())?;
+        self.pool = Some(srq.descriptors());
+        Ok(())
     }
 
     fn raw(&self) -> &RawNic {
@@ -201,6 +217,9 @@ impl Vi {
     /// always the oldest, since each queue completes in posting order and a
     /// notification owns the oldest while it is armed.
     fn take(&mut self, q: Queue, addr: usize) -> Descriptor {
+        if let (Queue::Recv, Some(pool)) = (q, &self.pool) {
+            return pool.take(addr);
+        }
         let d = self.list(q).pop_front().expect("engine completed a descriptor this VI posted");
         debug_assert_eq!(d.addr(), addr);
         d
@@ -225,6 +244,9 @@ impl Vi {
     }
 
     fn notify(&mut self, q: Queue, f: impl FnOnce(Descriptor) + Send + 'static) -> Result<()> {
+        if q == Queue::Recv && self.pool.is_some() {
+            return Err(ViaError::state("RecvNotify is not offered on a VI that draws from a shared receive queue"));
+        }
         if self.armed[qi(q)].load(Ordering::Acquire) || self.on_post[qi(q)].is_some() {
             return Err(ViaError::state(format!("a notification is already armed on the {q:?} queue")));
         }

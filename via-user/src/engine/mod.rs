@@ -21,6 +21,7 @@ mod outbox;
 pub mod post;
 mod rdma_target;
 mod receive;
+pub mod srq;
 mod timers;
 mod transmit;
 
@@ -309,6 +310,8 @@ pub struct Context {
     /// Name discovery on the segment (asking and answering).
     pub resolver: Resolver,
     pub cqs: Vec<Option<CompletionQueue>>,
+    /// Shared receive queues ([`srq`]).
+    pub srqs: Vec<Option<srq::SharedReceiveQueue>>,
     /// What the VIs have to send: doorbell, ACKs owed, error reports.
     pub outbox: Outbox,
     /// Earliest armed VI timer (a lower bound; re-derived when reached).
@@ -394,6 +397,7 @@ impl Engine {
             config,
             mem: RegistrationTable::new(),
             cqs: Vec::new(),
+            srqs: Vec::new(),
             outbox: Outbox::default(),
             timer_at: None,
             counters: Counters::default(),
@@ -609,6 +613,7 @@ impl Core {
         if matches!(self.vi(id)?.phase, ViPhase::Connected | ViPhase::ConnectPending) {
             self.disconnect(id)?;
         }
+        self.vi_leave_srq(id);
         let vi = self.vis[id as usize - 1].take().unwrap();
         self.mem.release_ptag(vi.attrs.ptag);
         self.cm.forget_vi(id);

@@ -46,7 +46,7 @@ impl Core {
     /// Errors the descriptor itself can carry are put in `pre_status`;
     /// errors that leave nowhere to write a status are returned.
     #[inline(always)]
-    fn validate(mem: &RegistrationTable, attrs: &ViAttributes, addr: usize, handle: u32, q: Queue, e: &mut WqEntry) -> Result<()> {
+    pub(super) fn validate(mem: &RegistrationTable, attrs: &ViAttributes, addr: usize, handle: u32, q: Queue, e: &mut WqEntry) -> Result<()> {
         if addr == 0 || !addr.is_multiple_of(DESCRIPTOR_ALIGNMENT) {
             return Err(ViaError::new(VipReturn::DescriptorError, format!("descriptor address {addr:#x} is not {DESCRIPTOR_ALIGNMENT}-byte aligned")));
         }
@@ -161,6 +161,9 @@ impl Core {
         };
         if !allowed {
             return Err(ViaError::state(format!("cannot post a send on a VI in state {phase:?} (connect it first)")));
+        }
+        if q == Queue::Recv && vi.srq.is_some() {
+            return Err(ViaError::state("this VI takes its receives from a shared receive queue: post them there"));
         }
         let attrs = vi.attrs;
         let wq = match q {

@@ -520,7 +520,7 @@ impl Context {
             }
         }
         if kind == Kind::Data || m.imm.is_some() {
-            if vi.rq.done == vi.rq.tail {
+            if vi.rq.done == vi.rq.tail && !self.refill_from_srq(vi) {
                 self.counters.rx_no_receive_posted += 1;
                 if reliable && self.config.rnr {
                     // Receiver not ready: not taken (the next frame

@@ -171,6 +171,9 @@ pub struct ViState {
     pub acks: AckScheduler,
     /// The peer's RDMA reads that we serve.
     pub served: ReadServer,
+    /// The shared receive queue it draws its receives from (an
+    /// extension: `engine::srq`), if any.
+    pub srq: Option<u16>,
 }
 
 /// The sending half of a VI's sequenced stream. Fragment `k` of a
@@ -273,6 +276,7 @@ impl ViState {
             rx: Receiver::default(),
             acks: AckScheduler::default(),
             served: ReadServer::default(),
+            srq: None,
         }
     }
 
