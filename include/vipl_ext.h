@@ -28,6 +28,19 @@
  *
  * VIA 1.0's reserved operation (VIP_CONTROL_OP_RESERVED) without one of
  * the atomic bits is still a VIP_STATUS_FORMAT_ERROR.
+ *
+ * Shared receive queues. A pool of receive descriptors, under one
+ * protection tag, that VIs of one NIC draw from as messages arrive:
+ * VipExtViUseSrq makes an idle VI with no receive posted take its
+ * receives from the pool (its own VipPostRecv is then refused with
+ * VIP_INVALID_STATE); when a message needs a receive on it, the pool's
+ * oldest descriptor becomes the VI's, completes there as a receive posted
+ * on it would (VipRecvDone, VipRecvWait, the VI's receive CQ) and is
+ * handed back by that VI. A descriptor that is no valid receive is
+ * refused by VipExtPostSrq (VIP_DESCRIPTOR_ERROR). An empty pool is a VI
+ * with no receive posted: the connection breaks, unless the receiving
+ * process set VIA_RNR=1 (receiver not ready: the sender holds the message
+ * and sends it again after a back-off, VIA_RNR_RETRY refusals at most).
  */
 #ifndef VIPL_EXT_H
 #define VIPL_EXT_H
@@ -76,6 +89,13 @@ static inline void VipExtAtomicDescriptor(VIP_EXT_ATOMIC_DESCRIPTOR *d, VIP_UINT
     d->Local.Handle = local_handle;
     d->Local.Length = 8;
 }
+
+typedef VIP_PVOID VIP_EXT_SRQ_HANDLE;
+
+VIP_RETURN VipExtCreateSrq(VIP_NIC_HANDLE NicHandle, VIP_PROTECTION_HANDLE Ptag, VIP_ULONG Depth, VIP_EXT_SRQ_HANDLE *SrqHandle);
+VIP_RETURN VipExtDestroySrq(VIP_EXT_SRQ_HANDLE SrqHandle);
+VIP_RETURN VipExtPostSrq(VIP_EXT_SRQ_HANDLE SrqHandle, VIP_DESCRIPTOR *DescriptorPtr, VIP_MEM_HANDLE MemoryHandle);
+VIP_RETURN VipExtViUseSrq(VIP_VI_HANDLE ViHandle, VIP_EXT_SRQ_HANDLE SrqHandle);
 
 #ifdef __cplusplus
 }

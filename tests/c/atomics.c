@@ -1,9 +1,13 @@
-/* Remote atomics from C (vipl_ext.h): two NICs of this process on the
- * in-process loopback (/dev/via_lo), a target word in memory registered
- * with RDMA write, and fetch-and-add and compare-and-swap descriptors
- * built with VipExtAtomicDescriptor and posted with plain VipPostSend.
- * Checks each value before, the word after, the completion's status and
- * length, and that a VIA 1.0 reserved operation is still refused. */
+/* The extensions of vipl_ext.h from C: two NICs of this process on the
+ * in-process loopback (/dev/via_lo). Remote atomics: a target word in
+ * memory registered with RDMA write, fetch-and-add and compare-and-swap
+ * descriptors built with VipExtAtomicDescriptor and posted with plain
+ * VipPostSend; checks each value before, the word after, the completion's
+ * status and length, and that a VIA 1.0 reserved operation is still
+ * refused. Then a shared receive queue on the target: the target's VI
+ * draws from it, sends land in the pool's descriptors and come back by
+ * the VI's VipRecvWait; VipPostRecv on that VI, a bad descriptor for the
+ * pool and destroying a pool in use are refused. */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -66,6 +70,15 @@ static void *serve(void *arg) {
     return NULL;
 }
 
+static void *serve_pool(void *vi) {
+    char la[64], ra[64];
+    VIP_CONN_HANDLE conn;
+    VIP_VI_ATTRIBUTES remote_attrs;
+    OK(VipConnectWait(target.nic, address(la, target.na.LocalNicAddress, "pool"), TIMEOUT, (VIP_NET_ADDRESS *)ra, &remote_attrs, &conn));
+    OK(VipConnectAccept(conn, (VIP_VI_HANDLE)vi));
+    return NULL;
+}
+
 /* Posts the atomic `op` on the target's word, the value before landing
  * at byte `at` of our memory; returns it, after checking the completion. */
 static VIP_UINT64 atomic(int slot, VIP_UINT16 op, VIP_UINT64 compare_add, VIP_UINT64 swap, int at) {
@@ -83,6 +96,68 @@ static VIP_UINT64 atomic(int slot, VIP_UINT16 op, VIP_UINT64 compare_add, VIP_UI
     VIP_UINT64 v;
     memcpy(&v, initiator.mem + 16384 + at, 8);
     return v;
+}
+
+/* A second connection whose target VI takes its receives from a pool. */
+static int pool(void) {
+    VIP_EXT_SRQ_HANDLE srq;
+    OK(VipExtCreateSrq(target.nic, target.ptag, 4, &srq));
+    VIP_VI_ATTRIBUTES va = {VIP_SERVICE_RELIABLE_DELIVERY, 65536, NULL, target.ptag, VIP_FALSE, VIP_FALSE};
+    VIP_VI_HANDLE tvi, ivi;
+    OK(VipCreateVi(target.nic, &va, NULL, NULL, &tvi));
+    va.Ptag = initiator.ptag;
+    OK(VipCreateVi(initiator.nic, &va, NULL, NULL, &ivi));
+    OK(VipExtViUseSrq(tvi, srq));
+    /* Its own receive queue takes nothing now. */
+    VIP_DESCRIPTOR *own = (VIP_DESCRIPTOR *)(target.mem + 4096);
+    memset(own, 0, sizeof *own);
+    own->CS.SegCount = 1;
+    own->DS[0].Local.Data.Address = target.mem + 32768;
+    own->DS[0].Local.Handle = target.mh;
+    own->DS[0].Local.Length = 256;
+    if (VipPostRecv(tvi, own, target.mh) != VIP_INVALID_STATE) die("VipPostRecv on a VI of a pool", 0);
+    /* A descriptor that is no receive (an RDMA write) is refused by the pool. */
+    own->CS.Control = VIP_CONTROL_OP_RDMAWRITE;
+    if (VipExtPostSrq(srq, own, target.mh) != VIP_DESCRIPTOR_ERROR) die("a bad descriptor for the pool", 0);
+    for (int k = 0; k < 3; k++) {
+        VIP_DESCRIPTOR *d = (VIP_DESCRIPTOR *)(target.mem + 4096 + 64 * (k + 1));
+        memset(d, 0, sizeof *d);
+        d->CS.SegCount = 1;
+        d->DS[0].Local.Data.Address = target.mem + 32768 + 256 * k;
+        d->DS[0].Local.Handle = target.mh;
+        d->DS[0].Local.Length = 256;
+        OK(VipExtPostSrq(srq, d, target.mh));
+    }
+    /* Connect the pair (the target waits on another discriminator). */
+    char la[64], ra[64];
+    pthread_t t;
+    pthread_create(&t, NULL, serve_pool, tvi);
+    VIP_RETURN r;
+    while ((r = VipConnectRequest(ivi, address(la, initiator.na.LocalNicAddress, ""), address(ra, target.na.LocalNicAddress, "pool"), TIMEOUT, NULL)) == VIP_NO_MATCH) {}
+    if (r != VIP_SUCCESS) die("VipConnectRequest (pool)", r);
+    pthread_join(t, NULL);
+    for (int k = 0; k < 3; k++) {
+        VIP_DESCRIPTOR *s = (VIP_DESCRIPTOR *)(initiator.mem + 4096 + 64 * k);
+        memset(s, 0, sizeof *s);
+        sprintf(initiator.mem + 32768 + 256 * k, "message %d", k);
+        s->CS.SegCount = 1;
+        s->CS.Length = 10;
+        s->DS[0].Local.Data.Address = initiator.mem + 32768 + 256 * k;
+        s->DS[0].Local.Handle = initiator.mh;
+        s->DS[0].Local.Length = 10;
+        OK(VipPostSend(ivi, s, initiator.mh));
+    }
+    for (int k = 0; k < 3; k++) {
+        VIP_DESCRIPTOR *d;
+        OK(VipRecvWait(tvi, TIMEOUT, &d));
+        if ((char *)d != target.mem + 4096 + 64 * (k + 1)) die("the pool's descriptors in posting order", k);
+        if (d->CS.Length != 10 || memcmp(target.mem + 32768 + 256 * k, initiator.mem + 32768 + 256 * k, 10) != 0) die("a message through the pool", k);
+        VIP_DESCRIPTOR *s;
+        OK(VipSendWait(ivi, TIMEOUT, &s));
+    }
+    if (VipExtDestroySrq(srq) != VIP_INVALID_STATE) die("destroying a pool a VI uses", 0);
+    printf("OK pool\n");
+    return 0;
 }
 
 int main(void) {
@@ -116,5 +191,5 @@ int main(void) {
     if (now != 77) die("the target word after a refused descriptor", (long)now);
 
     printf("OK atomics\n");
-    return 0;
+    return pool();
 }

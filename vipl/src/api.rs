@@ -68,11 +68,11 @@ pub(crate) fn nic_of(h: VipHandle) -> Result<NicObject, ViaError> {
 }
 
 /// A VI handle's object, pinned for the call (no lock, no copy).
-struct ViRef(handles::Pinned);
+pub(crate) struct ViRef(handles::Pinned);
 
 impl ViRef {
     /// Its NIC, the NIC's handle, and its number there.
-    fn parts(&self) -> (&Nic, VipHandle, u16) {
+    pub(crate) fn parts(&self) -> (&Nic, VipHandle, u16) {
         match &*self.0 {
             Object::Vi { nic, nic_handle, id } => (nic, *nic_handle, *id),
             _ => unreachable!("vi_of pins VIs only"),
@@ -80,7 +80,7 @@ impl ViRef {
     }
 }
 
-fn vi_of(h: VipHandle) -> Result<ViRef, ViaError> {
+pub(crate) fn vi_of(h: VipHandle) -> Result<ViRef, ViaError> {
     match handles::pin(h) {
         Some(p) if matches!(*p, Object::Vi { .. }) => Ok(ViRef(p)),
         _ => Err(invalid("not a VI handle (NULL, destroyed or another kind)")),
@@ -107,7 +107,7 @@ fn cq_of(h: VipHandle) -> Result<CqRef, ViaError> {
     }
 }
 
-fn ptag_of(h: VipHandle) -> Result<Ptag, ViaError> {
+pub(crate) fn ptag_of(h: VipHandle) -> Result<Ptag, ViaError> {
     match handles::get(h) {
         Some(Object::Ptag { tag, .. }) => Ok(tag),
         _ => Err(ViaError::new(VipReturn::InvalidPtag, "not a protection tag handle")),
@@ -248,7 +248,7 @@ pub unsafe extern "C" fn VipCloseNic(nic: VipHandle) -> VipReturnCode {
     guard(|| {
         let n = nic_of(nic)?;
         let of_this_nic = |o: &Object| match o {
-            Object::Vi { nic_handle, .. } | Object::Cq { nic_handle, .. } => *nic_handle == nic,
+            Object::Vi { nic_handle, .. } | Object::Cq { nic_handle, .. } | Object::Srq { nic_handle, .. } => *nic_handle == nic,
             Object::Ptag { nic, .. } | Object::Conn { nic, .. } => nic.same(&n.nic),
             Object::Nic(_) => false,
         };

@@ -35,6 +35,8 @@ pub enum Object {
     Cq { nic: Nic, nic_handle: *mut c_void, vis: ViHandles, id: u16 },
     Ptag { nic: Nic, tag: Ptag },
     Conn { nic: Nic, req: IncomingRequest },
+    /// A shared receive queue (extension, `vipl_ext.h`).
+    Srq { nic: Nic, nic_handle: *mut c_void, id: u16 },
 }
 
 // SAFETY: the raw handle values in objects are numbers (see the module
@@ -306,6 +308,7 @@ impl Object {
             Object::Cq { .. } => "CQ",
             Object::Ptag { .. } => "protection tag",
             Object::Conn { .. } => "connection request (not accepted or rejected)",
+            Object::Srq { .. } => "shared receive queue",
         }
     }
 }

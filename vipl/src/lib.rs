@@ -4,12 +4,14 @@
 //!
 //! Modules: [`types`] (the `#[repr(C)]` structures and constants, layouts
 //! asserted), [`handles`] (the table behind every opaque handle), [`api`]
-//! and [`manage`] (the functions); `drivers` (the device drivers linked in).
+//! and [`manage`] (the functions), [`ext`] (the extensions of `vipl_ext.h`);
+//! `drivers` (the device drivers linked in).
 
 #![allow(non_snake_case)]
 
 pub mod api;
 mod drivers;
+pub mod ext;
 pub mod handles;
 mod hazard;
 pub mod manage;

@@ -130,11 +130,13 @@ fn a_program_linked_with_the_static_archive_opens_devices() {
     assert!(String::from_utf8_lossy(&run.stdout).contains("OK threads"));
 }
 
-/// Remote atomics built with `vipl_ext.h` and posted with `VipPostSend`.
+/// The extensions of `vipl_ext.h`: remote atomics built with
+/// `VipExtAtomicDescriptor` and posted with `VipPostSend`, and a shared
+/// receive queue (`VipExtCreateSrq` and the rest).
 #[test]
-fn remote_atomics_from_c() {
+fn extensions_from_c() {
     let out = build_and_run("atomics", &[]);
-    assert!(out.contains("OK atomics"), "{out}");
+    assert!(out.contains("OK atomics") && out.contains("OK pool"), "{out}");
 }
 
 #[test]
