@@ -48,7 +48,7 @@ pub use collective::{broadcast, sendrecv, Barrier, Group, Reduction};
 pub use global::GlobalPtr;
 pub use invoke::{ainvoke, ainvoke_detached, invoke, on_all, Pending};
 pub use registry::RemoteFunction;
-pub use runtime::{device_counters, my_pe, pe_num};
+pub use runtime::{connections, device_counters, my_pe, pe_num};
 pub use scheduler::run;
 pub use sync::{GlobalSync, Sync};
 pub use thread::yield_now;

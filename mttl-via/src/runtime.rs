@@ -144,6 +144,12 @@ pub(crate) fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// Peers this process holds connections to (VIA connects on demand);
+/// None where every pair is connected at start-up (TCP).
+pub fn connections() -> Option<usize> {
+    with(|rt| rt.comm.connections())
+}
+
 /// The counters of this process's communication device (for VIA: the
 /// frame device's, e.g. frames through the NIC and through shared memory).
 pub fn device_counters() -> Vec<(&'static str, u64)> {

@@ -16,6 +16,11 @@ const CHECK: &str = env!("CARGO_BIN_EXE_mttl-check");
 /// default: the composite device, shared memory between the ranks),
 /// `via-nic` (the software NIC alone) or `tcp`.
 fn mttl_run_pid(n: usize, path: &str, args: &[&str]) -> (bool, String, u32) {
+    mttl_run_env(n, path, args, &[])
+}
+
+/// [`mttl_run_pid`] with `env` set for the ranks.
+fn mttl_run_env(n: usize, path: &str, args: &[&str], env: &[(&str, &str)]) -> (bool, String, u32) {
     let (transport, nic_only): (&str, &[&str]) = match path {
         "via-nic" => ("via", &["--nic-only"]),
         t => (t, &[]),
@@ -26,6 +31,7 @@ fn mttl_run_pid(n: usize, path: &str, args: &[&str]) -> (bool, String, u32) {
         .args(["--timeout", "240", "--", CHECK])
         .args(args)
         .env("RUST_BACKTRACE", "0")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -62,9 +68,57 @@ fn frames_by_path(out: &str) -> Vec<(u64, u64)> {
         .filter_map(|l| {
             let rest = l.split_once("received frames: nic ")?.1;
             let (nic, shm) = rest.split_once(" shm ")?;
+            let shm = shm.split(';').next()?;
             Some((nic.trim().parse().ok()?, shm.trim().parse().ok()?))
         })
         .collect()
+}
+
+/// Each rank's connections and peak resident memory (KiB), as
+/// `mttl-check` reports them at the end, by rank.
+fn connections_and_memory(out: &str) -> Vec<(usize, Option<usize>, u64)> {
+    let mut v: Vec<_> = out
+        .lines()
+        .filter_map(|l| {
+            let rest = l.split_once("mttl-check: rank ")?.1;
+            let (rank, rest) = rest.split_once(' ')?;
+            let conns = rest.split_once("connections ")?.1.split(';').next()?.trim();
+            let kib = rest.split_once("peak resident memory ")?.1.split(' ').next()?;
+            Some((rank.parse().ok()?, conns.parse().ok(), kib.parse().ok()?))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// 64 ranks on one host, each talking to its neighbour (and rank 0 to
+/// every rank): with connections on demand (the default) a rank holds
+/// connections only to the ranks it talked to; with every pair connected
+/// at start-up (`MTTL_VIA_CONNECT=all`) each holds 63. Each rank's peak
+/// memory is printed beside the other's.
+#[test]
+fn sixty_four_ranks_connect_on_demand() {
+    let (ok, demand, _) = mttl_run_env(64, "via", &["ring"], &[]);
+    assert!(ok && demand.contains("passed (64 ranks)"), "{demand}");
+    let (ok, all, _) = mttl_run_env(64, "via", &["ring"], &[("MTTL_VIA_CONNECT", "all")]);
+    assert!(ok && all.contains("passed (64 ranks)"), "{all}");
+    let (d, a) = (connections_and_memory(&demand), connections_and_memory(&all));
+    assert_eq!((d.len(), a.len()), (64, 64), "every rank reports\n{demand}\n{all}");
+    for (&(rank, conns, kib), &(_, all_conns, all_kib)) in d.iter().zip(&a) {
+        println!("rank {rank}: on demand {} connections, peak {kib} KiB; all connected {} connections, peak {all_kib} KiB", conns.unwrap_or(0), all_conns.unwrap_or(0));
+        assert_eq!(all_conns, Some(63), "rank {rank}, all connected");
+        if rank == 0 {
+            assert_eq!(conns, Some(63), "rank 0 starts every rank");
+        } else {
+            assert!(conns.is_some_and(|c| (1..=3).contains(&c)), "rank {rank} holds {conns:?} connections: rank 0 and its neighbours at most");
+        }
+    }
+    let median = |v: &[(usize, Option<usize>, u64)]| {
+        let mut k: Vec<u64> = v.iter().map(|x| x.2).collect();
+        k.sort_unstable();
+        k[k.len() / 2]
+    };
+    println!("median peak memory per rank: on demand {} KiB, all connected {} KiB", median(&d), median(&a));
 }
 
 fn everything_at(transport: &str) {

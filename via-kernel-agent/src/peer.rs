@@ -58,6 +58,20 @@ impl Retried for PeerRequest {
     }
 }
 
+/// Unsought requests remembered at most (the newest replace the oldest).
+const WAITING_KEPT: usize = 256;
+
+/// A peer's request that no VI here seeks (yet): who asks, under which
+/// discriminator, for which of ours. It keeps retransmitting; a program
+/// that connects on demand answers it by requesting in turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WaitingRequest {
+    pub mac: MacAddr,
+    /// The requester's own discriminator, and the one it seeks here.
+    pub discriminator: Vec<u8>,
+    pub seeks: Vec<u8>,
+}
+
 /// An accept given, for answering duplicates: (their MAC, endpoint, VI,
 /// nonce) and the frame.
 struct Given {
@@ -72,11 +86,24 @@ pub struct PeerConnector {
     requests: RetryTable<PeerRequest>,
     given: Vec<Given>,
     out: Vec<CmFrame>,
+    /// Requests nobody here seeks, since last taken ([`Self::take_waiting`]).
+    waiting: Vec<WaitingRequest>,
 }
 
 impl PeerConnector {
     pub fn new(mac: MacAddr, ep: u32) -> Self {
-        PeerConnector { mac, ep, requests: RetryTable::default(), given: Vec::new(), out: Vec::new() }
+        PeerConnector { mac, ep, requests: RetryTable::default(), given: Vec::new(), out: Vec::new(), waiting: Vec::new() }
+    }
+
+    /// Has a request that nobody here seeks come since last taken?
+    pub fn has_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// The requests that nobody here sought when they came, since the
+    /// last call (each once, however often it was retransmitted).
+    pub fn take_waiting(&mut self) -> Vec<WaitingRequest> {
+        std::mem::take(&mut self.waiting)
     }
 
     /// Frames queued for transmission; the engine drains them.
@@ -125,7 +152,16 @@ impl PeerConnector {
         }
         let decides = self.decides(mac, ep);
         let Some(r) = self.requests.find_in_progress_mut(|r| r.mac == mac && r.attrs.peer_discriminator == theirs.discriminator && r.attrs.discriminator == theirs.peer_discriminator) else {
-            return; // nobody here seeks that peer (yet): it retransmits
+            // Nobody here seeks that peer (yet): it retransmits. Noted for
+            // a program that connects on demand.
+            let w = WaitingRequest { mac, discriminator: theirs.discriminator, seeks: theirs.peer_discriminator };
+            if !self.waiting.contains(&w) {
+                if self.waiting.len() == WAITING_KEPT {
+                    self.waiting.remove(0);
+                }
+                self.waiting.push(w);
+            }
+            return;
         };
         if let Err(reason) = compatible(&r.attrs, &theirs) {
             r.state = RequestState::Rejected(reason);

@@ -414,6 +414,15 @@ impl Nic {
         Ok(crate::Vi::owning(self, id))
     }
 
+    /// The peer-to-peer requests (`VipConnectPeerRequest` of another
+    /// process) that no VI here sought when they came, since the last
+    /// call: the requester's MAC, its discriminator and the one it seeks
+    /// here. A requester keeps retransmitting until its deadline, so a
+    /// program that connects on demand answers by requesting in turn.
+    pub fn peer_requests_waiting(&self) -> Vec<via_kernel_agent::peer::WaitingRequest> {
+        self.raw().peer_requests_waiting()
+    }
+
     /// A shared receive queue of up to `depth` receives under `ptag` (an
     /// extension: [`crate::Srq`]).
     pub fn create_srq(&self, ptag: crate::Ptag, depth: usize) -> Result<crate::Srq> {

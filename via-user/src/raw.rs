@@ -309,6 +309,26 @@ impl RawNic {
         self.0.wait(timeout, "CQWait", |e| still_the_same(&mut began_on, e.core.cq_done(id), "the CQ was destroyed while this thread waited on it"))
     }
 
+    /// [`RawNic::cq_wait`] that also ends, with None, when a peer-to-peer
+    /// request that no VI here seeks has come (a program that connects
+    /// on demand then answers it: [`RawNic::peer_requests_waiting`]).
+    pub fn cq_wait_or_peer_request(&self, id: u16, timeout: Option<Duration>) -> Result<Option<(u16, bool)>> {
+        let mut began_on = None;
+        self.0.wait(timeout, "CQWait", |e| {
+            if e.core.peers.has_waiting() {
+                return Ok(Some(None));
+            }
+            still_the_same(&mut began_on, e.core.cq_done(id), "the CQ was destroyed while this thread waited on it").map(|c| c.map(Some))
+        })
+    }
+
+    /// The peer-to-peer requests that no VI here sought when they came,
+    /// since the last call (after a round of progress): each names the
+    /// requester's MAC, its discriminator and the one it seeks here.
+    pub fn peer_requests_waiting(&self) -> Vec<via_kernel_agent::peer::WaitingRequest> {
+        self.0.with(|e| e.core.peers.take_waiting())
+    }
+
     /// `VipResizeCQ`: fails when more completions are queued than fit.
     pub fn cq_resize(&self, id: u16, entries: usize) -> Result<()> {
         let mut e = self.0.lock();

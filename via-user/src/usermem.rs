@@ -133,7 +133,7 @@ pub unsafe fn copy_in(addr: usize, src: &[u8]) {
     std::ptr::copy_nonoverlapping(src.as_ptr(), addr as *mut u8, src.len());
 }
 
-/// Runs remote atomic `code` (`engine::post`'s `ATOMIC_*`) on the 8 bytes
+/// Runs remote atomic `code` ([`via_wire::atomic_op`]) on the 8 bytes
 /// at `addr` with `operands` (two little-endian u64s: the addend or
 /// compare value, the swap value); returns the value before. Atomic with
 /// respect to the application's own atomics on the same word. None for an
@@ -142,15 +142,15 @@ pub unsafe fn copy_in(addr: usize, src: &[u8]) {
 /// # Safety
 /// `[addr, addr + 8)` was checked against the registration table under
 /// the engine lock held since, and `addr` is 8-byte aligned.
-pub unsafe fn atomic_at(addr: usize, code: u8, operands: &[u8; 16]) -> Option<u64> {
+pub unsafe fn atomic_at(addr: usize, code: u32, operands: &[u8; 16]) -> Option<u64> {
     use std::sync::atomic::{AtomicU64, Ordering};
     let a = u64::from_le_bytes(operands[..8].try_into().unwrap());
     let b = u64::from_le_bytes(operands[8..].try_into().unwrap());
     // SAFETY: the caller's promise: registered, aligned, live.
     let word = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
     match code {
-        crate::engine::post::ATOMIC_FETCH_ADD => Some(word.fetch_add(a, Ordering::SeqCst)),
-        crate::engine::post::ATOMIC_CMP_SWAP => Some(word.compare_exchange(a, b, Ordering::SeqCst, Ordering::SeqCst).unwrap_or_else(|old| old)),
+        via_wire::atomic_op::FETCH_ADD => Some(word.fetch_add(a, Ordering::SeqCst)),
+        via_wire::atomic_op::CMP_SWAP => Some(word.compare_exchange(a, b, Ordering::SeqCst, Ordering::SeqCst).unwrap_or_else(|old| old)),
         _ => None,
     }
 }

@@ -348,6 +348,14 @@ impl Cq {
         Ok(Completion { vi, recv_queue: recv })
     }
 
+    /// [`Cq::wait`] that also ends, with None, when a peer-to-peer
+    /// request that no VI of this NIC seeks arrives (see
+    /// [`Nic::peer_requests_waiting`](crate::Nic::peer_requests_waiting)):
+    /// for programs that connect to a peer when it first asks.
+    pub fn wait_or_peer_request(&self, timeout: Option<Duration>) -> Result<Option<Completion>> {
+        Ok(self.raw().cq_wait_or_peer_request(self.id, timeout)?.map(|(vi, recv_queue)| Completion { vi, recv_queue }))
+    }
+
     /// `VipCQNotify`: the next completion is taken off the CQ and handed
     /// to `f` (once), on whichever thread runs progress.
     pub fn notify(&self, f: impl FnOnce(Completion) + Send + 'static) {

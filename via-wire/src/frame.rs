@@ -126,6 +126,14 @@ impl Kind {
     }
 }
 
+/// The operations an `AtomicReq` names in its `imm`.
+pub mod atomic_op {
+    /// Fetch-and-add: the first operand is the addend.
+    pub const FETCH_ADD: u32 = 1;
+    /// Compare-and-swap: the first operand is compared, the second stored.
+    pub const CMP_SWAP: u32 = 2;
+}
+
 /// Flag bits of the `flags` field.
 pub mod flags {
     /// First fragment of a message.

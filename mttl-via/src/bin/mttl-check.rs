@@ -1,4 +1,4 @@
-//! `mttl-check [all|invoke|sync|gptr|atomic|coll|many|comm|crash]...`: the MTTL
+//! `mttl-check [all|invoke|sync|gptr|atomic|coll|many|ring|comm|crash]...`: the MTTL
 //! test program, run by the tests under `mttl-run` at 1, 2, 4 and 8 ranks
 //! over both transports. Every check computes its expected answer locally
 //! and panics (failing the run) on a mismatch; a passing run ends with
@@ -8,11 +8,19 @@ use mttl_via::comm::{self, Transport};
 use mttl_via::{ainvoke, ainvoke_detached, broadcast, invoke, my_pe, on_all, pe_num, remote, Barrier, GlobalPtr, GlobalSync, Reduction, Sync};
 
 remote! {
-    /// Prints this rank's frames received by path (NIC, shared memory).
+    /// Prints this rank's frames received by path (NIC, shared memory)
+    /// and its peak resident memory.
     fn report_frames() -> u64 {
         let c = mttl_via::device_counters();
         let get = |k: &str| c.iter().find(|(n, _)| *n == k).map_or(0, |(_, v)| *v);
-        println!("mttl-check: rank {} received frames: nic {} shm {}", my_pe(), get("rx_frames"), get("shm_rx_frames"));
+        let conns = mttl_via::connections().map_or("all".to_string(), |c| c.to_string());
+        println!("mttl-check: rank {} received frames: nic {} shm {}; connections {conns}; peak resident memory {} KiB", my_pe(), get("rx_frames"), get("shm_rx_frames"), peak_rss_kib());
+        1
+    }
+    /// Invokes `whoami` on the next rank (a ring of neighbours).
+    fn ring_step() -> u64 {
+        let next = (my_pe() + 1) % pe_num();
+        assert_eq!(invoke(next, whoami, ()), next as u64);
         1
     }
     fn square(x: u64) -> u64 { x * x }
@@ -222,6 +230,20 @@ fn check_atomic() {
     lock.free();
     counter.free();
     println!("mttl-check: atomic ok");
+}
+
+/// Each rank talks to its neighbour only (and rank 0 to everyone, to
+/// start them): with connections on demand a rank connects to those.
+fn check_ring() {
+    let n = pe_num();
+    assert_eq!(on_all(ring_step, ()).len(), n);
+    println!("mttl-check: ring ok");
+}
+
+/// VmHWM of /proc/self/status, in KiB (0 where there is none).
+fn peak_rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).unwrap_or(0)
 }
 
 fn check_collectives(round: u64) {
@@ -482,6 +504,7 @@ fn main() {
                 "atomic" => check_atomic(),
                 "coll" => check_coll(),
                 "many" => check_many(),
+                "ring" => check_ring(),
                 "crash" => check_crash(),
                 other => panic!("unknown check {other:?}"),
             }

@@ -93,6 +93,11 @@ pub trait Transport {
     fn device_counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+    /// Peers this process holds a connection to (made, or being made);
+    /// None where every pair is connected at start-up.
+    fn connections(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Direct access to a peer's heap: placement (RDMA write with immediate

@@ -29,6 +29,8 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 use via_user::{Completion, Cq, Descriptor, MacAddr, MemAttributes, MemoryRegion, Nic, Op, Ptag, Reliability, RemoteBuffer, Vi, ViAttributes};
 
+mod connect;
+
 /// Bytes of one receive or send slot (`MTTL_VIA_SLOT`): a message up to
 /// this size is one VIA send, larger ones go in slot-sized fragments.
 /// Fewer, larger fragments cost fewer descriptors, completions and
@@ -163,12 +165,15 @@ pub struct ViaTransport {
     closing: bool,
     /// The message `prob` found (completed, not yet taken): the oldest.
     stash: Option<(usize, Vec<u8>)>,
+    /// The connections: made and being made ([`connect`]).
+    links: connect::Links,
 }
 
 impl ViaTransport {
     /// `_pmttl_cominit`: opens the NIC (`MTTL_VIA_DEVICE`, default
-    /// `/dev/via_eth0`), registers the heap and the slots, exchanges
-    /// addresses, and connects one VI to every peer (peer-to-peer model).
+    /// `/dev/via_eth0`), registers the heap and the slots and exchanges
+    /// addresses; VIs to the peers are connected on demand, or all now
+    /// with `MTTL_VIA_CONNECT=all` ([`connect`]).
     pub fn cominit(boot: &mut Boot, heap_bytes: usize) -> Result<ViaTransport> {
         let dev = std::env::var("MTTL_VIA_DEVICE").unwrap_or_else(|_| "/dev/via_eth0".into());
         // MTTL polls the layer whenever its threads block or yield, so the
@@ -214,13 +219,29 @@ impl ViaTransport {
         let blobs = boot.exchange(&blob, crate::registry::digest())?;
 
         let attrs = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: max_xfer as u32, ptag, enable_rdma_write: true, enable_rdma_read: true };
+        let mut addrs = Vec::with_capacity(size);
+        for (j, b) in blobs.iter().enumerate() {
+            if j == rank {
+                addrs.push(None);
+                continue;
+            }
+            if b.len() != 6 + RemoteBuffer::BYTES {
+                return Err(err(format!("rank {j} sent a {}-byte address", b.len())));
+            }
+            addrs.push(Some((MacAddr(b[..6].try_into().unwrap()), RemoteBuffer::from_bytes(&b[6..]).map_err(err)?)));
+        }
+        let on_demand = match std::env::var("MTTL_VIA_CONNECT").as_deref() {
+            Ok("all") => false,
+            Ok("demand") | Err(_) => true,
+            Ok(other) => return Err(err(format!("MTTL_VIA_CONNECT is all or demand, not {other:?}"))),
+        };
         let mut t = ViaTransport {
             rank,
             nic,
             ptag,
             cq,
             slot,
-            peers: Vec::new(),
+            peers: (0..size).map(|_| None).collect(),
             vi_node: Vec::new(),
             recv_mem,
             send_mem,
@@ -231,52 +252,10 @@ impl ViaTransport {
             max_xfer,
             closing: false,
             stash: None,
+            links: connect::Links::new(addrs, recvs, attrs, on_demand),
         };
-        for (j, b) in blobs.iter().enumerate() {
-            if j == rank {
-                t.peers.push(None);
-                continue;
-            }
-            if b.len() != 6 + RemoteBuffer::BYTES {
-                return Err(err(format!("rank {j} sent a {}-byte address", b.len())));
-            }
-            let mac = MacAddr(b[..6].try_into().unwrap());
-            let remote_heap = RemoteBuffer::from_bytes(&b[6..]).map_err(err)?;
-            let mut vi = t.nic.create_vi(&attrs, Some(&t.cq), Some(&t.cq)).map_err(err)?;
-            let id = vi.id() as usize;
-            if t.vi_node.len() <= id {
-                t.vi_node.resize(id + 1, usize::MAX);
-            }
-            t.vi_node[id] = j;
-            let mut recv_slots = VecDeque::new();
-            for k in 0..recvs as usize {
-                let s = j * recvs as usize + k;
-                let d = t.recv_desc(s)?;
-                vi.post_recv(d).map_err(err)?;
-                recv_slots.push_back(s);
-            }
-            let (me_name, peer_name) = (format!("mttl-{rank}-{j}"), format!("mttl-{j}-{rank}"));
-            vi.connect_peer_request(mac, me_name.as_bytes(), peer_name.as_bytes(), Some(Duration::from_secs(60)))
-                .map_err(|e| err(format!("rank {rank}: connecting to rank {j}: {e}")))?;
-            t.peers.push(Some(Peer {
-                vi,
-                credits: Credits::new(recvs),
-                recv_slots,
-                partial: Vec::new(),
-                unpacked: VecDeque::new(),
-                arrived: 0,
-                backlog: VecDeque::new(),
-                posted: VecDeque::new(),
-                queued: 0,
-                completed: 0,
-                heap: remote_heap,
-                closed: false,
-            }));
-        }
-        for (j, p) in t.peers.iter_mut().enumerate() {
-            if let Some(p) = p {
-                p.vi.connect_peer_wait().map_err(|e| err(format!("rank {rank}: connecting to rank {j}: {e}")))?;
-            }
+        if !on_demand {
+            t.connect_all()?;
         }
         boot.finish()?;
         Ok(t)
@@ -302,8 +281,12 @@ impl ViaTransport {
         Ok(d)
     }
 
+    /// The connection to `node`, made now if it is not yet.
     fn peer(&mut self, node: usize) -> Result<&mut Peer> {
         let rank = self.rank;
+        if self.peers.get(node).is_some_and(Option::is_none) && node != rank {
+            self.connect(node)?;
+        }
         self.peers.get_mut(node).and_then(|p| p.as_mut()).ok_or_else(|| err(format!("rank {rank}: no VI to node {node}")))
     }
 
@@ -481,6 +464,9 @@ impl ViaTransport {
     /// complete at once.
     fn on_completion(&mut self, c: Completion) -> Result<()> {
         let node = *self.vi_node.get(c.vi as usize).filter(|&&n| n != usize::MAX).ok_or_else(|| err(format!("a completion for VI {}, which is not ours", c.vi)))?;
+        if self.peers[node].is_none() && !self.promote(node)? {
+            return Err(err(format!("rank {}: a completion on the VI to rank {node} before it connected", self.rank)));
+        }
         if c.recv_queue {
             // The credit report is read now, while the frame waits to be
             // consumed: credits must flow even while nobody takes messages.
@@ -519,6 +505,7 @@ impl ViaTransport {
 
     /// Posts the backlogs and files every completion there is.
     fn poll(&mut self) -> Result<()> {
+        self.answer_now_and_then()?;
         self.flush_all()?;
         let mut any = false;
         while let Some(c) = self.cq.done().map_err(err)? {
@@ -537,11 +524,19 @@ impl ViaTransport {
         if !self.pending.is_empty() {
             return Ok(());
         }
-        if self.peers.iter().flatten().all(|p| p.closed) {
+        if self.links.unconnected() == 0 && self.peers.iter().flatten().all(|p| p.closed) {
             return Err(err(format!("rank {}: waiting for a message, but every peer has closed", self.rank)));
         }
-        let c = self.cq.wait(None).map_err(err)?;
-        self.on_completion(c)
+        // A peer that asks for a connection wakes the wait too. While a
+        // connection is being made the wait is short: a VI of the peer
+        // model is connected only when asked whether it is (`promote`).
+        let timeout = self.links.connecting_any().then_some(Duration::from_millis(1));
+        match self.cq.wait_or_peer_request(timeout) {
+            Ok(Some(c)) => self.on_completion(c),
+            Ok(None) => self.answer_requests(),
+            Err(e) if e.code == via_user::VipReturn::Timeout => self.answer_requests(),
+            Err(e) => Err(err(e)),
+        }
     }
 
     /// Completes the oldest receive of `node` (`VipRecvDone`), posts its
@@ -836,6 +831,10 @@ impl Transport for ViaTransport {
 
     fn device_counters(&self) -> Vec<(&'static str, u64)> {
         self.nic.device_counters()
+    }
+
+    fn connections(&self) -> Option<usize> {
+        Some(self.peers.iter().flatten().count() + usize::from(self.links.connecting_any()))
     }
 
     fn heap(&mut self) -> (*mut u8, usize) {

@@ -26,19 +26,15 @@ impl Queue {
 }
 
 /// The wire's code for the atomic a descriptor's control bits ask for
-/// (`Kind::AtomicReq`'s `imm`): None unless exactly one atomic bit is set.
-pub(crate) fn atomic_code(control: u16) -> Option<u8> {
+/// (`Kind::AtomicReq`'s `imm`, [`via_wire::atomic_op`]): None unless
+/// exactly one atomic bit is set.
+pub(crate) fn atomic_code(control: u16) -> Option<u32> {
     match control & (control::ATOMIC_FETCH_ADD | control::ATOMIC_CMP_SWAP) {
-        control::ATOMIC_FETCH_ADD => Some(ATOMIC_FETCH_ADD),
-        control::ATOMIC_CMP_SWAP => Some(ATOMIC_CMP_SWAP),
+        control::ATOMIC_FETCH_ADD => Some(via_wire::atomic_op::FETCH_ADD),
+        control::ATOMIC_CMP_SWAP => Some(via_wire::atomic_op::CMP_SWAP),
         _ => None,
     }
 }
-
-/// `Kind::AtomicReq`'s `imm`: fetch-and-add.
-pub const ATOMIC_FETCH_ADD: u8 = 1;
-/// `Kind::AtomicReq`'s `imm`: compare-and-swap.
-pub const ATOMIC_CMP_SWAP: u8 = 2;
 
 impl Core {
     /// Validates the descriptor at `addr` for a VI with `attrs` into `e`,
@@ -99,7 +95,7 @@ impl Core {
             let o = unsafe { usermem::read_atomic_operands(addr) };
             e.operands[..8].copy_from_slice(&o.compare_add.to_le_bytes());
             e.operands[8..].copy_from_slice(&o.swap.to_le_bytes());
-            e.imm = atomic_code(cs.control).unwrap_or(0) as u32;
+            e.imm = atomic_code(cs.control).unwrap_or(0);
             e.seg0 = 2;
             if !e.raddr.is_multiple_of(8) {
                 e.pre_status = status::FORMAT_ERROR; // the target must be 8-byte aligned

@@ -128,7 +128,7 @@ impl Context {
             Payload::Lent(_) => None,
         };
         let target = self.rdma_target(vi, raddr, handle, 8, true).filter(|a| a.is_multiple_of(8));
-        let known = code == u32::from(super::post::ATOMIC_FETCH_ADD) || code == u32::from(super::post::ATOMIC_CMP_SWAP);
+        let known = code == via_wire::atomic_op::FETCH_ADD || code == via_wire::atomic_op::CMP_SWAP;
         let (Some(addr), Some(operands), true, 8) = (target, operands, known, f.msg_len()) else {
             // Duplicates too, as for reads: a wrong target is a violation
             // however it comes.
@@ -141,7 +141,7 @@ impl Context {
         let value = if !again {
             // SAFETY: rdma_target checked [addr, addr + 8) against the
             // registration table just now, under the engine lock; aligned.
-            let old = unsafe { usermem::atomic_at(addr, code as u8, &operands) }.expect("a known atomic code");
+            let old = unsafe { usermem::atomic_at(addr, code, &operands) }.expect("a known atomic code");
             let value = old.to_le_bytes();
             remember_read(&mut vi.served.recent, ServedRead { value: Some(value), ..asked }, self.config.queue_depth);
             self.counters.atomics_served += 1;

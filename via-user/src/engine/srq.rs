@@ -104,7 +104,7 @@ impl Core {
         Self::validate(mem, &attrs, addr, handle, Queue::Recv, e)?;
         if e.pre_status != 0 {
             let bits = e.pre_status;
-            return Err(ViaError::new(VipReturn::DescriptorError, format!("not a receive descriptor the shared queue can take (status {bits:#x}: {})", crate::region::status_names(bits))));
+            return Err(ViaError::new(VipReturn::DescriptorError, format!("not a receive descriptor the shared queue can take (it would complete with status {bits:#x})")));
         }
         // SAFETY: `validate` checked the control segment under the engine lock.
         unsafe { usermem::clear_completion(addr) };
