@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <vipl_ext.h>
+#include "address.h"
 
 #define TIMEOUT 10000UL
 #define CHECK(cond) _Static_assert(cond, #cond)
@@ -47,15 +48,6 @@ static void open_side(struct side *s, VIP_BOOLEAN rdma_write) {
     OK(VipRegisterMem(s->nic, s->mem, 65536, &ma, &s->mh));
     VIP_VI_ATTRIBUTES va = {VIP_SERVICE_RELIABLE_DELIVERY, 65536, NULL, s->ptag, rdma_write, VIP_FALSE};
     OK(VipCreateVi(s->nic, &va, NULL, NULL, &s->vi));
-}
-
-static VIP_NET_ADDRESS *address(char *room, const unsigned char *mac, const char *disc) {
-    VIP_NET_ADDRESS *a = (VIP_NET_ADDRESS *)room;
-    a->HostAddressLen = 6;
-    a->DiscriminatorLen = (VIP_UINT16)strlen(disc);
-    memcpy(a->HostAddress, mac, 6);
-    memcpy(a->HostAddress + 6, disc, strlen(disc));
-    return a;
 }
 
 static struct side target, initiator;

@@ -32,6 +32,7 @@
 #define DEV "/dev/via_lo"
 
 #include "check.h"
+#include "address.h"
 
 static void watchdog(int sig) {
     (void)sig;
@@ -112,15 +113,6 @@ static void close_side(struct side *s) {
     EXPECT(VipDestroyPtag(s->nic, s->ptag), VIP_SUCCESS);
     EXPECT(VipCloseNic(s->nic), VIP_SUCCESS);
     EXPECT(VipCloseNic(s->nic), VIP_INVALID_PARAMETER); /* closed: stale */
-}
-
-static VIP_NET_ADDRESS *address(char *room, const unsigned char *mac, const char *disc) {
-    VIP_NET_ADDRESS *a = (VIP_NET_ADDRESS *)room;
-    a->HostAddressLen = 6;
-    a->DiscriminatorLen = (VIP_UINT16)strlen(disc);
-    memcpy(a->HostAddress, mac, 6);
-    memcpy(a->HostAddress + 6, disc, strlen(disc));
-    return a;
 }
 
 /* Connects a's VI with b's (peer model; polls both, so it needs no

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 #include <vipl.h>
+#include "address.h"
 
 #define TIMEOUT 10000UL /* ms */
 
@@ -42,16 +43,6 @@ static VIP_DESCRIPTOR *fill(int i, unsigned op, unsigned len, int segbuf) {
     d->DS[0].Local.Handle = mh;
     d->DS[0].Local.Length = len;
     return d;
-}
-
-/* An address: our MAC or `mac`, then the discriminator `disc`. */
-static VIP_NET_ADDRESS *address(char *room, const unsigned char *mac, const char *disc) {
-    VIP_NET_ADDRESS *a = (VIP_NET_ADDRESS *)room;
-    a->HostAddressLen = 6;
-    a->DiscriminatorLen = (VIP_UINT16)strlen(disc);
-    memcpy(a->HostAddress, mac, 6);
-    memcpy(a->HostAddress + 6, disc, strlen(disc));
-    return a;
 }
 
 static void parse_mac(const char *s, unsigned char *mac) {

@@ -37,10 +37,10 @@ fn pattern(k: usize, n: usize) -> Vec<u8> {
 }
 
 /// A connected pair: the receiver (on a NIC with `receiver_cfg`, nothing
-/// posted) and the sender.
-fn pair(wire: &str, receiver_cfg: Config) -> ((Nic, Vi, ViAttributes), (Nic, Vi, ViAttributes)) {
+/// posted) and the sender (on one with `sender_cfg`).
+fn pair(wire: &str, receiver_cfg: Config, sender_cfg: Config) -> ((Nic, Vi, ViAttributes), (Nic, Vi, ViAttributes)) {
     let rn = nic(wire, receiver_cfg);
-    let sn = nic(wire, Config { rnr_retry_limit: 400, ..Config::default() });
+    let sn = nic(wire, sender_cfg);
     let (ra, sa) = (attrs(&rn), attrs(&sn));
     let rvi = rn.create_vi(&ra, None, None).unwrap();
     let mut svi = sn.create_vi(&sa, None, None).unwrap();
@@ -53,6 +53,11 @@ fn pair(wire: &str, receiver_cfg: Config) -> ((Nic, Vi, ViAttributes), (Nic, Vi,
     svi.connect_retrying(rmac, b"rnr", T.unwrap()).unwrap();
     let (rn, rvi) = server.join().unwrap();
     ((rn, rvi, ra), (sn, svi, sa))
+}
+
+/// The sender's configuration: patient enough for any late receiver here.
+fn patient() -> Config {
+    Config { rnr_retry_limit: 400, ..Config::default() }
 }
 
 /// Posts every message of [`SIZES`] on `vi`.
@@ -83,7 +88,7 @@ fn until_refused(nic: &Nic) {
 
 #[test]
 fn a_receiver_that_posts_late_loses_nothing_in_rnr_mode() {
-    let ((rn, mut rvi, ra), (sn, mut svi, sa)) = pair("rnr-late", Config { rnr: true, ..Config::default() });
+    let ((rn, mut rvi, ra), (sn, mut svi, sa)) = pair("rnr-late", Config { rnr: true, ..Config::default() }, patient());
     let src = region(&sn, &sa, 64 << 10);
     send_all(&sn, &mut svi, &sa, &src);
     until_refused(&rn);
@@ -111,7 +116,7 @@ fn a_receiver_that_posts_late_loses_nothing_in_rnr_mode() {
 
 #[test]
 fn without_rnr_mode_a_send_with_no_receive_breaks_the_connection() {
-    let ((rn, rvi, _), (sn, mut svi, sa)) = pair("rnr-off", Config::default());
+    let ((rn, rvi, _), (sn, mut svi, sa)) = pair("rnr-off", Config::default(), patient());
     let src = region(&sn, &sa, 64 << 10);
     send_all(&sn, &mut svi, &sa, &src);
     poll_until(&rn, "the receiver's VI breaks", || rvi.state() == ViPhase::Error);
@@ -123,19 +128,7 @@ fn without_rnr_mode_a_send_with_no_receive_breaks_the_connection() {
 
 #[test]
 fn a_receiver_that_never_posts_fails_the_send_past_the_retry_limit() {
-    let rn = nic("rnr-never", Config { rnr: true, ..Config::default() });
-    let sn = nic("rnr-never", Config { rnr_retry_limit: 4, ..Config::default() });
-    let (ra, sa) = (attrs(&rn), attrs(&sn));
-    let rvi = rn.create_vi(&ra, None, None).unwrap();
-    let mut svi = sn.create_vi(&sa, None, None).unwrap();
-    let rmac = rn.mac();
-    let server = thread::spawn(move || {
-        let req = rn.connect_wait(b"rnr", T).unwrap();
-        rn.accept(&req, &rvi).unwrap();
-        (rn, rvi)
-    });
-    svi.connect_retrying(rmac, b"rnr", T.unwrap()).unwrap();
-    let (rn, _rvi) = server.join().unwrap();
+    let ((rn, _rvi, _), (sn, mut svi, sa)) = pair("rnr-never", Config { rnr: true, ..Config::default() }, Config { rnr_retry_limit: 4, ..Config::default() });
     let src = region(&sn, &sa, 4096);
     let mut d = Descriptor::new(&sn, sa.ptag, 1).unwrap();
     d.set(&[(&src, 0..64)], None).unwrap();
