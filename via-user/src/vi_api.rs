@@ -216,6 +216,7 @@ impl Vi {
     /// Takes the descriptor the engine handed back at `addr` off our list:
     /// always the oldest, since each queue completes in posting order and a
     /// notification owns the oldest while it is armed.
+    #[inline(always)]
     fn take(&mut self, q: Queue, addr: usize) -> Descriptor {
         if let (Queue::Recv, Some(pool)) = (q, &self.pool) {
             return pool.take(addr);

@@ -279,7 +279,10 @@ impl Context {
     /// (receiver-not-ready mode): nothing from there is sent again until
     /// a back-off passes (doubling with each refusal in a row), and past
     /// the retry limit the message fails with TRANSPORT_ERROR and the
-    /// connection breaks. The retransmission timer stops meanwhile.
+    /// connection breaks. The retransmission timer stops meanwhile. (Rare:
+    /// kept out of line, so that the ACK path it sits on stays small.)
+    #[cold]
+    #[inline(never)]
     pub(super) fn on_rnr(&mut self, vi: &mut ViState, ack: u32, now: Time) {
         if ack != vi.tx.una || vi.tx.unacknowledged() == 0 || vi.phase != ViPhase::Connected {
             return; // stale: about frames already acknowledged

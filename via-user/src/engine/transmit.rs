@@ -156,6 +156,7 @@ impl Engine {
 /// posted message `e`, sent as `psn` carrying our ACK `ack` (the general
 /// path's and the one-frame path's alike). On a reliable VI, the fragment
 /// that `fills_window` asks for an ACK.
+#[inline(always)]
 fn fragment_fields(e: &WqEntry, reliable: bool, psn: u32, ack: u32, off: u32, len: u32, fills_window: bool) -> StreamRepr {
     let request = e.awaits_response();
     let mut fl = if off == 0 { flags::FIRST } else { 0 };

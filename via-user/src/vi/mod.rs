@@ -328,6 +328,10 @@ impl ViState {
 
     /// The earliest timer of this VI.
     pub fn next_timer(&self) -> Option<Time> {
-        [self.rtx.deadline(), self.acks.deadline(), self.tx.rnr_until].into_iter().flatten().min()
+        let earlier = |a: Option<Time>, b: Option<Time>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        earlier(earlier(self.rtx.deadline(), self.acks.deadline()), self.tx.rnr_until)
     }
 }
