@@ -193,6 +193,18 @@ impl WorkQueue {
         &mut self.slots[(idx & self.mask) as usize]
     }
 
+    /// Takes the oldest posted entry out, complete or not (a shared
+    /// receive queue handing a receive to a VI: `engine::srq`).
+    pub fn take_oldest(&mut self) -> Option<WqEntry> {
+        if self.done == self.tail {
+            return None;
+        }
+        let e = *self.get(self.done);
+        self.done = self.done.wrapping_add(1);
+        self.head = self.done;
+        Some(e)
+    }
+
     /// Hands back the oldest completed entry.
     pub fn pop_completed(&mut self) -> Option<WqEntry> {
         if self.head == self.done {

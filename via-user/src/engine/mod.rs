@@ -533,6 +533,18 @@ pub(crate) fn vi_at(vis: &mut [Option<ViState>], id: u16) -> Option<&mut ViState
     vis.get_mut((id as usize).wrapping_sub(1)).and_then(Option::as_mut)
 }
 
+/// The first free slot of `table` (a new one at its end while it holds
+/// fewer than `max`): where a VI, CQ or shared receive queue is created.
+pub(crate) fn vacant_slot<T>(table: &mut Vec<Option<T>>, max: usize) -> Option<usize> {
+    if let Some(s) = table.iter().position(Option::is_none) {
+        return Some(s);
+    }
+    (table.len() < max).then(|| {
+        table.push(None);
+        table.len() - 1
+    })
+}
+
 /// The error for a VI handle that names no VI.
 #[cold]
 pub(crate) fn no_vi(id: u16) -> ViaError {
@@ -591,16 +603,9 @@ impl Core {
         }
         Self::check_vi_attributes(&attrs)?;
         self.mem.acquire_ptag(attrs.ptag).map_err(|_| ViaError::new(crate::VipReturn::InvalidPtag, "unknown protection tag"))?;
-        let slot = match self.vis.iter().position(Option::is_none) {
-            Some(s) => s,
-            None if self.vis.len() < MAX_VI => {
-                self.vis.push(None);
-                self.vis.len() - 1
-            }
-            None => {
-                self.mem.release_ptag(attrs.ptag);
-                return Err(ViaError::resource(format!("too many VIs (MaxVI = {MAX_VI})")));
-            }
+        let Some(slot) = vacant_slot(&mut self.vis, MAX_VI) else {
+            self.mem.release_ptag(attrs.ptag);
+            return Err(ViaError::resource(format!("too many VIs (MaxVI = {MAX_VI})")));
         };
         self.vis[slot] = Some(ViState::new(slot as u16 + 1, attrs, send_cq, recv_cq, self.config.queue_depth, (self.config.rto_initial, self.config.rto_max)));
         Ok(slot as u16 + 1)
@@ -634,13 +639,8 @@ impl Core {
         if entries == 0 || entries > MAX_CQ_ENTRIES {
             return Err(ViaError::invalid(format!("a CQ has 1 to {} entries, not {entries}", MAX_CQ_ENTRIES)));
         }
-        let slot = match self.cqs.iter().position(Option::is_none) {
-            Some(s) => s,
-            None if self.cqs.len() < MAX_CQ => {
-                self.cqs.push(None);
-                self.cqs.len() - 1
-            }
-            None => return Err(ViaError::resource(format!("too many CQs (MaxCQ = {MAX_CQ})"))),
+        let Some(slot) = vacant_slot(&mut self.cqs, MAX_CQ) else {
+            return Err(ViaError::resource(format!("too many CQs (MaxCQ = {MAX_CQ})")));
         };
         self.cqs[slot] = Some(CompletionQueue::new(entries));
         Ok(slot as u16 + 1)

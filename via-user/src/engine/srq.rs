@@ -16,7 +16,7 @@ use super::{vi_at, Context, Core};
 use crate::error::{Result, ViaError, VipReturn};
 use crate::usermem;
 use crate::vi::{Reliability, ViAttributes, ViPhase, ViState};
-use crate::workqueue::{WorkQueue, WqEntry};
+use crate::workqueue::WorkQueue;
 use via_kernel_agent::memory::Ptag;
 
 /// Most shared receive queues one NIC handle can hold.
@@ -31,22 +31,16 @@ pub struct SharedReceiveQueue {
 }
 
 impl SharedReceiveQueue {
-    /// The oldest posted receive, taken out of the pool.
-    fn take(&mut self) -> Option<WqEntry> {
-        let q = &mut self.entries;
-        if q.done == q.tail {
-            return None;
-        }
-        let e = *q.get(q.done);
-        q.done = q.done.wrapping_add(1);
-        q.head = q.done;
-        Some(e)
-    }
-
     /// Receives posted and not yet taken.
     fn len(&self) -> usize {
         self.entries.outstanding()
     }
+}
+
+/// Pool `id` of `srqs` (borrowing only the pools, so the registration
+/// table stays usable alongside).
+fn srq_at(srqs: &mut [Option<SharedReceiveQueue>], id: u16) -> Result<&mut SharedReceiveQueue> {
+    srqs.get_mut((id as usize).wrapping_sub(1)).and_then(Option::as_mut).ok_or_else(|| ViaError::invalid(format!("no shared receive queue with handle {id}")))
 }
 
 impl Core {
@@ -56,16 +50,9 @@ impl Core {
             return Err(ViaError::invalid(format!("a shared receive queue holds 1 to {} descriptors, not {depth}", super::MAX_CQ_ENTRIES)));
         }
         self.mem.acquire_ptag(ptag).map_err(|_| ViaError::new(VipReturn::InvalidPtag, "unknown protection tag"))?;
-        let slot = match self.srqs.iter().position(Option::is_none) {
-            Some(s) => s,
-            None if self.srqs.len() < MAX_SRQ => {
-                self.srqs.push(None);
-                self.srqs.len() - 1
-            }
-            None => {
-                self.mem.release_ptag(ptag);
-                return Err(ViaError::resource(format!("too many shared receive queues ({MAX_SRQ})")));
-            }
+        let Some(slot) = super::vacant_slot(&mut self.srqs, MAX_SRQ) else {
+            self.mem.release_ptag(ptag);
+            return Err(ViaError::resource(format!("too many shared receive queues ({MAX_SRQ})")));
         };
         self.srqs[slot] = Some(SharedReceiveQueue { ptag, entries: WorkQueue::new(depth), users: 0 });
         Ok(slot as u16 + 1)
@@ -85,7 +72,7 @@ impl Core {
     }
 
     fn srq_mut(&mut self, id: u16) -> Result<&mut SharedReceiveQueue> {
-        self.srqs.get_mut((id as usize).wrapping_sub(1)).and_then(Option::as_mut).ok_or_else(|| ViaError::invalid(format!("no shared receive queue with handle {id}")))
+        srq_at(&mut self.srqs, id)
     }
 
     /// Posts the receive descriptor at `addr` (memory `handle`) to pool
@@ -95,7 +82,7 @@ impl Core {
     pub fn srq_post(&mut self, id: u16, addr: usize, handle: u32) -> Result<()> {
         let Core { cx, .. } = self;
         let Context { mem, srqs, .. } = cx;
-        let q = srqs.get_mut((id as usize).wrapping_sub(1)).and_then(Option::as_mut).ok_or_else(|| ViaError::invalid(format!("no shared receive queue with handle {id}")))?;
+        let q = srq_at(srqs, id)?;
         let attrs = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: super::MAX_TRANSFER_SIZE, ptag: q.ptag, enable_rdma_write: false, enable_rdma_read: false };
         let capacity = q.entries.capacity();
         let Some(e) = q.entries.vacant() else {
@@ -147,8 +134,8 @@ impl Context {
     /// oldest of its pool's moves into its receive queue. False when it
     /// has no pool, or the pool is empty.
     pub(super) fn refill_from_srq(&mut self, vi: &mut ViState) -> bool {
-        let Some(q) = vi.srq.and_then(|id| self.srqs.get_mut(id as usize - 1)).and_then(Option::as_mut) else { return false };
-        let Some(e) = q.take() else { return false };
+        let Some(q) = vi.srq.and_then(|id| srq_at(&mut self.srqs, id).ok()) else { return false };
+        let Some(e) = q.entries.take_oldest() else { return false };
         vi.rq.push(e)
     }
 }

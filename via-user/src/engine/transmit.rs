@@ -189,9 +189,25 @@ fn fragment_fields(e: &WqEntry, reliable: bool, psn: u32, ack: u32, off: u32, le
         rdma_addr: e.raddr,
         rdma_handle: e.rhandle,
         msg_seq: e.msg_seq,
-        // An atomic's request carries its operands.
-        payload_len: if e.is_atomic() { e.operands.len() as u16 } else { len as u16 },
+        payload_len: if e.awaits_response() { request_payload_len(e) } else { len as u16 },
     }
+}
+
+/// The payload bytes of the request of `e`, an RDMA read (none) or an
+/// atomic (its operands).
+fn request_payload_len(e: &WqEntry) -> u16 {
+    if e.is_atomic() { e.operands.len() as u16 } else { 0 }
+}
+
+/// Points `spec` at the payload of the request of `e` (an RDMA read's
+/// has none; an atomic's is its operands, kept in the queue's entry,
+/// which stays put, so it is not lent); returns its length.
+fn request_payload(e: &WqEntry, spec: &mut Spec) -> u16 {
+    let len = request_payload_len(e);
+    spec.n = usize::from(len != 0);
+    spec.pieces[0] = (e.operands.as_ptr() as usize, len as usize);
+    spec.lendable = false;
+    len
 }
 
 /// Header slots of one batch: Ethernet + VIA header of each frame.
@@ -675,11 +691,7 @@ impl Context {
             fragment_fields(e, reliable, vi.tx.psn, vi.rx.expected, off, len, fills_window).emit(&vi.tx.head, &mut hdrs[n]);
             specs[n].resp = None;
             if is_read {
-                // A read's request has no payload; an atomic's, its
-                // operands (kept in the queue's entry, which stays put).
-                specs[n].n = usize::from(e.is_atomic());
-                specs[n].pieces[0] = (e.operands.as_ptr() as usize, e.operands.len());
-                specs[n].lendable = false;
+                request_payload(e, &mut specs[n]);
             } else if !gather(mem, bounce, frag as usize, e, ptag, off, len, n, &mut specs[n], max_pieces) {
                 // The memory went away under a descriptor part of which the
                 // peer already has: its message cannot be finished.
@@ -915,16 +927,11 @@ impl Context {
                     continue;
                 }
                 let fl = flags::RELIABLE | flags::ACK | flags::FIRST | flags::LAST;
+                // An atomic is asked again with its operands: the target
+                // answers from what the atomic gave, never running it twice.
+                let kind = if e.is_atomic() { Kind::AtomicReq } else { Kind::RdmaReadReq };
                 specs[n] = Spec::default();
-                let (kind, payload_len) = if e.is_atomic() {
-                    // Asked again with its operands: the target answers
-                    // from what the atomic gave, never running it twice.
-                    specs[n].n = 1;
-                    specs[n].pieces[0] = (e.operands.as_ptr() as usize, e.operands.len());
-                    (Kind::AtomicReq, e.operands.len() as u16)
-                } else {
-                    (Kind::RdmaReadReq, 0)
-                };
+                let payload_len = request_payload(e, &mut specs[n]);
                 HeaderRepr { kind: kind as u8, flags: fl, psn: e.first_psn, msg_len: e.len, offset: e.got, imm: e.imm, rdma_addr: e.raddr, rdma_handle: e.rhandle, msg_seq: e.msg_seq, payload_len, ..base }.emit(&mut hdrs[n]);
                 n += 1;
             }
