@@ -8,7 +8,7 @@
 //! reads and writes of it.
 
 use crate::comm::AtomicOp;
-use crate::global::{await_direct, GlobalPtr};
+use crate::global::{await_direct, take_landing, GlobalPtr};
 use crate::heap::HeapAlloc;
 use crate::runtime::{self, kind, status, with};
 use std::sync::atomic::AtomicU64;
@@ -35,14 +35,9 @@ impl GlobalPtr<u64> {
         match with(|rt| rt.start_atomic(pe, off, op)) {
             Some(Ok((h, landing))) => {
                 await_direct(h);
-                with(|rt| {
-                    let p = rt.heap.slice(landing, 8).expect("landing block");
-                    let mut b = [0u8; 8];
-                    // SAFETY: our landing block, filled by the completed atomic.
-                    unsafe { std::ptr::copy_nonoverlapping(p, b.as_mut_ptr(), 8) };
-                    rt.heap.free(landing);
-                    u64::from_ne_bytes(b)
-                })
+                let mut b = [0u8; 8];
+                take_landing(landing, &mut b); // the value before, from the completed atomic
+                u64::from_ne_bytes(b)
             }
             Some(Err(e)) => panic!("an atomic at {self:?}: {e}"),
             None => by_message(pe, off, op).unwrap_or_else(|why| panic!("an atomic at {self:?}: {why}")),

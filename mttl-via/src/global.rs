@@ -179,12 +179,7 @@ impl<T: Pod> GlobalPtr<T> {
             panic!("reading {len} bytes at {self:?}: {}", String::from_utf8_lossy(&data));
         }
         match landing {
-            Some(l) => with(|rt| {
-                let src = rt.heap.slice(l, len).expect("landing block");
-                // SAFETY: our landing block, filled by the owner's RDMA write.
-                unsafe { std::ptr::copy_nonoverlapping(src, bytes.as_mut_ptr(), len) };
-                rt.heap.free(l);
-            }),
+            Some(l) => take_landing(l, bytes), // filled by the owner's RDMA write
             None if data.len() == len => bytes.copy_from_slice(&data),
             None => panic!("reading {len} bytes at {self:?}: {} came back", data.len()),
         }
@@ -219,12 +214,7 @@ impl<T: Pod> GlobalPtr<T> {
             Some(Err(e)) => panic!("reading {len} bytes at {self:?}: {e}"),
         };
         await_direct(h);
-        with(|rt| {
-            let src = rt.heap.slice(landing, len).expect("landing block");
-            // SAFETY: our landing block, filled by the completed RDMA read.
-            unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), len) };
-            rt.heap.free(landing);
-        });
+        take_landing(landing, out); // filled by the completed RDMA read
         true
     }
 
@@ -284,6 +274,18 @@ impl<T: Pod> GlobalPtr<T> {
 fn unsafe_zeroed<T: Pod>() -> T {
     // SAFETY: every bit pattern, zero included, is a valid Pod value.
     unsafe { std::mem::zeroed() }
+}
+
+/// Copies the landing block `landing` of our heap, which a completed
+/// transfer filled, into `out` (its length), and frees it.
+pub(crate) fn take_landing(landing: u64, out: &mut [u8]) {
+    with(|rt| {
+        let src = rt.heap.slice(landing, out.len()).expect("landing block");
+        // SAFETY: our landing block, `out.len()` bytes, written by the
+        // transfer that completed; `out` is a distinct buffer.
+        unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
+        rt.heap.free(landing);
+    });
 }
 
 /// Waits for the direct transfer `h` (an RDMA read or atomic the calling

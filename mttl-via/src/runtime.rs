@@ -264,16 +264,7 @@ impl Runtime {
     /// heap has no room; the transport's error (the block freed again) if
     /// it refused the range.
     pub(crate) fn start_read(&mut self, pe: usize, off: u64, len: usize) -> Option<crate::comm::Result<(SendHandle, u64)>> {
-        self.comm.bulk()?;
-        let landing = self.heap.alloc(len)?;
-        let bulk = self.comm.bulk().expect("checked above");
-        Some(match bulk.get(pe, off as usize, landing as usize, len) {
-            Ok(h) => Ok((h, landing)),
-            Err(e) => {
-                self.heap.free(landing);
-                Err(e)
-            }
-        })
+        self.start_direct(len, |bulk, landing| bulk.get(pe, off as usize, landing as usize, len))
     }
 
     /// Starts a remote atomic `op` on the word at offset `off` of `pe`'s
@@ -281,10 +272,18 @@ impl Runtime {
     /// atomic's handle and the block's offset. None where the transport
     /// has no remote atomics or our heap has no room.
     pub(crate) fn start_atomic(&mut self, pe: usize, off: u64, op: crate::comm::AtomicOp) -> Option<crate::comm::Result<(SendHandle, u64)>> {
+        self.start_direct(8, |bulk, landing| bulk.atomic(pe, off as usize, op, landing as usize))
+    }
+
+    /// Starts `transfer` into a landing block of `len` bytes allocated in
+    /// our heap: its handle and the block's offset. None where the
+    /// transport has no direct transfers or our heap has no room; the
+    /// transport's error (the block freed again) if it refused.
+    fn start_direct(&mut self, len: usize, transfer: impl FnOnce(&mut dyn crate::comm::Bulk, u64) -> crate::comm::Result<SendHandle>) -> Option<crate::comm::Result<(SendHandle, u64)>> {
         self.comm.bulk()?;
-        let landing = self.heap.alloc(8)?;
+        let landing = self.heap.alloc(len)?;
         let bulk = self.comm.bulk().expect("checked above");
-        Some(match bulk.atomic(pe, off as usize, op, landing as usize) {
+        Some(match transfer(bulk, landing) {
             Ok(h) => Ok((h, landing)),
             Err(e) => {
                 self.heap.free(landing);

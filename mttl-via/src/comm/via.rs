@@ -530,13 +530,8 @@ impl ViaTransport {
         // A peer that asks for a connection wakes the wait too. While a
         // connection is being made the wait is short: a VI of the peer
         // model is connected only when asked whether it is (`promote`).
-        let timeout = self.links.connecting_any().then_some(Duration::from_millis(1));
-        match self.cq.wait_or_peer_request(timeout) {
-            Ok(Some(c)) => self.on_completion(c),
-            Ok(None) => self.answer_requests(),
-            Err(e) if e.code == via_user::VipReturn::Timeout => self.answer_requests(),
-            Err(e) => Err(err(e)),
-        }
+        let timeout = (self.links.connecting() > 0).then_some(Duration::from_millis(1));
+        self.wait_event(timeout)
     }
 
     /// Completes the oldest receive of `node` (`VipRecvDone`), posts its
@@ -834,7 +829,7 @@ impl Transport for ViaTransport {
     }
 
     fn connections(&self) -> Option<usize> {
-        Some(self.peers.iter().flatten().count() + usize::from(self.links.connecting_any()))
+        Some(self.peers.iter().flatten().count() + self.links.connecting())
     }
 
     fn heap(&mut self) -> (*mut u8, usize) {

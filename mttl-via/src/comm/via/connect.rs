@@ -56,9 +56,9 @@ impl Links {
         self.unconnected
     }
 
-    /// Is a connection being made?
-    pub(super) fn connecting_any(&self) -> bool {
-        self.connecting.iter().any(Option::is_some)
+    /// Connections being made.
+    pub(super) fn connecting(&self) -> usize {
+        self.connecting.iter().flatten().count()
     }
 }
 
@@ -150,12 +150,7 @@ impl ViaTransport {
             if Instant::now() > deadline {
                 return Err(err(format!("rank {}: rank {j} did not connect within {CONNECT_WITHIN:?}", self.rank)));
             }
-            match self.cq.wait_or_peer_request(Some(Duration::from_millis(1))) {
-                Ok(Some(c)) => self.on_completion(c)?,
-                Ok(None) => self.answer_requests()?,
-                Err(e) if e.code == via_user::VipReturn::Timeout => {}
-                Err(e) => return Err(err(e)),
-            }
+            self.wait_event(Some(Duration::from_millis(1)))?;
         }
     }
 
@@ -174,6 +169,18 @@ impl ViaTransport {
             }
         }
         Ok(())
+    }
+
+    /// Waits up to `timeout` (None: no limit) for a completion, which it
+    /// files, or a peer's request, which it answers; when the time is up
+    /// it asks whether connections in progress were made.
+    pub(super) fn wait_event(&mut self, timeout: Option<Duration>) -> Result<()> {
+        match self.cq.wait_or_peer_request(timeout) {
+            Ok(Some(c)) => self.on_completion(c),
+            Ok(None) => self.answer_requests(),
+            Err(e) if e.code == via_user::VipReturn::Timeout => self.answer_requests(),
+            Err(e) => Err(err(e)),
+        }
     }
 
     /// [`ViaTransport::answer_requests`] from the scheduler's polls, every
