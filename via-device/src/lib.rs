@@ -57,6 +57,10 @@ pub struct Capabilities {
     /// The device DMAs from registered memory, so registration must pin
     /// pages and map them for the device.
     pub needs_pinning: bool,
+    /// Frames to one destination may arrive out of order (a composite
+    /// striping over several NICs): a receiver that finds a gap waits a
+    /// moment for it to fill before it calls it a loss.
+    pub reorders: bool,
 }
 
 /// One frame to transmit: `header` (Ethernet + VIA header, built by the

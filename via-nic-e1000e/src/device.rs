@@ -417,7 +417,7 @@ impl FrameDevice for E1000eDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { checksummed: true, needs_pinning: true }
+        Capabilities { checksummed: true, needs_pinning: true, reorders: false }
     }
 
     fn wait_fd(&self) -> RawFd {

@@ -271,7 +271,7 @@ impl FrameDevice for TulipDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { checksummed: true, needs_pinning: true }
+        Capabilities { checksummed: true, needs_pinning: true, reorders: false }
     }
 
     fn wait_fd(&self) -> RawFd {

@@ -29,6 +29,17 @@
 //! between the members, so none starves the others, and the wait
 //! descriptor is an epoll set of them all.
 //!
+//! A host the hosts file names with several `DEVICE=MAC` routes is
+//! *striped*: its frames of [`STRIPE_MIN`] bytes or more (the fragments of
+//! a large message) take its members in turn, and shorter ones (ACKs,
+//! small messages) its first. Its path's MTU is the smallest of its
+//! members'. The frames of a message then reach it by several ways, not in
+//! order: the composite receives from its members in rounds of
+//! [`RX_QUANTUM`] frames each, which keeps them close to their order, and
+//! says it reorders ([`Capabilities::reorders`]), so the engine's selective
+//! repeat waits a moment before it calls a gap a loss, and puts them back
+//! in order (as MP_Lite's channel bonding did above TCP).
+//!
 //! The MTU is the smallest NIC's, except to a process on the wire or a
 //! routed host ([`FrameDevice::path_to`]): the engine sends those frames as
 //! long as their member carries (64 KiB on the wire, whose payloads it
@@ -52,8 +63,13 @@ pub const MAX_NICS: usize = 4;
 /// Longest frame header rewritten in place of the engine's (the rest of
 /// the frame is gathered from where it is).
 const HEADER_MAX: usize = 128;
-/// Frames whose headers are rewritten at a time.
+/// Frames whose headers are rewritten (and routes sorted) at a time.
 const REWRITE_CHUNK: usize = 32;
+/// Frames to a striped host at least this long take its members in turn;
+/// shorter ones take its first.
+pub const STRIPE_MIN: usize = 512;
+/// Frames taken from each member per round of a receive.
+pub const RX_QUANTUM: usize = 8;
 /// Frames sent through each NIC, by index (stats names must be static).
 const TX_NAMES: [&str; MAX_NICS] = ["composite_tx_nic0", "composite_tx_nic1", "composite_tx_nic2", "composite_tx_nic3"];
 
@@ -64,12 +80,33 @@ struct Nic {
     tx: u64,
 }
 
+/// The ways to one host the hosts file gives: (NIC, the host's address
+/// on that NIC's network), in the file's order; more than one: striped.
+#[derive(Debug, Default)]
+struct HostRoutes {
+    ways: Vec<(usize, MacAddr)>,
+    /// The way the next long frame takes.
+    next: usize,
+}
+
+impl HostRoutes {
+    /// The way a frame of `len` bytes takes.
+    fn pick(&mut self, len: usize) -> (usize, MacAddr) {
+        if self.ways.len() == 1 || len < STRIPE_MIN {
+            return self.ways[0];
+        }
+        let w = self.ways[self.next];
+        self.next = if self.next + 1 == self.ways.len() { 0 } else { self.next + 1 };
+        w
+    }
+}
+
 /// NICs and a shared-memory wire under one identity.
 pub struct CompositeDevice {
     nics: Vec<Nic>,
     shm: Option<ShmDevice>,
-    /// Host identity → (NIC, the host's address on that NIC's network).
-    routes: HashMap<MacAddr, (usize, MacAddr)>,
+    /// Host identity → the ways to it.
+    routes: HashMap<MacAddr, HostRoutes>,
     /// (NIC, address there) → host identity.
     identities: HashMap<(usize, MacAddr), MacAddr>,
     epoll: OwnedFd,
@@ -120,9 +157,14 @@ impl CompositeDevice {
         let (mut routes, mut identities) = (HashMap::new(), HashMap::new());
         for (k, (name, _)) in nics.iter().enumerate() {
             for r in routes_given.iter().filter(|r| r.device == *name) {
-                routes.insert(r.identity, (k, r.there));
+                routes.entry(r.identity).or_insert_with(HostRoutes::default).ways.push((k, r.there));
                 identities.insert((k, r.there), r.identity);
             }
+        }
+        // The file's order, whatever the order of the members.
+        for (id, host) in routes.iter_mut() {
+            let order = |&(k, there): &(usize, MacAddr)| routes_given.iter().position(|r| r.identity == *id && r.there == there && r.device == nics[k].0);
+            host.ways.sort_by_key(order);
         }
         let fds: Vec<RawFd> = nics.iter().map(|(_, d)| d.wait_fd()).chain(shm.as_ref().map(|s| s.wait_fd())).collect();
         let epoll = sys::epoll(&fds)?;
@@ -160,15 +202,19 @@ impl CompositeDevice {
         if self.shm.as_mut().is_some_and(|s| s.takes(head)) {
             return Route::Shm;
         }
-        let (k, r) = match self.routes.get(&dst) {
-            Some(&(k, there)) if (ETH_HEADER_LEN..=HEADER_MAX).contains(&f.header.len()) => (k, Route::Routed(k, there)),
+        let len = f.len();
+        let (k, r) = match self.routes.get_mut(&dst) {
+            Some(host) if (ETH_HEADER_LEN..=HEADER_MAX).contains(&f.header.len()) => {
+                let (k, there) = host.pick(len);
+                (k, Route::Routed(k, there))
+            }
             Some(_) => {
                 self.unroutable += 1;
                 (0, Route::Nic(0))
             }
             None => (0, Route::Nic(0)),
         };
-        if f.len() > ETH_HEADER_LEN + self.nics[k].dev.mtu() {
+        if len > ETH_HEADER_LEN + self.nics[k].dev.mtu() {
             return Route::Drop;
         }
         r
@@ -276,7 +322,11 @@ impl FrameDevice for CompositeDevice {
 
     fn capabilities(&self) -> Capabilities {
         let c = self.nics.iter().map(|n| n.dev.capabilities());
-        Capabilities { checksummed: c.clone().all(|c| c.checksummed), needs_pinning: c.clone().any(|c| c.needs_pinning) }
+        Capabilities {
+            checksummed: c.clone().all(|c| c.checksummed),
+            needs_pinning: c.clone().any(|c| c.needs_pinning),
+            reorders: c.clone().any(|c| c.reorders) || self.routes.values().any(|h| h.ways.len() > 1),
+        }
     }
 
     fn wait_fd(&self) -> RawFd {
@@ -306,16 +356,31 @@ impl FrameDevice for CompositeDevice {
         Ok(n)
     }
 
+    /// In rounds of at most [`RX_QUANTUM`] frames from each member, until
+    /// the budget is spent or no member had a round's worth: a striped
+    /// host's frames, arriving by several members at once, reach the
+    /// engine close to the order they were sent in.
     fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
         let members = self.nics.len() + usize::from(self.shm.is_some());
         self.turn = if self.turn + 1 >= members { 0 } else { self.turn + 1 };
         let mut n = 0;
-        let mut i = self.turn;
-        for _ in 0..members {
-            n += self.receive_from(i, budget - n, sink)?;
-            i = if i + 1 == members { 0 } else { i + 1 };
+        loop {
+            let mut more = false;
+            let mut i = self.turn;
+            for _ in 0..members {
+                let quantum = RX_QUANTUM.min(budget - n);
+                if quantum == 0 {
+                    return Ok(n);
+                }
+                let got = self.receive_from(i, quantum, sink)?;
+                n += got;
+                more |= got == quantum;
+                i = if i + 1 == members { 0 } else { i + 1 };
+            }
+            if !more {
+                return Ok(n);
+            }
         }
-        Ok(n)
     }
 
     /// Every member's word: frames may come by any of them.
@@ -336,39 +401,67 @@ impl FrameDevice for CompositeDevice {
             }
         }
         let dst = head.get(..6).map(|d| MacAddr(d.try_into().unwrap()));
-        let k = dst.and_then(|d| self.routes.get(&d)).map_or(0, |&(k, _)| k);
-        self.nics[k].dev.path_to(head)
+        let Some(host) = dst.and_then(|d| self.routes.get(&d)) else {
+            return self.nics[0].dev.path_to(head);
+        };
+        // Striped: what every one of its ways carries.
+        let ways: Vec<usize> = host.ways.iter().map(|&(k, _)| k).collect();
+        let mut paths = ways.into_iter().map(|k| self.nics[k].dev.path_to(head));
+        let first = paths.next().expect("a host in the table has a way");
+        paths.fold(first, |p, q| Path { mtu: p.mtu.min(q.mtu), checksummed: p.checksummed && q.checksummed })
     }
 
+    /// Each frame's route is planned once; then, in chunks, the frames of
+    /// each route go as one batch, in their order (a striped host's long
+    /// frames alternate between its members). The count returned is the
+    /// longest prefix of `frames` that went: a frame past it that went
+    /// anyway is sent again by the engine, a duplicate its peer drops.
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
         if let [f] = frames {
             // One frame (a message that fits one, an ACK): no plan.
             let route = self.route(f);
             return self.send_run(route, frames);
         }
-        // Each frame's route, once; then runs of frames taking the same.
         let mut plan = std::mem::take(&mut self.plan);
         plan.clear();
         plan.extend(frames.iter().map(|f| self.route(f)));
         let mut done = 0;
-        while done < frames.len() {
-            let route = plan[done];
-            let end = done + plan[done..].iter().take_while(|&&r| r == route).count();
-            let run = &frames[done..end];
-            let sent = match self.send_run(route, run) {
-                Ok(n) => n,
-                Err(e) => {
-                    self.plan = plan;
-                    return Err(e);
+        let mut error = None;
+        for (chunk, routes) in frames.chunks(REWRITE_CHUNK).zip(plan.chunks(REWRITE_CHUNK)) {
+            let mut unsent = chunk.len(); // the first frame of the chunk that did not go
+            let mut taken = [false; REWRITE_CHUNK];
+            for i in 0..chunk.len() {
+                if taken[i] {
+                    continue;
                 }
-            };
-            done += sent;
-            if sent < run.len() {
+                let route = routes[i];
+                let (mut batch, mut at) = ([TxFrame::new(&[]); REWRITE_CHUNK], [0usize; REWRITE_CHUNK]);
+                let mut n = 0;
+                for j in (i..chunk.len()).filter(|&j| routes[j] == route) {
+                    (taken[j], batch[n], at[n]) = (true, chunk[j], j);
+                    n += 1;
+                }
+                let sent = match self.send_run(route, &batch[..n]) {
+                    Ok(k) => k,
+                    Err(e) => {
+                        error.get_or_insert(e);
+                        0
+                    }
+                };
+                if sent < n {
+                    unsent = unsent.min(at[sent]);
+                }
+            }
+            done += unsent;
+            if unsent < chunk.len() {
                 break;
             }
         }
         self.plan = plan;
-        Ok(done)
+        match error {
+            Some(e) if done == 0 => Err(e),
+            _ => Ok(done),
+        }
     }
 
     fn map_memory(&mut self, addr: usize, len: usize) -> io::Result<()> {
@@ -520,5 +613,52 @@ mod tests {
         assert_eq!(recv_all(&mut spy), vec![renamed], "on network 2 a's broadcast comes from a's NIC there");
         // The routed host's MTU is its NIC's; frames too long for it are dropped.
         assert_eq!(a.path_to(&to_b).mtu, b.nics[1].dev.mtu());
+    }
+
+    /// A host with two routes is striped: its long frames take the two
+    /// networks in turn, its short ones the first; the other host gets
+    /// every frame, addressed by identities, and both say they reorder.
+    #[test]
+    fn a_host_with_two_routes_is_striped() {
+        let (n1, n2) = (format!("stripe1-{}", std::process::id()), format!("stripe2-{}", std::process::id()));
+        let (a1, a2, b1, b2) = (nic(&n1), nic(&n2), nic(&n1), nic(&n2));
+        let (ma1, ma2, mb1, mb2) = (a1.1.mac(), a2.1.mac(), b1.1.mac(), b2.1.mac());
+        let route = |id, dev: &str, there| HostRoute { identity: id, device: dev.to_string(), there };
+        let hosts_a = [route(mb1, &format!("loop:{n1}"), mb1), route(mb1, &format!("loop:{n2}"), mb2)];
+        let hosts_b = [route(ma1, &format!("loop:{n1}"), ma1), route(ma1, &format!("loop:{n2}"), ma2)];
+        let mut a = CompositeDevice::new(vec![a1, a2], None, &hosts_a).unwrap();
+        let mut b = CompositeDevice::new(vec![b1, b2], None, &hosts_b).unwrap();
+        assert!(a.capabilities().reorders && b.capabilities().reorders);
+        let long: Vec<Vec<u8>> = (0..6u8)
+            .map(|i| {
+                let mut f = frame(mb1, ma1, i);
+                f.resize(STRIPE_MIN + 100, i);
+                f
+            })
+            .collect();
+        let short = frame(mb1, ma1, 99);
+        // Header and payload apart, as the engine gathers them.
+        let mut batch: Vec<TxFrame> = long
+            .iter()
+            .map(|f| {
+                let mut t = TxFrame::new(&f[..64]);
+                t.push(&f[64..]);
+                t
+            })
+            .collect();
+        batch.push(TxFrame::new(&short));
+        assert_eq!(a.transmit(&batch).unwrap(), 7);
+        let stats = a.stats();
+        assert!(stats.contains(&("composite_tx_nic0", 4)) && stats.contains(&("composite_tx_nic1", 3)), "three long frames each way, the short one first: {stats:?}");
+        let mut got = recv_all(&mut b);
+        got.sort_by_key(|f| f[20]);
+        let mut want = long.clone();
+        want.push(short);
+        assert_eq!(got, want, "every frame arrives, as from a's identity to b's");
+        // One way's MTU for all: the smaller of the two.
+        assert_eq!(a.path_to(&long[0]).mtu, a.nics[0].dev.mtu().min(a.nics[1].dev.mtu()));
+        // A host with one route is not striped.
+        let c = CompositeDevice::new(vec![nic(&n1), nic(&n2)], None, &hosts_a[1..]).unwrap();
+        assert!(!c.capabilities().reorders);
     }
 }

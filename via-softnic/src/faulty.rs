@@ -234,7 +234,7 @@ impl FrameDevice for FaultyDevice {
 
     fn capabilities(&self) -> Capabilities {
         let c = self.inner.capabilities();
-        Capabilities { checksummed: c.checksummed && self.faults.corrupt == 0.0, ..c }
+        Capabilities { checksummed: c.checksummed && self.faults.corrupt == 0.0, reorders: c.reorders || self.faults.reorder > 0.0, ..c }
     }
 
     fn wait_fd(&self) -> RawFd {

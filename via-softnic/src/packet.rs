@@ -345,7 +345,7 @@ impl FrameDevice for PacketDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { checksummed: false, needs_pinning: false }
+        Capabilities { checksummed: false, needs_pinning: false, reorders: false }
     }
 
     /// Datagrams with the UDP checksum offloaded need no CRC of their own

@@ -650,7 +650,7 @@ impl FrameDevice for ShmDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { checksummed: true, needs_pinning: false }
+        Capabilities { checksummed: true, needs_pinning: false, reorders: false }
     }
 
     fn wait_fd(&self) -> RawFd {

@@ -296,6 +296,9 @@ pub struct Context {
     /// Frames carry a checksum, and received ones must (the device cannot
     /// vouch for what it delivers: no Ethernet FCS check).
     pub checksum: bool,
+    /// The device may deliver a peer's frames out of order (striping): a
+    /// gap is NAKed only if it still stands at the delayed-ACK deadline.
+    pub reorders: bool,
     /// The cluster secret's keys, when one is configured (`VIA_SECRET`):
     /// every frame then carries a MAC in place of the checksum.
     pub auth: Option<Keyring>,
@@ -382,12 +385,14 @@ impl Engine {
         // At most what the peer's reorder buffer spans, so that selective
         // repeat covers every frame in flight.
         let window = ((2 << 20) / mtu as u32).clamp(16, crate::reorder::REORDER_SPAN);
-        let checksum = !dev.capabilities().checksummed;
+        let caps = dev.capabilities();
+        let checksum = !caps.checksummed;
         let cx = Context {
             mac,
             ep,
             mtu,
             checksum,
+            reorders: caps.reorders,
             auth,
             frag,
             window,

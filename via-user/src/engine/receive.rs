@@ -357,8 +357,8 @@ impl Context {
             }
             let expected = vi.rx.expected;
             let Some(bytes) = vi.rx.reorder.take(expected) else {
-                if !vi.rx.reorder.is_empty() && vi.acks.on_gap_at(expected) {
-                    self.outbox.owe_ack(vi.id);
+                if !vi.rx.reorder.is_empty() {
+                    self.on_gap_standing(vi, now);
                 }
                 return;
             };
@@ -369,6 +369,22 @@ impl Context {
                 }
             }
             vi.rx.reorder.recycle(bytes);
+        }
+    }
+
+    /// A gap stands at `vi.rx.expected` with frames held past it. Over a
+    /// device that may reorder (a composite striping over several NICs)
+    /// the frame may only be late: the delayed ACK is armed, and its timer
+    /// NAKs if the gap still stands then. Otherwise the sender is told at
+    /// once (unless it already was, for this gap).
+    #[cold]
+    fn on_gap_standing(&mut self, vi: &mut ViState, now: Time) {
+        if self.reorders {
+            if let AckDue::At(t) = vi.acks.on_held_waiting(now, self.config.ack_delay) {
+                self.arm(t);
+            }
+        } else if vi.acks.on_gap_at(vi.rx.expected) {
+            self.outbox.owe_ack(vi.id);
         }
     }
 
@@ -408,6 +424,9 @@ impl Context {
                         Stored::Duplicate => self.counters.rx_duplicate += 1,
                         Stored::Kept { new_hole } => {
                             self.counters.rx_out_of_order += 1;
+                            if self.reorders {
+                                return self.on_gap_standing(vi, now);
+                            }
                             vi.acks.on_held(new_hole);
                         }
                         Stored::OutOfSpan => {

@@ -58,6 +58,11 @@ impl Context {
     /// The timers of connected `vi` that are due at `now`.
     fn run_vi_timers(&mut self, vi: &mut ViState, now: Time) {
         if vi.acks.on_timer(now) {
+            if !vi.rx.reorder.is_empty() {
+                // A gap stood past the deadline (the device reorders, or a
+                // NAK went for it already): a loss, NAKed once.
+                vi.acks.on_gap_at(vi.rx.expected);
+            }
             self.outbox.owe_ack(vi.id);
         }
         if vi.tx.rnr_until.is_some_and(|t| t <= now) {

@@ -75,6 +75,18 @@ impl AckScheduler {
         self.nak |= new_hole;
     }
 
+    /// A frame past a gap was held on a device that reorders: the gap may
+    /// fill by itself, so nothing is sent now; the ACK is due at the
+    /// delayed-ACK deadline, when the engine NAKs if the gap still stands.
+    pub fn on_held_waiting(&mut self, now: Time, delay: Duration) -> AckDue {
+        if self.at.is_some() {
+            return AckDue::Armed;
+        }
+        let t = now + delay;
+        self.at = Some(t);
+        AckDue::At(t)
+    }
+
     /// The gap at `expected` stands (frames are held past it, or one came
     /// that could not be held): a NAK is owed unless one was sent for it.
     /// Returns whether one now is.
