@@ -192,6 +192,32 @@ fn composite_devices_route_by_host() {
     assert!(frames.iter().all(|&(nic, shm)| nic > 0 && shm > 0), "both paths carry frames on every rank: {frames:?}");
 }
 
+/// Remote atomics over links that lose and duplicate 1 % of frames each
+/// way (`--faults`): four rank processes add to one word and take a
+/// compare-and-swap lock (mttl-check's atomic check, which fails on a
+/// value seen twice, a wrong total or a lost increment), and the faults
+/// did happen on the way.
+#[test]
+fn atomics_are_exact_over_lossy_duplicating_links() {
+    let child = Command::new(RUN)
+        .args(["-n", "4", "--nic-only", "--faults", "loss=0.01,dup=0.01", "--timeout", "240", "--", CHECK, "atomic"])
+        .output()
+        .expect("mttl-run");
+    let out = format!("{}{}", String::from_utf8_lossy(&child.stdout), String::from_utf8_lossy(&child.stderr));
+    assert!(child.status.success() && out.contains("atomic ok") && out.contains("passed (4 ranks)"), "{out}");
+    let faults: Vec<(u64, u64)> = out
+        .lines()
+        .filter_map(|l| {
+            let f = l.split_once(" faults: lost ")?.1;
+            let (lost, rest) = f.split_once(" duplicated ")?;
+            Some((lost.parse().ok()?, rest.split_whitespace().next()?.parse().ok()?))
+        })
+        .collect();
+    assert_eq!(faults.len(), 4, "every rank reports its faults: {out}");
+    let (lost, dup) = faults.iter().fold((0, 0), |(l, d), &(a, b)| (l + a, d + b));
+    assert!(lost > 0 && dup > 0, "the links lost {lost} and duplicated {dup} frames: nothing was tested");
+}
+
 /// Ranks started without mttl-run, as Slurm or mpirun would (rank and
 /// size from the launcher's variables, the rendezvous at rank 0), over
 /// TCP on this host: the same program runs; two different programs are

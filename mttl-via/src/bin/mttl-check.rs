@@ -15,6 +15,9 @@ remote! {
         let get = |k: &str| c.iter().find(|(n, _)| *n == k).map_or(0, |(_, v)| *v);
         let conns = mttl_via::connections().map_or("all".to_string(), |c| c.to_string());
         println!("mttl-check: rank {} received frames: nic {} shm {}; connections {conns}; peak resident memory {} KiB", my_pe(), get("rx_frames"), get("shm_rx_frames"), peak_rss_kib());
+        if c.iter().any(|(n, _)| *n == "faults_lost") {
+            println!("mttl-check: rank {} faults: lost {} duplicated {} reordered {}", my_pe(), get("faults_lost"), get("faults_duplicated"), get("faults_reordered"));
+        }
         1
     }
     /// Invokes `whoami` on the next rank (a ring of neighbours).

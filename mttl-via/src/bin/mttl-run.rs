@@ -1,4 +1,4 @@
-//! `mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--raw] [--timeout SECONDS] [--no-auth] -- PROGRAM ARGS`
+//! `mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--raw] [--timeout SECONDS] [--no-auth] [--faults SPEC] -- PROGRAM ARGS`
 //!
 //! Each run makes a cluster secret of its own (32 random bytes, mode 0600
 //! in a directory only root can enter, removed at exit) and hands it to
@@ -33,6 +33,9 @@
 //! other ranks (`udp:eth0+shm:mttl<pid>-<random>-h<host>`: a name
 //! no other user can guess and make the segment of first), which is the path their
 //! frames take. `--nic-only` gives them the software NIC alone.
+//! `--faults loss=P,dup=P,reorder=P` (with `--nic-only`) wraps each
+//! rank's NIC in the software fault device, for runs over links that lose,
+//! duplicate and reorder frames.
 //! `--hosts K` plays a cluster of K SMP hosts: the ranks are dealt out in
 //! blocks and each block shares a wire of its own, so ranks on one host
 //! talk through shared memory and ranks on different hosts through the
@@ -66,17 +69,20 @@ struct Opts {
     /// No cluster secret: frames carry the CRC alone (`--no-auth`).
     no_auth: bool,
     hosts: usize,
+    /// Faults every rank's NIC adds (`--faults loss=P,dup=P,...`, the
+    /// software fault device's spec): only with `--nic-only`.
+    faults: Option<String>,
     cmd: Vec<String>,
 }
 
 fn usage() -> ! {
-    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--raw] [--timeout SECONDS] [--no-auth] -- PROGRAM [ARGS...]");
+    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--raw] [--timeout SECONDS] [--no-auth] [--faults loss=P,dup=P,reorder=P] -- PROGRAM [ARGS...]");
     std::process::exit(2)
 }
 
 fn parse() -> Opts {
     let mut a = std::env::args().skip(1);
-    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: DEFAULT_MTU, nic_only: false, udp: true, no_auth: false, hosts: 1, cmd: Vec::new() };
+    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: DEFAULT_MTU, nic_only: false, udp: true, no_auth: false, hosts: 1, faults: None, cmd: Vec::new() };
     while let Some(x) = a.next() {
         match x.as_str() {
             "-n" | "--np" => o.n = a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
@@ -86,6 +92,7 @@ fn parse() -> Opts {
             "--udp" => o.udp = true, // the default; kept for older scripts
             "--raw" => o.udp = false,
             "--no-auth" => o.no_auth = true,
+            "--faults" => o.faults = Some(a.next().unwrap_or_else(|| usage())),
             "--hosts" => o.hosts = a.next().and_then(|v| v.parse().ok()).filter(|&k| k >= 1).unwrap_or_else(|| usage()),
             "--timeout" => o.timeout = Some(Duration::from_secs(a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()))),
             "--" => {
@@ -101,6 +108,10 @@ fn parse() -> Opts {
     }
     if o.n == 0 || o.n > 250 || o.cmd.is_empty() {
         eprintln!("mttl-run: give -n between 1 and 250 and a program");
+        usage()
+    }
+    if o.faults.is_some() && !(o.nic_only && o.transport == "via") {
+        eprintln!("mttl-run: --faults goes with --nic-only over VIA (the faults are the NIC's)");
         usage()
     }
     if o.hosts > o.n || (o.hosts > 1 && o.nic_only) {
@@ -293,6 +304,13 @@ fn main() -> ExitCode {
     // Rank i's host when the ranks are dealt out in blocks to o.hosts hosts.
     let host = |i: usize| i * o.hosts / o.n;
     let nic = if o.udp { "udp:eth0" } else { "/dev/via_eth0" };
+    // The software fault device wraps the NIC: frames lost, duplicated or
+    // reordered on their way in and out.
+    let nic = match &o.faults {
+        Some(f) => format!("{nic}?{f}"),
+        None => nic.to_string(),
+    };
+    let nic = nic.as_str();
     let device = |i: usize| if o.nic_only || o.n == 1 { nic.to_string() } else { format!("{nic}+shm:{}", net.shm_wire(host(i))) };
     let mut children: Vec<Option<Child>> = Vec::new();
     let mut pumps = Vec::new();
