@@ -218,6 +218,27 @@ fn atomics_are_exact_over_lossy_duplicating_links() {
     assert!(lost > 0 && dup > 0, "the links lost {lost} and duplicated {dup} frames: nothing was tested");
 }
 
+/// One receive pool per rank, far smaller than the peers' windows in all
+/// (`MTTL_VIA_POOL=4` against 3 peers x 32): messages that find it empty
+/// are refused receiver-not-ready and sent again, and every check passes
+/// (a lost message fails its check, a broken VI the run); a rank waiting
+/// for one node's messages while the others' fill the pool copies those
+/// out.
+#[test]
+fn a_receive_pool_smaller_than_the_windows_loses_nothing() {
+    let (ok, out, _) = mttl_run_env(4, "via", &["all"], &[("MTTL_VIA_POOL", "4"), ("MTTL_VIA_COUNTERS", "1")]);
+    assert!(ok && out.contains("passed (4 ranks)"), "{out}");
+    let refused: u64 = out.lines().filter_map(|l| l.split_once("rnr_refused ")?.1.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok()).sum();
+    assert!(refused > 0, "the pool never ran dry: nothing was tested\n{out}");
+    // The layer's own test: each rank takes one node's messages at a time
+    // (brecnode) while the others' fill the pool. Those are copied out of
+    // it so that the awaited ones find receives; all come in order.
+    let (ok, out, _) = mttl_run_env(4, "via", &["comm"], &[("MTTL_VIA_POOL", "8"), ("MTTL_VIA_COUNTERS", "1")]);
+    assert!(ok && out.matches("comm ok").count() == 4, "{out}");
+    let spilled: u64 = out.lines().filter_map(|l| l.split_once("spilled from the receive pool: ")?.1.trim().parse::<u64>().ok()).sum();
+    assert!(spilled > 0, "no frame was copied out of the pool: nothing was tested\n{out}");
+}
+
 /// Ranks started without mttl-run, as Slurm or mpirun would (rank and
 /// size from the launcher's variables, the rendezvous at rank 0), over
 /// TCP on this host: the same program runs; two different programs are

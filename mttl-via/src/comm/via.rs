@@ -1,8 +1,13 @@
 //! The eight primitives over VIA, as MTTL.md describes: one Reliable
 //! Delivery VI per peer, all of them completing into one completion queue;
-//! receives pre-posted in fixed slots and posted again as soon as they are
-//! consumed; credit flow control ([`Credits`]) so that no frame ever
-//! arrives without a receive posted for it (a reliable VI would break);
+//! receives in fixed slots of one pool per rank (a shared receive queue,
+//! the `vipl_ext.h` extension) that every VI draws from, each posted again
+//! as soon as it is consumed, so that receive memory does not grow with
+//! the number of peers; credit flow control ([`Credits`]) gives each peer
+//! a window of messages in flight. The windows of all peers may add up to
+//! more than the pool: a message that finds the pool empty is refused
+//! (receiver-not-ready mode, which the layer turns on) and sent again by
+//! its sender after a back-off, never lost and never breaking the VI;
 //! `brecany` takes the head of the pending-VI list ([`PendingList`]) or
 //! waits on the CQ; `brecnode` and `prob` append the completions of other
 //! VIs they meet to the list's tail.
@@ -24,10 +29,10 @@ use super::credit::Credits;
 use super::pending::PendingList;
 use super::{AtomicOp, Bulk, CommError, Result, SendHandle, Transport, BULK_NOTICE};
 use crate::boot::Boot;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
 use std::time::{Duration, Instant};
-use via_user::{Completion, Cq, Descriptor, MacAddr, MemAttributes, MemoryRegion, Nic, Op, Ptag, Reliability, RemoteBuffer, Vi, ViAttributes};
+use via_user::{Completion, Cq, Descriptor, MacAddr, MemAttributes, MemoryRegion, Nic, Op, Ptag, Reliability, RemoteBuffer, Srq, Vi, ViAttributes};
 
 mod connect;
 
@@ -39,13 +44,19 @@ mod connect;
 /// frame; on a 9000-byte MTU the larger slot measured no better).
 const SLOT_DEFAULT: usize = 32 << 10;
 const SLOT_JUMBO: usize = 64 << 10;
-/// Receives kept posted per peer (`MTTL_VIA_RECVS`): at most this many,
-/// fewer when many peers would make the receive slots exceed
-/// [`RECV_BUDGET`], never fewer than [`RECVS_MIN`].
+/// Messages each peer may have in flight to us (its credit window,
+/// `MTTL_VIA_RECVS`): at most this many, fewer when many peers would make
+/// their windows exceed [`RECV_BUDGET`], never fewer than [`RECVS_MIN`].
 const RECVS_MAX: usize = 32;
 const RECVS_MIN: usize = 8;
-/// Bytes of receive slots per process the default aims at.
+/// Bytes of the windows of all peers the default aims at.
 const RECV_BUDGET: usize = 16 << 20;
+/// Receive slots in the pool (`MTTL_VIA_POOL`): the peers' windows in
+/// all, but at most this many, whatever the number of ranks.
+const POOL_MAX: usize = 128;
+/// Frames held in the pool are copied out when fewer than 1/SPILL_BELOW
+/// of its slots are left and a wait needs others ([`ViaTransport::spill`]).
+const SPILL_BELOW: usize = 2;
 /// Send slots shared by all peers.
 const SEND_SLOTS: usize = 256;
 const HDR: usize = 8;
@@ -117,6 +128,37 @@ impl HeapTransfer {
     }
 }
 
+/// Where a completed receive's frame is: in its pool slot, or copied out
+/// so that the slot could go back to the pool ([`ViaTransport::spill`]).
+enum Held {
+    Slot(usize),
+    Copy(Vec<u8>),
+}
+
+/// A received frame's bytes, wherever they are held; offsets from the
+/// frame's start.
+struct FrameBytes<'a> {
+    mem: &'a MemoryRegion,
+    base: usize,
+    copy: Option<&'a [u8]>,
+}
+
+impl FrameBytes<'_> {
+    fn read(&self, off: usize, out: &mut [u8]) -> Result<()> {
+        match self.copy {
+            Some(c) => c.get(off..off + out.len()).map(|b| out.copy_from_slice(b)).ok_or_else(|| err("a read past a copied frame")),
+            None => self.mem.read(self.base + off, out).map_err(err),
+        }
+    }
+
+    fn append_to(&self, r: Range<usize>, out: &mut Vec<u8>) -> Result<()> {
+        match self.copy {
+            Some(c) => c.get(r).map(|b| out.extend_from_slice(b)).ok_or_else(|| err("a range past a copied frame")),
+            None => self.mem.append_to(self.base + r.start..self.base + r.end, out).map_err(err),
+        }
+    }
+}
+
 /// A send posted and not yet completed.
 struct Posted {
     slot: Option<usize>,
@@ -127,15 +169,13 @@ struct Posted {
 struct Peer {
     vi: Vi,
     credits: Credits,
-    /// Slot of each posted receive, in posting (= completion) order.
-    recv_slots: VecDeque<usize>,
     partial: Vec<u8>,
     /// Messages of a PACKED frame not handed out yet (each has its entry
     /// on the pending list).
     unpacked: VecDeque<Vec<u8>>,
-    /// Receives completed (seen on the CQ) and not consumed yet: the next
-    /// completion is of slot `recv_slots[arrived]`.
-    arrived: usize,
+    /// Receives completed (seen on the CQ) and not consumed yet, with
+    /// where their frames are, in the VI's order.
+    arrived: VecDeque<(Descriptor, Held)>,
     backlog: VecDeque<Out>,
     posted: VecDeque<Posted>,
     /// Messages and puts queued in all; those whose last transfer completed.
@@ -156,6 +196,13 @@ pub struct ViaTransport {
     /// VI id → node.
     vi_node: Vec<usize>,
     recv_mem: MemoryRegion,
+    /// The pool every VI draws its receives from, and the slot of each
+    /// descriptor posted there (by the descriptor's address).
+    srq: Srq,
+    slot_of: HashMap<usize, usize>,
+    pool: usize,
+    /// Frames copied out of the pool to give their slots back.
+    spilled: u64,
     send_mem: MemoryRegion,
     free_slots: Vec<usize>,
     descs: Vec<Descriptor>,
@@ -194,6 +241,14 @@ impl ViaTransport {
                 config.retry_limit += 1;
             }
         }
+        // The pool may run dry while a rank computes: its peers' messages
+        // wait (receiver-not-ready refusals, the longest back-off 10 ms)
+        // for as long as a silent peer is waited for. VIA_RNR_RETRY
+        // overrides.
+        config.rnr = true;
+        if std::env::var_os("VIA_RNR_RETRY").is_none() {
+            config.rnr_retry_limit = 12_000;
+        }
         let opened = via_user::open_device(&dev).map_err(|e| via_user::ViaError::new(via_user::VipReturn::InvalidParameter, e.to_string()));
         let nic = opened
             .and_then(|d| Nic::with_device(&dev, d, config))
@@ -205,11 +260,13 @@ impl ViaTransport {
         let slot = env_usize("MTTL_VIA_SLOT", slot_default).max(256);
         let recvs_default = (RECV_BUDGET / slot / size.saturating_sub(1).max(1)).clamp(RECVS_MIN, RECVS_MAX);
         let recvs = env_usize("MTTL_VIA_RECVS", recvs_default).max(4) as u32;
+        let pool = env_usize("MTTL_VIA_POOL", (recvs as usize * size.saturating_sub(1).max(1)).min(POOL_MAX)).max(4);
         let max_xfer = nic_attrs.max_transfer_size as usize;
         let plain = MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false };
         let heap = MemoryRegion::new(&nic, heap_bytes.max(4096), 4096, MemAttributes { ptag, enable_rdma_write: true, enable_rdma_read: true })
             .map_err(|e| err(format!("registering a {} MiB heap: {e} (MTTL_HEAP_MB sets its size)", heap_bytes >> 20)))?;
-        let recv_mem = MemoryRegion::new(&nic, size * recvs as usize * slot, 64, plain).map_err(err)?;
+        let recv_mem = MemoryRegion::new(&nic, pool * slot, 64, plain).map_err(err)?;
+        let srq = nic.create_srq(ptag, pool).map_err(err)?;
         let send_mem = MemoryRegion::new(&nic, SEND_SLOTS * slot, 64, plain).map_err(err)?;
         let cq = nic.create_cq(4096).map_err(err)?;
 
@@ -244,6 +301,10 @@ impl ViaTransport {
             peers: (0..size).map(|_| None).collect(),
             vi_node: Vec::new(),
             recv_mem,
+            srq,
+            slot_of: HashMap::with_capacity(pool),
+            pool,
+            spilled: 0,
             send_mem,
             free_slots: (0..SEND_SLOTS).rev().collect(),
             descs: Vec::new(),
@@ -254,6 +315,9 @@ impl ViaTransport {
             stash: None,
             links: connect::Links::new(addrs, recvs, attrs, on_demand),
         };
+        for s in 0..pool {
+            t.repost(s)?;
+        }
         if !on_demand {
             t.connect_all()?;
         }
@@ -279,6 +343,13 @@ impl ViaTransport {
         let mut d = self.desc()?;
         d.set(&[(&self.recv_mem, r)], None).map_err(err)?;
         Ok(d)
+    }
+
+    /// Posts receive slot `s` to the pool.
+    fn repost(&mut self, s: usize) -> Result<()> {
+        let d = self.recv_desc(s)?;
+        self.slot_of.insert(d.addr(), s);
+        self.srq.post_recv(d).map_err(|(_, e)| err(format!("posting to the receive pool: {e}")))
     }
 
     /// The connection to `node`, made now if it is not yet.
@@ -468,17 +539,23 @@ impl ViaTransport {
             return Err(err(format!("rank {}: a completion on the VI to rank {node} before it connected", self.rank)));
         }
         if c.recv_queue {
-            // The credit report is read now, while the frame waits to be
-            // consumed: credits must flow even while nobody takes messages.
+            // The descriptor (a pool slot) is taken now, and its credit
+            // report read, while the frame waits to be consumed: credits
+            // must flow even while nobody takes messages.
+            let rank = self.rank;
             let p = self.peers[node].as_mut().expect("peer");
-            if let Some(&s) = p.recv_slots.get(p.arrived) {
+            let Some(d) = p.vi.recv_done().map_err(err)? else {
+                return Err(err(format!("rank {rank}: the CQ named a receive of rank {node} that is not done")));
+            };
+            let s = self.slot_of.remove(&d.addr()).ok_or_else(|| err("a receive completed in a descriptor the pool never had"))?;
+            if d.check_ok().is_ok() {
                 let mut hdr = [0u8; HDR];
                 self.recv_mem.read(s * self.slot, &mut hdr).map_err(err)?;
                 if matches!(hdr[4], frame::MORE | frame::LAST | frame::CREDIT | frame::PACKED) {
                     p.credits.on_report(u32::from_le_bytes(hdr[..4].try_into().unwrap()));
                 }
             }
-            p.arrived += 1;
+            p.arrived.push_back((d, Held::Slot(s)));
             self.pending.push_back(node);
             return Ok(());
         }
@@ -543,11 +620,13 @@ impl ViaTransport {
             *out = m;
             return Ok(true);
         }
-        let Some(d) = p.vi.recv_done().map_err(err)? else {
-            return Err(err(format!("rank {rank}: the CQ named a receive of rank {node} that is not done")));
+        let Some((d, held)) = p.arrived.pop_front() else {
+            return Err(err(format!("rank {rank}: the pending list named rank {node}, which has no receive completed")));
         };
-        let s = p.recv_slots.pop_front().ok_or_else(|| err("a receive completion with nothing posted"))?;
-        p.arrived = p.arrived.saturating_sub(1);
+        let slot = match held {
+            Held::Slot(s) => Some(s),
+            Held::Copy(_) => None,
+        };
         if let Err(e) = d.check_ok() {
             // Flushed: the connection is gone (the peer closed or died).
             p.closed = true;
@@ -565,18 +644,21 @@ impl ViaTransport {
             out.extend_from_slice(&imm.to_le_bytes());
             true
         } else {
-            let base = s * self.slot;
             let len = d.length() as usize;
             if len < HDR {
                 return Err(err(format!("rank {rank}: a {len}-byte frame from rank {node}")));
             }
+            let f = match &held {
+                Held::Slot(s) => FrameBytes { mem: &self.recv_mem, base: s * self.slot, copy: None },
+                Held::Copy(c) => FrameBytes { mem: &self.recv_mem, base: 0, copy: Some(c) },
+            };
             let mut hdr = [0u8; HDR];
-            self.recv_mem.read(base, &mut hdr).map_err(err)?;
-            let body = base + HDR..base + len;
+            f.read(0, &mut hdr)?;
+            let body = HDR..len;
             match hdr[4] {
                 frame::CREDIT => false,
                 frame::MORE => {
-                    self.recv_mem.append_to(body, &mut p.partial).map_err(err)?;
+                    f.append_to(body, &mut p.partial)?;
                     false
                 }
                 frame::PACKED => {
@@ -586,7 +668,7 @@ impl ViaTransport {
                     let mut first = true;
                     while at < body.end {
                         let mut len = [0u8; 4];
-                        let n = match self.recv_mem.read(at, &mut len) {
+                        let n = match f.read(at, &mut len) {
                             Ok(()) if at + 4 <= body.end => u32::from_le_bytes(len) as usize,
                             _ => usize::MAX,
                         };
@@ -595,10 +677,12 @@ impl ViaTransport {
                         };
                         if first {
                             out.clear();
-                            self.recv_mem.append_to(msg.clone(), out).map_err(err)?;
+                            f.append_to(msg.clone(), out)?;
                             first = false;
                         } else {
-                            p.unpacked.push_back(self.recv_mem.to_vec(msg.clone()).map_err(err)?);
+                            let mut m = Vec::with_capacity(msg.len());
+                            f.append_to(msg.clone(), &mut m)?;
+                            p.unpacked.push_back(m);
                             self.pending.push_back(node);
                         }
                         at = msg.end;
@@ -613,19 +697,48 @@ impl ViaTransport {
                     // swap, not a copy); the last one is appended.
                     out.clear();
                     std::mem::swap(out, &mut p.partial);
-                    self.recv_mem.append_to(body, out).map_err(err)?;
+                    f.append_to(body, out)?;
                     true
                 }
                 k => return Err(err(format!("rank {rank}: a frame of unknown kind {k} from rank {node}"))),
             }
         };
         self.descs.push(d);
-        let d = self.recv_desc(s)?;
-        let p = self.peers[node].as_mut().expect("peer");
-        p.vi.post_recv(d).map_err(err)?;
-        p.recv_slots.push_back(s);
+        if let Some(s) = slot {
+            self.repost(s)?;
+        }
         self.maybe_report(node)?;
         Ok(got)
+    }
+
+    /// Copies out the frames that completed receives hold in the pool and
+    /// gives their slots back to it, if the pool has fewer than
+    /// 1/[`SPILL_BELOW`] of its slots left. Called by `brecnode` when it
+    /// waits for one node while others' messages sit in the pool: those
+    /// would otherwise keep the pool empty, and the awaited node's
+    /// messages refused, for good.
+    fn spill(&mut self) -> Result<()> {
+        if self.srq.len().map_err(err)? * SPILL_BELOW >= self.pool {
+            return Ok(());
+        }
+        let mut freed = Vec::new();
+        for p in self.peers.iter_mut().flatten() {
+            for (d, held) in p.arrived.iter_mut() {
+                let Held::Slot(s) = *held else { continue };
+                if d.check_ok().is_err() {
+                    continue;
+                }
+                let base = s * self.slot;
+                let copy = self.recv_mem.to_vec(base..base + (d.length() as usize).min(self.slot)).map_err(err)?;
+                *held = Held::Copy(copy);
+                freed.push(s);
+            }
+        }
+        self.spilled += freed.len() as u64;
+        for s in freed {
+            self.repost(s)?;
+        }
+        Ok(())
     }
 
     /// Gathers a message of more than half a slot straight into send
@@ -706,7 +819,7 @@ impl Transport for ViaTransport {
         if std::env::var_os("MTTL_VIA_COUNTERS").is_some_and(|v| v != "0") {
             let c = self.nic.counters();
             let shown: Vec<String> = c.pairs().iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k} {v}")).collect();
-            eprintln!("via rank {}: engine counters: {}", self.rank, shown.join(", "));
+            eprintln!("via rank {}: engine counters: {}; frames spilled from the receive pool: {}", self.rank, shown.join(", "), self.spilled);
         }
         for p in self.peers.iter_mut().flatten() {
             let _ = p.vi.disconnect();
@@ -719,12 +832,13 @@ impl Transport for ViaTransport {
     }
 
     fn describe(&self) -> String {
-        let mut s = format!("via rank {}: pending {}, stash {:?}, free send slots {}; ", self.rank, self.pending.len(), self.stash.as_ref().map(|x| x.0), self.free_slots.len());
+        let pool = self.srq.len().map_or_else(|e| e.to_string(), |n| n.to_string());
+        let mut s = format!("via rank {}: pending {}, stash {:?}, free send slots {}, receives in the pool {pool} of {}, spilled {}; ", self.rank, self.pending.len(), self.stash.as_ref().map(|x| x.0), self.free_slots.len(), self.pool, self.spilled);
         for (j, p) in self.peers.iter().enumerate() {
             if let Some(p) = p {
                 s += &format!(
-                    "[{j}: recvs {}, partial {}, unpacked {}, backlog {}, posted {}, queued {}, completed {}, closed {}, vi posted {:?}, {:?}] ",
-                    p.recv_slots.len(),
+                    "[{j}: arrived {}, partial {}, unpacked {}, backlog {}, posted {}, queued {}, completed {}, closed {}, vi posted {:?}, {:?}] ",
+                    p.arrived.len(),
                     p.partial.len(),
                     p.unpacked.len(),
                     p.backlog.len(),
@@ -798,6 +912,9 @@ impl Transport for ViaTransport {
             }
             if self.peer(node)?.closed {
                 return Err(err(format!("rank {}: waiting for rank {node}, whose connection is closed", self.rank)));
+            }
+            if !self.pending.is_empty() {
+                self.spill()?; // others' messages, which may fill the pool
             }
             self.wait_one()?;
         }

@@ -28,13 +28,13 @@ const LOOK_EVERY: u32 = 64;
 /// A VI whose connection was asked for and is not yet made.
 struct Connecting {
     vi: Vi,
-    recv_slots: VecDeque<usize>,
 }
 
 /// What the layer knows of each peer before and while connecting.
 pub(super) struct Links {
     /// Each rank's MAC address and heap (None: this rank).
     addrs: Vec<Option<(MacAddr, RemoteBuffer)>>,
+    /// Each peer's credit window.
     recvs: u32,
     attrs: ViAttributes,
     on_demand: bool,
@@ -79,7 +79,7 @@ impl ViaTransport {
         Ok(())
     }
 
-    /// Creates the VI to `j`, posts its receives and asks for the
+    /// Creates the VI to `j`, drawing its receives from the pool, and asks for the
     /// connection (unless asked already).
     fn start_connect(&mut self, j: usize) -> Result<()> {
         if self.peers[j].is_some() || self.links.connecting[j].is_some() {
@@ -93,17 +93,10 @@ impl ViaTransport {
             self.vi_node.resize(id + 1, usize::MAX);
         }
         self.vi_node[id] = j;
-        let recvs = self.links.recvs as usize;
-        let mut recv_slots = VecDeque::with_capacity(recvs);
-        for k in 0..recvs {
-            let s = j * recvs + k;
-            let d = self.recv_desc(s)?;
-            vi.post_recv(d).map_err(err)?;
-            recv_slots.push_back(s);
-        }
+        vi.use_srq(&self.srq).map_err(err)?;
         let (me_name, peer_name) = (format!("mttl-{rank}-{j}"), format!("mttl-{j}-{rank}"));
         vi.connect_peer_request(mac, me_name.as_bytes(), peer_name.as_bytes(), Some(CONNECT_WITHIN)).map_err(|e| err(format!("rank {rank}: connecting to rank {j}: {e}")))?;
-        self.links.connecting[j] = Some(Connecting { vi, recv_slots });
+        self.links.connecting[j] = Some(Connecting { vi });
         Ok(())
     }
 
@@ -123,10 +116,9 @@ impl ViaTransport {
         self.peers[j] = Some(Peer {
             vi: c.vi,
             credits: Credits::new(self.links.recvs),
-            recv_slots: c.recv_slots,
             partial: Vec::new(),
             unpacked: VecDeque::new(),
-            arrived: 0,
+            arrived: VecDeque::new(),
             backlog: VecDeque::new(),
             posted: VecDeque::new(),
             queued: 0,
