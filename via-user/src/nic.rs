@@ -48,8 +48,21 @@ impl Clone for Nic {
     }
 }
 
+/// How long dropping a handle waits for control frames the device did not
+/// take yet (see [`Nic::drop`]).
+const LINGER: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl Drop for Nic {
     fn drop(&mut self) {
+        // A disconnect (which carries the last ACK) that the device did not
+        // take, because a peer's ring was full, say, would be lost with the
+        // process, and the peer would wait out its retransmissions for an
+        // answer. Such frames get a short while to leave.
+        let until = std::time::Instant::now() + LINGER;
+        while self.lock().core.cm.has_outgoing() && std::time::Instant::now() < until {
+            self.progress();
+            std::thread::yield_now();
+        }
         // SAFETY: `shared` is taken once, here, and never used again.
         let shared = unsafe { ManuallyDrop::take(&mut self.shared) };
         self.gate.drop_handle(shared);

@@ -245,11 +245,24 @@ impl Vi {
     }
 
     fn notify(&mut self, q: Queue, f: impl FnOnce(Descriptor) + Send + 'static) -> Result<()> {
-        if q == Queue::Recv && self.pool.is_some() {
-            return Err(ViaError::state("RecvNotify is not offered on a VI that draws from a shared receive queue"));
-        }
         if self.armed[qi(q)].load(Ordering::Acquire) || self.on_post[qi(q)].is_some() {
             return Err(ViaError::state(format!("a notification is already armed on the {q:?} queue")));
+        }
+        if let (Queue::Recv, Some(pool)) = (q, self.pool.clone()) {
+            // Which of the pool's descriptors completes next is known only
+            // when a message takes one: the notice names it.
+            let flag = self.armed[qi(q)].clone();
+            flag.store(true, Ordering::Release);
+            self.nic.notify(
+                NotifyTarget::Recv(self.id),
+                Box::new(move |n| {
+                    if let Notice::Descriptor(addr) = n {
+                        flag.store(false, Ordering::Release);
+                        f(pool.take(addr));
+                    }
+                }),
+            );
+            return Ok(());
         }
         match self.list(q).pop_front() {
             Some(d) => self.arm(q, d, Box::new(f)),

@@ -109,6 +109,58 @@ fn one_pool_serves_many_vis_and_loses_nothing() {
     assert!(server.take_async_errors().iter().all(|e| e.kind == via_user::AsyncErrorKind::ConnLost), "no error but the clients' leaving");
 }
 
+/// `RecvNotify` on a VI that draws from a pool: the callback gets the
+/// pool descriptor the next message took, with the message in it; until
+/// then `RecvDone` is refused (the notification owns the next completion).
+#[test]
+fn recv_notify_hands_over_the_pool_descriptor_a_message_took() {
+    let server = nic("srq-notify", Config::default());
+    let ptag = server.create_ptag().unwrap();
+    let srq = server.create_srq(ptag, 4).unwrap();
+    let plain = MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false };
+    let mem = MemoryRegion::new(&server, 4 * SLOT, 4096, plain).unwrap();
+    let mut addrs = Vec::new();
+    for k in 0..4 {
+        let mut d = Descriptor::new(&server, ptag, 1).unwrap();
+        d.set(&[(&mem, k * SLOT..(k + 1) * SLOT)], None).unwrap();
+        addrs.push(d.addr());
+        srq.post_recv(d).map_err(|(_, e)| e).unwrap();
+    }
+    let smac = server.mac();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let client = thread::spawn(move || {
+        let n = nic("srq-notify", Config::default());
+        let ptag = n.create_ptag().unwrap();
+        let mut vi = n.create_vi(&attrs(ptag), None, None).unwrap();
+        vi.connect_retrying(smac, b"notify", T.unwrap()).unwrap();
+        let src = MemoryRegion::new(&n, SLOT, 4096, MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false }).unwrap();
+        let m = message(0, 5);
+        src.write(0, &m).unwrap();
+        let mut d = Descriptor::new(&n, ptag, 1).unwrap();
+        d.set_op(Op::SendRecv, &[(&src, 0..m.len())], None, false).unwrap();
+        vi.post_send(d).unwrap();
+        vi.send_wait(T).unwrap().check_ok().unwrap();
+        // Stay connected until the server has the message.
+        let _ = done_rx.recv_timeout(T.unwrap());
+    });
+    let mut vi = server.create_vi(&attrs(ptag), None, None).unwrap();
+    vi.use_srq(&srq).unwrap();
+    let req = server.connect_wait(b"notify", T).unwrap();
+    server.accept(&req, &vi).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    vi.recv_notify(move |d| tx.send(d).unwrap()).unwrap();
+    assert_eq!(vi.recv_done().unwrap_err().code, VipReturn::InvalidState, "the armed notification owns the next completion");
+    let d = rx.recv_timeout(T.unwrap()).expect("the notification came");
+    d.check_ok().unwrap();
+    assert!(addrs.contains(&d.addr()), "a descriptor of the pool");
+    let k = addrs.iter().position(|&a| a == d.addr()).unwrap();
+    assert_eq!(mem.to_vec(k * SLOT..k * SLOT + d.length() as usize).unwrap(), message(0, 5));
+    assert_eq!(srq.len().unwrap(), 3, "the message took one receive of the pool");
+    done_tx.send(()).unwrap();
+    drop(vi);
+    client.join().unwrap();
+}
+
 #[test]
 fn the_rules_of_a_pool() {
     let n = nic("srq-rules", Config::default());
