@@ -34,7 +34,7 @@
 //! a large message) take its members in turn, and shorter ones (ACKs,
 //! small messages) its first. Its path's MTU is the smallest of its
 //! members'. The frames of a message then reach it by several ways, not in
-//! order: the composite receives from its members in rounds of
+//! order: the composite then receives from its members in rounds of
 //! [`RX_QUANTUM`] frames each, which keeps them close to their order, and
 //! says it reorders ([`Capabilities::reorders`]), so the engine's selective
 //! repeat waits a moment before it calls a gap a loss, and puts them back
@@ -112,6 +112,8 @@ pub struct CompositeDevice {
     epoll: OwnedFd,
     /// Which member receives first next time.
     turn: usize,
+    /// Some host is reached by several members: receive in rounds.
+    striped: bool,
     /// The route of each frame of the batch being sent.
     plan: Vec<Route>,
     /// A received frame with its addresses rewritten back.
@@ -169,7 +171,8 @@ impl CompositeDevice {
         let fds: Vec<RawFd> = nics.iter().map(|(_, d)| d.wait_fd()).chain(shm.as_ref().map(|s| s.wait_fd())).collect();
         let epoll = sys::epoll(&fds)?;
         let nics = nics.into_iter().map(|(_, dev)| Nic { mac: dev.mac(), dev, tx: 0 }).collect();
-        Ok(CompositeDevice { nics, shm, routes, identities, epoll, turn: 0, plan: Vec::new(), scratch: Vec::new(), nic_oversize: 0, unroutable: 0 })
+        let striped = routes.values().any(|h: &HostRoutes| h.ways.len() > 1);
+        Ok(CompositeDevice { nics, shm, routes, identities, epoll, turn: 0, striped, plan: Vec::new(), scratch: Vec::new(), nic_oversize: 0, unroutable: 0 })
     }
 
     /// Opens `name`: members joined by `+`, NICs opened by `open_nic`, at
@@ -250,6 +253,31 @@ impl CompositeDevice {
         })
     }
 
+    /// Receives in rounds of at most [`RX_QUANTUM`] frames from each
+    /// member, until the budget is spent or no member had a round's worth:
+    /// a striped host's frames, arriving by several members at once, reach
+    /// the engine close to the order they were sent in.
+    fn receive_rounds(&mut self, members: usize, budget: usize, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
+        let mut n = 0;
+        loop {
+            let mut more = false;
+            let mut i = self.turn;
+            for _ in 0..members {
+                let quantum = RX_QUANTUM.min(budget - n);
+                if quantum == 0 {
+                    return Ok(n);
+                }
+                let got = self.receive_from(i, quantum, sink)?;
+                n += got;
+                more |= got == quantum;
+                i = if i + 1 == members { 0 } else { i + 1 };
+            }
+            if !more {
+                return Ok(n);
+            }
+        }
+    }
+
     /// Sends `run`, frames that all take `route`; returns how many went.
     fn send_run(&mut self, route: Route, run: &[TxFrame<'_>]) -> io::Result<usize> {
         let sent = match route {
@@ -325,7 +353,7 @@ impl FrameDevice for CompositeDevice {
         Capabilities {
             checksummed: c.clone().all(|c| c.checksummed),
             needs_pinning: c.clone().any(|c| c.needs_pinning),
-            reorders: c.clone().any(|c| c.reorders) || self.routes.values().any(|h| h.ways.len() > 1),
+            reorders: c.clone().any(|c| c.reorders) || self.striped,
         }
     }
 
@@ -356,31 +384,21 @@ impl FrameDevice for CompositeDevice {
         Ok(n)
     }
 
-    /// In rounds of at most [`RX_QUANTUM`] frames from each member, until
-    /// the budget is spent or no member had a round's worth: a striped
-    /// host's frames, arriving by several members at once, reach the
-    /// engine close to the order they were sent in.
+    /// One pass over the members, each giving what it has; when a host is
+    /// striped, rounds instead ([`CompositeDevice::receive_rounds`]).
     fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
         let members = self.nics.len() + usize::from(self.shm.is_some());
         self.turn = if self.turn + 1 >= members { 0 } else { self.turn + 1 };
-        let mut n = 0;
-        loop {
-            let mut more = false;
-            let mut i = self.turn;
-            for _ in 0..members {
-                let quantum = RX_QUANTUM.min(budget - n);
-                if quantum == 0 {
-                    return Ok(n);
-                }
-                let got = self.receive_from(i, quantum, sink)?;
-                n += got;
-                more |= got == quantum;
-                i = if i + 1 == members { 0 } else { i + 1 };
-            }
-            if !more {
-                return Ok(n);
-            }
+        if self.striped {
+            return self.receive_rounds(members, budget, sink);
         }
+        let mut n = 0;
+        let mut i = self.turn;
+        for _ in 0..members {
+            n += self.receive_from(i, budget - n, sink)?;
+            i = if i + 1 == members { 0 } else { i + 1 };
+        }
+        Ok(n)
     }
 
     /// Every member's word: frames may come by any of them.
