@@ -357,7 +357,9 @@ impl Context {
             }
             let expected = vi.rx.expected;
             let Some(bytes) = vi.rx.reorder.take(expected) else {
-                if !vi.rx.reorder.is_empty() {
+                if vi.rx.reorder.is_empty() {
+                    vi.acks.on_gap_filled();
+                } else {
                     self.on_gap_standing(vi, now);
                 }
                 return;
@@ -374,8 +376,8 @@ impl Context {
 
     /// A gap stands at `vi.rx.expected` with frames held past it. Over a
     /// device that may reorder (a composite striping over several NICs)
-    /// the frame may only be late: the delayed ACK is armed, and its timer
-    /// NAKs if the gap still stands then. Otherwise the sender is told at
+    /// the frame may only be late: a wait of the delayed-ACK time is armed
+    /// from the gap's opening, and its timer NAKs if the gap stands then. Otherwise the sender is told at
     /// once (unless it already was, for this gap).
     #[cold]
     fn on_gap_standing(&mut self, vi: &mut ViState, now: Time) {

@@ -59,8 +59,9 @@ impl Context {
     fn run_vi_timers(&mut self, vi: &mut ViState, now: Time) {
         if vi.acks.on_timer(now) {
             if !vi.rx.reorder.is_empty() {
-                // A gap stood past the deadline (the device reorders, or a
-                // NAK went for it already): a loss, NAKed once.
+                // A gap stands at the deadline (the device reorders and
+                // its wait ran out, or a NAK went for it already): a loss,
+                // NAKed once.
                 vi.acks.on_gap_at(vi.rx.expected);
             }
             self.outbox.owe_ack(vi.id);

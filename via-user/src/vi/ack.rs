@@ -19,6 +19,10 @@ pub struct AckScheduler {
     nak: bool,
     /// The expected PSN a NAK was last sent for.
     nak_sent_for: Option<u32>,
+    /// Over a device that reorders: when the gap that frames are held past
+    /// is NAKed if it still stands (a full delay after it opened, whatever
+    /// ACKs go meanwhile).
+    gap_at: Option<Time>,
 }
 
 /// What accepting a frame asks of the engine.
@@ -43,9 +47,12 @@ impl AckScheduler {
         self.nak
     }
 
-    /// When the delayed ACK is due, if one is armed.
+    /// When the delayed ACK, or the wait for a gap, is due, if armed.
     pub fn deadline(&self) -> Option<Time> {
-        self.at
+        match (self.at, self.gap_at) {
+            (Some(a), Some(g)) => Some(a.min(g)),
+            (a, g) => a.or(g),
+        }
     }
 
     /// A frame was accepted in order; `requested`: it asked for an ACK.
@@ -76,15 +83,20 @@ impl AckScheduler {
     }
 
     /// A frame past a gap was held on a device that reorders: the gap may
-    /// fill by itself, so nothing is sent now; the ACK is due at the
-    /// delayed-ACK deadline, when the engine NAKs if the gap still stands.
+    /// fill by itself, so nothing is sent now; `delay` after the gap
+    /// opened the timer fires, and the engine NAKs if it still stands.
     pub fn on_held_waiting(&mut self, now: Time, delay: Duration) -> AckDue {
-        if self.at.is_some() {
+        if self.gap_at.is_some() {
             return AckDue::Armed;
         }
         let t = now + delay;
-        self.at = Some(t);
+        self.gap_at = Some(t);
         AckDue::At(t)
+    }
+
+    /// The frames held past a gap were all placed: no wait for it.
+    pub fn on_gap_filled(&mut self) {
+        self.gap_at = None;
     }
 
     /// The gap at `expected` stands (frames are held past it, or one came
@@ -98,14 +110,18 @@ impl AckScheduler {
         true
     }
 
-    /// The delayed ACK's time came: true when one is now owed this round.
+    /// The delayed ACK's time, or a gap's, came: true when an ACK is now
+    /// owed this round (the engine makes it a NAK if a gap stands).
     pub fn on_timer(&mut self, now: Time) -> bool {
-        if self.at.is_some_and(|t| t <= now) {
-            self.at = None;
-            self.now = true;
-            return true;
+        let mut due = false;
+        for t in [&mut self.at, &mut self.gap_at] {
+            if t.is_some_and(|t| t <= now) {
+                *t = None;
+                due = true;
+            }
         }
-        false
+        self.now |= due;
+        due
     }
 
     /// A frame carrying our ACK went out (data, or a standalone ACK).
@@ -166,5 +182,24 @@ mod tests {
         assert!(a.on_gap_at(9), "a gap at 9 is new");
         a.on_duplicate();
         assert!(a.sent(9) && !a.owed());
+    }
+
+    /// Over a device that reorders, a gap waits its full delay from when it
+    /// opened, ACKs sent meanwhile or not, and no wait once it filled.
+    #[test]
+    fn a_gap_on_a_reordering_device_waits_its_delay() {
+        let (t0, d) = (Time::default() + Duration::from_secs(1), Duration::from_micros(200));
+        let mut a = AckScheduler::default();
+        assert_eq!(a.on_held_waiting(t0, d), AckDue::At(t0 + d));
+        assert_eq!(a.on_held_waiting(t0 + d / 2, d), AckDue::Armed, "the same gap's wait");
+        a.on_accepted(t0, 1, d, false);
+        assert!(!a.sent(3), "a plain ACK went, not a NAK");
+        assert_eq!(a.deadline(), Some(t0 + d), "the gap's wait survives the ACK");
+        assert!(!a.on_timer(t0 + d / 2));
+        assert!(a.on_timer(t0 + d), "the wait ran out: an ACK (the engine's NAK) is owed");
+        assert!(a.deadline().is_none());
+        a.on_held_waiting(t0 + d, d);
+        a.on_gap_filled();
+        assert!(a.deadline().is_none() && !a.on_timer(t0 + 3 * d), "filled: no wait");
     }
 }
