@@ -804,7 +804,13 @@ impl Transport for ViaTransport {
         while self.peers.iter().flatten().any(|p| !p.closed && p.completed < p.queued) {
             self.flush_all()?;
             if Instant::now() > deadline {
-                return Err(err(format!("rank {}: sends not delivered within 60 s of the end", self.rank)));
+                let waiting: Vec<String> = self
+                    .peers
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(j, p)| p.as_ref().filter(|p| !p.closed && p.completed < p.queued).map(|p| format!("rank {j}: {} of {} done, VI {:?}", p.completed, p.queued, p.vi.query().0)))
+                    .collect();
+                return Err(err(format!("rank {}: sends not delivered within 60 s of the end ({}); {}", self.rank, waiting.join("; "), self.describe())));
             }
             match self.cq.wait(Some(Duration::from_millis(200))) {
                 Ok(c) => self.on_completion(c)?,
