@@ -419,14 +419,16 @@ impl FrameDevice for CompositeDevice {
             }
         }
         let dst = head.get(..6).map(|d| MacAddr(d.try_into().unwrap()));
-        let Some(host) = dst.and_then(|d| self.routes.get(&d)) else {
-            return self.nics[0].dev.path_to(head);
+        let CompositeDevice { nics, routes, .. } = self;
+        let Some(host) = dst.and_then(|d| routes.get(&d)) else {
+            return nics[0].dev.path_to(head);
         };
         // Striped: what every one of its ways carries.
-        let ways: Vec<usize> = host.ways.iter().map(|&(k, _)| k).collect();
-        let mut paths = ways.into_iter().map(|k| self.nics[k].dev.path_to(head));
-        let first = paths.next().expect("a host in the table has a way");
-        paths.fold(first, |p, q| Path { mtu: p.mtu.min(q.mtu), checksummed: p.checksummed && q.checksummed })
+        host.ways
+            .iter()
+            .map(|&(k, _)| nics[k].dev.path_to(head))
+            .reduce(|p, q| Path { mtu: p.mtu.min(q.mtu), checksummed: p.checksummed && q.checksummed })
+            .expect("a host in the table has a way")
     }
 
     /// Each frame's route is planned once; then, in chunks, the frames of
