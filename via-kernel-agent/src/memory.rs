@@ -33,8 +33,12 @@ pub struct Region {
 
 impl Region {
     /// Does `[addr, addr + len)` lie inside the region?
+    #[inline]
     pub fn contains(&self, addr: usize, len: usize) -> bool {
-        addr >= self.addr && addr.checked_add(len).is_some_and(|end| end <= self.addr + self.len)
+        // Below the region the offset wraps past its length: two compares,
+        // no overflow (a region never reaches the end of the address space).
+        let off = addr.wrapping_sub(self.addr);
+        off <= self.len && len <= self.len - off
     }
 }
 

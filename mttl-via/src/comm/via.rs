@@ -819,7 +819,8 @@ impl Transport for ViaTransport {
         if std::env::var_os("MTTL_VIA_COUNTERS").is_some_and(|v| v != "0") {
             let c = self.nic.counters();
             let shown: Vec<String> = c.pairs().iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k} {v}")).collect();
-            eprintln!("via rank {}: engine counters: {}; frames spilled from the receive pool: {}", self.rank, shown.join(", "), self.spilled);
+            let dev: Vec<String> = self.nic.device_counters().iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k} {v}")).collect();
+            eprintln!("via rank {}: engine counters: {}; device counters: {}; frames spilled from the receive pool: {}", self.rank, shown.join(", "), dev.join(", "), self.spilled);
         }
         for p in self.peers.iter_mut().flatten() {
             let _ = p.vi.disconnect();

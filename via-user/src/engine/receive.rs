@@ -149,19 +149,17 @@ impl Core {
             self.cx.counters.rx_not_for_us += 1;
             return;
         }
-        let id = f.dst_vi();
-        let Ok(vi) = self.vi(id) else {
+        let Some((cx, vi)) = self.split(f.dst_vi()) else {
             self.cx.counters.rx_no_vi += 1;
             return;
         };
         let matches_peer = vi.phase == ViPhase::Connected
             && vi.peer.as_ref().is_some_and(|p| p.mac == f.src_mac() && p.ep == f.src_ep() && p.vi == f.src_vi() && p.generation == f.generation());
         if !matches_peer {
-            self.cx.counters.rx_stale += 1;
+            cx.counters.rx_stale += 1;
             return;
         }
         let fl = f.flags();
-        let (cx, vi) = self.split(id).expect("looked up above");
         if kind == Kind::Ack && fl & flags::ERROR != 0 {
             cx.on_error_report(vi, &f, now);
             return;
@@ -576,20 +574,21 @@ impl Context {
     }
 
     /// Places an in-sequence fragment of a send or RDMA write; false when
-    /// the VI broke.
+    /// the VI broke. The message being reassembled is updated where it is
+    /// kept (`vi.rx.msg`), not copied out and back per fragment.
     #[inline]
     fn place<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>, payload: Payload<'_>) -> bool {
         let fl = f.flags();
-        let m = if fl & flags::FIRST != 0 {
+        if fl & flags::FIRST != 0 {
             match self.begin_message(vi, kind, f) {
-                Some(m) => Some(m),
+                Some(m) => vi.rx.msg = Some(m),
                 None => return false,
             }
-        } else {
-            vi.rx.msg
-        };
+        }
         let reliable = vi.reliable();
-        let Some(mut m) = m else {
+        let ptag = vi.attrs.ptag;
+        let ViState { rx, rq, .. } = vi;
+        let Some(m) = rx.msg.as_mut() else {
             // A middle fragment with no message: its start was lost.
             if reliable {
                 self.counters.rx_bad_offset += 1;
@@ -606,11 +605,9 @@ impl Context {
                 self.break_connection(vi);
                 return false;
             }
-            vi.rx.msg = Some(m);
             self.abandon_partial(vi);
             return true;
         }
-        let ptag = vi.attrs.ptag;
         if m.error == 0 {
             let placed = if let Some((base, handle)) = m.rdma {
                 let addr = base + m.got as usize; // inside the range checked at the first fragment
@@ -621,7 +618,7 @@ impl Context {
                 }
             } else if let Some(entry) = m.entry {
                 let mut cur = (m.seg, m.seg_off);
-                let r = self.scatter(vi.rq.get(entry), ptag, &mut cur, payload);
+                let r = self.scatter(rq.get(entry), ptag, &mut cur, payload);
                 (m.seg, m.seg_off) = cur;
                 r
             } else {
@@ -641,13 +638,14 @@ impl Context {
                 }
             }
         }
-        self.count_lent(payload);
+        if let Payload::Lent(_) = payload {
+            self.counters.rx_lent += 1;
+        }
         m.got += payload.len() as u32;
         if !last {
-            vi.rx.msg = Some(m);
             return true;
         }
-        vi.rx.msg = None;
+        let m = vi.rx.msg.take().expect("the message placed into");
         if m.entry.is_some() {
             let len = if m.error == status::LENGTH_ERROR { 0 } else { m.got };
             let op = if m.rdma.is_some() { status::OP_REMOTE_RDMA_WRITE } else { 0 };
@@ -717,6 +715,21 @@ impl Context {
     /// (and unmapped) them since posting, and then nothing is written.
     #[inline]
     pub(super) fn scatter(&self, e: &WqEntry, ptag: Ptag, cur: &mut (u16, u32), payload: Payload<'_>) -> Result<(), PlaceError> {
+        if let Some(&[seg]) = e.checked_segments(self.mem.epoch()) {
+            // One segment checked at post (the common case): the bytes go
+            // at the cursor's offset, if they fit.
+            let n = payload.len();
+            let at = cur.1 as usize;
+            if cur.0 != e.seg0 || at + n > seg.len as usize {
+                return if n == 0 { Ok(()) } else { Err(PlaceError::Protection) };
+            }
+            // SAFETY: the segment was checked against the registration
+            // table at post and nothing was deregistered since (its epoch
+            // stands); [at, at + n) lies inside it.
+            unsafe { payload.copy_to(0, seg.addr as usize + at, n) }?;
+            cur.1 += n as u32;
+            return Ok(());
+        }
         if e.checked_segments(self.mem.epoch()).is_none() && !usermem::descriptor_registered(&self.mem, e.desc, e.desc_handle, e.segs as usize, ptag) {
             return Err(PlaceError::Protection);
         }

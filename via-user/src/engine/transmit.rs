@@ -223,6 +223,18 @@ fn gather(mem: &RegistrationTable, bounce_buf: &mut Vec<u8>, frag: usize, e: &Wq
     // The segments as checked at post, while nothing was deregistered
     // since; otherwise read from the descriptor and checked again.
     let checked = e.checked_segments(mem.epoch());
+    if let Some(&[seg]) = checked {
+        // One segment (the common case, and every fragment of a large
+        // message from one buffer): the piece is where the offset says.
+        if off as u64 + len as u64 > seg.len as u64 {
+            return false;
+        }
+        spec.pieces[0] = (seg.addr as usize + off as usize, len as usize);
+        spec.n = usize::from(len != 0);
+        spec.resp = None;
+        spec.lendable = true;
+        return true;
+    }
     if checked.is_none() && !usermem::descriptor_registered(mem, e.desc, e.desc_handle, segs, ptag) {
         return false; // its segment list was deregistered since posting
     }
