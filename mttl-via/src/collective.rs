@@ -15,9 +15,10 @@ use crate::step::{recv as recv_step, send as send_step};
 use crate::wire::{pod_bytes, pod_bytes_mut, Pod};
 
 /// Data of at least this many bytes takes the long algorithms
-/// (`MTTL_COLL_LONG`, default 8 KiB).
+/// (`MTTL_COLL_LONG`, default 8 KiB; read once, not at every collective).
 fn long_bytes() -> usize {
-    std::env::var("MTTL_COLL_LONG").ok().and_then(|v| v.parse().ok()).unwrap_or(8192)
+    static LONG: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LONG.get_or_init(|| std::env::var("MTTL_COLL_LONG").ok().and_then(|v| v.parse().ok()).unwrap_or(8192))
 }
 
 /// Counts a collective this process takes no part in (a group it is not

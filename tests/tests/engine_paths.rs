@@ -370,3 +370,33 @@ fn a_duplicate_is_acknowledged_at_once_and_placed_once() {
     assert_eq!((acks[0].kind, acks[0].ack), (Kind::Ack, psn.wrapping_add(1)));
     assert_eq!((rig.a.done(Queue::Recv), rig.a.done(Queue::Recv)), (Some(0), None), "placed once");
 }
+
+#[test]
+fn a_receive_deregistered_between_fragments_completes_with_a_protection_error_and_takes_no_more() {
+    use via_tests::rig::arena::{page, PAGE};
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    // One segment, checked at post: the fragments are placed by the
+    // one-segment path while its check stands, not after.
+    rig.a.post_recv(0, &[0..512]);
+    rig.a.post_recv(1, &[512..1024]);
+    let psn = rig.a.engine.core.vi(rig.a.vi).unwrap().rx.expected;
+    let msg = message(11, 400);
+    let fragment = |rig: &Rig, k: u32, fl: u16| {
+        let (off, n) = (200 * k as usize, 200);
+        let h = HeaderRepr { psn: psn.wrapping_add(k), msg_seq: 0, flags: fl | flags::RELIABLE, msg_len: 400, offset: off as u32, ..rig.genuine(n) };
+        frame_bytes(&h, &msg[off..off + n])
+    };
+    rig.inject(&fragment(&rig, 0, flags::FIRST));
+    rig.a.engine.progress_at(rig.now);
+    assert_eq!(rig.a.buf(0..200), msg[..200], "the first fragment placed");
+    let before = rig.a.buf(200..400);
+    let bufs = rig.a.arena.addr(page::BUFS * PAGE);
+    rig.a.engine.deregister_memory(bufs, rig.a.handles.bufs).unwrap();
+    rig.inject(&fragment(&rig, 1, flags::LAST));
+    rig.a.engine.progress_at(rig.now);
+    assert_eq!(rig.a.done(Queue::Recv), Some(0));
+    let (st, _, _) = rig.a.completion(0);
+    assert_eq!(st & status::ERROR_MASK, status::PROTECTION_ERROR);
+    assert_eq!(rig.a.buf(200..400), before, "nothing written after the memory went");
+    assert_eq!(rig.a.engine.core.vi(rig.a.vi).unwrap().rx.expected, psn.wrapping_add(2), "both fragments taken in order");
+}

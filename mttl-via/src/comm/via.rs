@@ -209,6 +209,9 @@ pub struct ViaTransport {
     pending: PendingList,
     heap: MemoryRegion,
     max_xfer: usize,
+    /// Transfers from this size up go by RDMA (`MTTL_VIA_BULK`, read once:
+    /// every remote read and write asks).
+    bulk_threshold: usize,
     closing: bool,
     /// The message `prob` found (completed, not yet taken): the oldest.
     stash: Option<(usize, Vec<u8>)>,
@@ -311,6 +314,7 @@ impl ViaTransport {
             pending: PendingList::default(),
             heap,
             max_xfer,
+            bulk_threshold: env_usize("MTTL_VIA_BULK", 4096),
             closing: false,
             stash: None,
             links: connect::Links::new(addrs, recvs, attrs, on_demand),
@@ -989,6 +993,6 @@ impl Bulk for ViaTransport {
     }
 
     fn threshold(&self) -> usize {
-        env_usize("MTTL_VIA_BULK", 4096)
+        self.bulk_threshold
     }
 }
