@@ -638,9 +638,7 @@ impl Context {
                 }
             }
         }
-        if let Payload::Lent(_) = payload {
-            self.counters.rx_lent += 1;
-        }
+        self.count_lent(payload);
         m.got += payload.len() as u32;
         if !last {
             return true;
