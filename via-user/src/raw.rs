@@ -142,6 +142,45 @@ impl RawNic {
         Ok((v.phase, v.attrs, v.sq.is_empty(), v.rq.is_empty()))
     }
 
+    /// VI `id`'s sequenced streams in words, for diagnostics (what a
+    /// stalled connection waits on): the sender's position, oldest
+    /// unacknowledged and highest PSN sent, receiver-not-ready back-off;
+    /// the receiver's expected PSN, frames held past a gap, whether a
+    /// message is being reassembled; both queues' cursors.
+    pub fn vi_transport_state(&self, id: u16) -> Result<String> {
+        let mut e = self.0.lock();
+        let now = e.core.clock.now();
+        let v = e.core.vi(id)?;
+        let (t, r) = (&v.tx, &v.rx);
+        let when = |at: Option<crate::clock::Time>| match at {
+            None => "none".to_string(),
+            Some(u) if u >= now => format!("in {:?}", u.since(now)),
+            Some(u) => format!("{:?} ago", now.since(u)),
+        };
+        Ok(format!(
+            "tx psn {} una {} sent_hi {} idx {} off {} rnr_until {} rnr_refusals {} retransmission timer {} engine timer {} {:?}; rx expected {} held {} reassembling {} rnr_owed {} {:?}; sq done {} tail {}; rq done {} tail {}",
+            t.psn,
+            t.una,
+            t.sent_hi,
+            t.idx,
+            t.off,
+            when(t.rnr_until),
+            t.rnr_refusals,
+            when(v.rtx.deadline()),
+            when(e.core.timer_at),
+            v.sack,
+            r.expected,
+            !r.reorder.is_empty(),
+            r.msg.is_some(),
+            r.rnr_owed,
+            v.acks,
+            v.sq.done,
+            v.sq.tail,
+            v.rq.done,
+            v.rq.tail
+        ))
+    }
+
     /// `VipSetViAttributes`.
     pub fn vi_set_attributes(&self, id: u16, attrs: &ViAttributes) -> Result<()> {
         self.0.lock().core.set_vi_attributes(id, *attrs)

@@ -110,6 +110,12 @@ impl Vi {
         self.raw().vi_query(self.id).expect("VI exists while the handle does")
     }
 
+    /// The VI's sequenced streams in words, for diagnostics
+    /// ([`RawNic::vi_transport_state`](crate::RawNic::vi_transport_state)).
+    pub fn transport_state(&self) -> String {
+        self.raw().vi_transport_state(self.id).unwrap_or_else(|e| e.to_string())
+    }
+
     /// `VipSetViAttributes`: reliability level and MaxTransferSize change
     /// only while the VI is Idle; the protection tag (which must exist) and
     /// the RDMA enable bits at any time.

@@ -1,16 +1,18 @@
-//! Credit flow control for one reliable VI: a frame is sent only when the
-//! peer has a receive posted for it, so the VI never breaks for want of one
-//! (VIA turns a missing receive on a reliable VI into a lost connection).
+//! Credit flow control for one VI: a window of `posted` data frames in
+//! flight to the peer, each counted until the peer's program has taken it.
 //!
-//! The receiver keeps `posted` receives up at all times (each consumed one
-//! is posted again at once) and reports, in every frame it sends, how many
-//! of our frames it has consumed in all. We may have `posted - RESERVED`
-//! data frames outstanding; the last `RESERVED` receives are kept for
-//! credit-only frames, so reports can always get through. A receiver
-//! sends a credit-only frame when it owes half its receives.
-
-/// Receives kept for credit-only frames.
-pub const RESERVED: u32 = 2;
+//! The receiver reports, in every frame it sends, how many of our frames
+//! it has consumed in all; we may have `posted` data frames outstanding.
+//! When it owes a report for half the window and has no data to carry it,
+//! it sends a credit-only frame. Those take no credit: the peer absorbs
+//! them as they arrive (their receive is posted again at once), while a
+//! data frame waits in the peer's queue until its program takes it. (A
+//! credit-only frame that took a credit could itself wait behind data the
+//! peer's program does not want yet, and when two such frames had used up
+//! the reserve both sides waited for each other's report for good.) A
+//! frame that finds the peer's receive pool empty is refused and sent
+//! again (receiver-not-ready mode, which the layer turns on), so none of
+//! them needs a receive kept for it.
 
 /// Both directions of one VI's flow control.
 #[derive(Debug, Clone, Copy)]
@@ -29,7 +31,7 @@ pub struct Credits {
 
 impl Credits {
     pub fn new(posted: u32) -> Credits {
-        assert!(posted > RESERVED + 1, "need more than {} receives per VI", RESERVED + 1);
+        assert!(posted > 1, "a window of at least 2 frames");
         Credits { posted, sent: 0, peer_consumed: 0, consumed: 0, reported: 0 }
     }
 
@@ -39,11 +41,6 @@ impl Credits {
 
     /// May a data frame go now?
     pub fn can_send_data(&self) -> bool {
-        self.outstanding() < self.posted - RESERVED
-    }
-
-    /// May a credit-only frame go now?
-    pub fn can_send_credit(&self) -> bool {
         self.outstanding() < self.posted
     }
 
@@ -52,9 +49,14 @@ impl Credits {
         self.consumed.wrapping_sub(self.reported) >= self.posted / 2
     }
 
-    /// A frame goes out: returns the report it carries.
+    /// A data frame goes out: returns the report it carries.
     pub fn on_send(&mut self) -> u32 {
         self.sent = self.sent.wrapping_add(1);
+        self.on_send_report()
+    }
+
+    /// A credit-only frame goes out (it takes no credit): returns its report.
+    pub fn on_send_report(&mut self) -> u32 {
         self.reported = self.consumed;
         self.consumed
     }
@@ -86,21 +88,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn data_stops_before_the_reserved_receives_and_reports_reopen_it() {
+    fn data_stops_at_the_window_and_reports_reopen_it() {
         let mut a = Credits::new(8);
         let mut b = Credits::new(8);
         let mut wire = Vec::new();
         while a.can_send_data() {
             wire.push(a.on_send());
         }
-        assert_eq!(wire.len(), 6, "posted - RESERVED data frames");
-        assert!(a.can_send_credit());
+        assert_eq!(wire.len(), 8, "a window of data frames");
         // b consumes them all; it owes a report after half.
         for r in wire.drain(..) {
             b.on_report(r);
             b.on_consume();
         }
-        assert!(b.owe_report() && b.can_send_credit());
+        assert!(b.owe_report());
         let report = b.on_send();
         assert!(!b.owe_report());
         a.on_report(report);
@@ -115,5 +116,28 @@ mod tests {
         assert_eq!(c.outstanding(), 1);
         c.on_report(u32::MAX - 3); // stale
         assert_eq!(c.outstanding(), 1);
+    }
+
+    #[test]
+    fn reports_go_with_the_window_full_and_take_no_credit() {
+        // Both windows full of data neither program has taken yet: each
+        // side can still tell the other what it consumed.
+        let (mut a, mut b) = (Credits::new(4), Credits::new(4));
+        for _ in 0..4 {
+            a.on_send();
+        }
+        let to_a: Vec<u32> = (0..4).map(|_| b.on_send()).collect();
+        assert!(!a.can_send_data() && !b.can_send_data());
+        for r in to_a {
+            a.on_report(r);
+            a.on_consume();
+        }
+        assert!(a.owe_report());
+        for _ in 0..3 {
+            let report = a.on_send_report();
+            b.on_report(report);
+        }
+        assert_eq!(a.outstanding(), 4, "credit-only frames take no credit");
+        assert!(b.can_send_data(), "b learned that a took its frames");
     }
 }

@@ -16,7 +16,8 @@
 //! LE][kind u8][0; 3]`. Small messages queued in a row to one peer travel
 //! together in one PACKED frame (`[len u32 LE][bytes]` each), which the
 //! receiver hands out one by one; a larger message goes in MORE fragments
-//! and a LAST one; CREDIT frames carry a report and nothing else. The kind byte of a slot is zeroed before it is posted, so a
+//! and a LAST one; CREDIT frames carry a report and nothing else, and are
+//! absorbed as they arrive (they take no credit). The kind byte of a slot is zeroed before it is posted, so a
 //! completion whose slot still says 0 is an RDMA write with immediate
 //! data (a [`Bulk::put`] into our heap), which reaches the program as
 //! `[BULK_NOTICE, imm]`.
@@ -517,14 +518,15 @@ impl ViaTransport {
         Ok(())
     }
 
-    /// A credit-only frame, if the peer may be waiting for our report.
+    /// A credit-only frame, if the peer may be waiting for our report
+    /// (it takes no credit: the peer absorbs it on arrival).
     fn maybe_report(&mut self, node: usize) -> Result<()> {
         let p = self.peers[node].as_mut().expect("peer");
-        if p.closed || !p.credits.owe_report() || !p.credits.can_send_credit() {
+        if p.closed || !p.credits.owe_report() {
             return Ok(());
         }
         let Some(s) = self.free_slots.pop() else { return Ok(()) };
-        let report = p.credits.on_send();
+        let report = p.credits.on_send_report();
         let base = s * self.slot;
         let mut hdr = [0u8; HDR];
         hdr[..4].copy_from_slice(&report.to_le_bytes());
@@ -557,6 +559,13 @@ impl ViaTransport {
                 self.recv_mem.read(s * self.slot, &mut hdr).map_err(err)?;
                 if matches!(hdr[4], frame::MORE | frame::LAST | frame::CREDIT | frame::PACKED) {
                     p.credits.on_report(u32::from_le_bytes(hdr[..4].try_into().unwrap()));
+                }
+                if hdr[4] == frame::CREDIT && d.length() as usize == HDR && d.immediate().is_none() {
+                    // A credit-only frame is absorbed now, its receive
+                    // posted again: it took no credit (`Credits`), so it
+                    // must not wait behind data nobody takes yet.
+                    self.descs.push(d);
+                    return self.repost(s);
                 }
             }
             p.arrived.push_back((d, Held::Slot(s)));
@@ -660,7 +669,7 @@ impl ViaTransport {
             f.read(0, &mut hdr)?;
             let body = HDR..len;
             match hdr[4] {
-                frame::CREDIT => false,
+                frame::CREDIT => return Err(err(format!("rank {rank}: a {len}-byte credit-only frame from rank {node} (they are {HDR} bytes)"))),
                 frame::MORE => {
                     f.append_to(body, &mut p.partial)?;
                     false
@@ -842,7 +851,7 @@ impl Transport for ViaTransport {
         for (j, p) in self.peers.iter().enumerate() {
             if let Some(p) = p {
                 s += &format!(
-                    "[{j}: arrived {}, partial {}, unpacked {}, backlog {}, posted {}, queued {}, completed {}, closed {}, vi {:?}, vi posted {:?}, {:?}] ",
+                    "[{j}: arrived {}, partial {}, unpacked {}, backlog {}, posted {}, queued {}, completed {}, closed {}, vi {:?}, vi posted {:?}, {:?}, {}] ",
                     p.arrived.len(),
                     p.partial.len(),
                     p.unpacked.len(),
@@ -853,7 +862,8 @@ impl Transport for ViaTransport {
                     p.closed,
                     p.vi.query().0,
                     p.vi.posted(),
-                    p.credits
+                    p.credits,
+                    p.vi.transport_state()
                 );
             }
         }

@@ -38,12 +38,19 @@ fn low_bits(len: u32) -> u64 {
 }
 
 impl SelectiveRepeat {
-    /// `una` moved forward by `shift` frames.
+    /// `una` moved forward by `shift` frames. The peer expects `una` now,
+    /// so it does not hold it, whatever an older SACK said: a frame it
+    /// held past a gap and then refused when the gap filled (receiver not
+    /// ready) is expected again, and is a hole until it is resent. (With
+    /// bit 0 left set, a timeout resent only what lay past the frames held
+    /// and the connection stalled for good: `mttl-check comm` with a pool
+    /// smaller than the windows, about one run in ten.)
     #[inline]
     pub fn slide(&mut self, shift: u32) {
         for bits in [&mut self.sacked, &mut self.resend, &mut self.resent] {
             *bits = bits.checked_shr(shift).unwrap_or(0);
         }
+        self.sacked &= !1;
     }
 
     /// The peer's SACK bitmap `peer_bits` (its bit `i`: PSN `una + 1 + i`),
@@ -120,6 +127,20 @@ mod tests {
         fn put_back(&mut self, bit: u32) {
             self.put_back_run(bit, 1);
         }
+    }
+
+    #[test]
+    fn a_frame_held_then_refused_is_a_hole_once_una_reaches_it() {
+        let mut s = SelectiveRepeat::default();
+        // The peer expects una and holds una+1..=una+4.
+        s.on_sack(0b1111, 10);
+        // It takes una (the ACK moves una by one, with no SACK: a
+        // piggybacked ACK), then refuses una+1, which it had held, for
+        // want of a receive: it expects una+1 again.
+        s.slide(1);
+        assert_eq!(s.sacked & 1, 0, "the new una is not held");
+        assert_eq!(s.on_timeout(9), Some(4), "resume past una+4 (held)");
+        assert_eq!(s.next_run(64), Some((0, 1)), "una goes again: a hole");
     }
 
     #[test]
