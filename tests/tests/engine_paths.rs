@@ -8,7 +8,8 @@
 //! ACK; the window holds frames back until the peer acknowledges; an ACK
 //! completes the send and stops the timer; a timeout sends again from the
 //! oldest unacknowledged frame; a NAK with a SACK bitmap resends the holes
-//! alone. Receive: a frame in order is placed and acknowledged once the
+//! alone, and a frame the peer held and then refused goes again at the
+//! timeout. Receive: a frame in order is placed and acknowledged once the
 //! delay ran out; a frame past a gap is held and answered with a NAK whose
 //! SACK bitmap names it, then placed when the gap fills; a duplicate is
 //! acknowledged at once and placed once.
@@ -399,4 +400,54 @@ fn a_receive_deregistered_between_fragments_completes_with_a_protection_error_an
     assert_eq!(st & status::ERROR_MASK, status::PROTECTION_ERROR);
     assert_eq!(rig.a.buf(200..400), before, "nothing written after the memory went");
     assert_eq!(rig.a.engine.core.vi(rig.a.vi).unwrap().rx.expected, psn.wrapping_add(2), "both fragments taken in order");
+}
+
+/// A one-frame message from a to b as a sends it, carrying a's ACK `ack`
+/// (no SACK: a data frame has none).
+fn data_to_b_acking(rig: &Rig, ack: u32, payload: &[u8]) -> Vec<u8> {
+    let core = &rig.b.engine.core;
+    let vi = core.vi(rig.b.vi).expect("the rig's VI");
+    let peer = vi.peer.as_ref().expect("connected");
+    let h = HeaderRepr {
+        dst_mac: core.mac,
+        src_mac: peer.mac,
+        kind: Kind::Data as u8,
+        flags: flags::FIRST | flags::LAST | flags::RELIABLE | flags::ACK,
+        dst_ep: core.ep,
+        src_ep: peer.ep,
+        dst_vi: rig.b.vi,
+        src_vi: peer.vi,
+        generation: peer.generation,
+        psn: vi.rx.expected,
+        ack,
+        msg_len: payload.len() as u32,
+        payload_len: payload.len() as u16,
+        ..HeaderRepr::default()
+    };
+    frame_bytes(&h, payload)
+}
+
+/// The peer held frames past a gap, took the gap, then refused (receiver
+/// not ready) the first frame it had held: it expects that frame again.
+/// Its ACK for the gap rides on a data frame (no SACK), so the sender's
+/// last SACK still says the frame is held; a timeout must send it again
+/// all the same (it once sent only what lay past the frames held, and the
+/// connection stalled for good).
+#[test]
+fn a_frame_the_peer_held_and_then_refused_goes_again_at_the_timeout() {
+    let (mut rig, first) = b_sent_one_frame_messages(4);
+    // The peer has `first`, misses first+1 and holds first+2 and first+3.
+    assert_eq!(resent_after_nak(&mut rig, first, 0b11), vec![1], "the hole");
+    // It took first+1, and refused first+2 as it replayed it: it expects
+    // first+2 again, and still holds first+3.
+    rig.b.post_recv(10, &[2048..2560]);
+    rig.inject(&data_to_b_acking(&rig, first.wrapping_add(2), &message(9, 50)));
+    rig.b.engine.progress_at(rig.now);
+    assert_eq!(rig.b.done(Queue::Recv), Some(10), "the data frame was taken");
+    assert_eq!(rig.b.engine.core.vi(rig.b.vi).unwrap().tx.una, first.wrapping_add(2));
+    seen_b(&mut rig);
+    let deadline = rig.b.engine.core.vi(rig.b.vi).unwrap().rtx.deadline().expect("frames are outstanding: the timer runs");
+    rig.b.engine.progress_at(deadline);
+    let again: Vec<u32> = seen_b(&mut rig).iter().filter(|f| f.kind == Kind::Data).map(|f| f.psn.wrapping_sub(first)).collect();
+    assert_eq!(again, vec![2], "the frame the peer refused, and not the one it holds");
 }
