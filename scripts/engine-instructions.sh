@@ -13,16 +13,22 @@ bench="$(cargo bench -p via-user --bench engine_cost --no-run --message-format=j
 [ -x "$bench" ] || { echo "could not build the engine_cost bench" >&2; exit 1; }
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
+# Instructions of the measured loop (setup left out) of one bench run
+# with the environment given, its profile saved as $out/$1. The engine's
+# clock reuses a reading for 10,000 counter ticks (~3 us natively);
+# callgrind runs ~50x slower against the same counter, so the window is
+# scaled alike, or every reading would go to the system clock as a native
+# run's do not (via-user/src/clock.rs).
+count() {
+    local name="$1"; shift
+    env "$@" VIA_CLOCK_FRESH_TICKS="${VIA_CLOCK_FRESH_TICKS:-500000}" valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*ping_pong*' \
+         --callgrind-out-file="$out/$name" "$bench" >/dev/null 2>&1
+    callgrind_annotate "$out/$name" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,
+}
 printf '%-14s %-7s %12s\n' mode device instructions
 for device in queue shm composite; do
 for mode in send write; do
-    # The engine's clock reuses a reading for 10,000 counter ticks (~3 us
-    # natively); callgrind runs ~50x slower against the same counter, so
-    # the window is scaled alike, or every reading would go to the system
-    # clock as a native run's do not (via-user/src/clock.rs).
-    DEVICE="$device" VIA_CLOCK_FRESH_TICKS="${VIA_CLOCK_FRESH_TICKS:-500000}" ITERS="$iters" ONLY="$mode" valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*ping_pong*' \
-         --callgrind-out-file="$out/$device-$mode" "$bench" >/dev/null 2>&1
-    total="$(callgrind_annotate "$out/$device-$mode" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)"
+    total="$(count "$device-$mode" DEVICE="$device" ITERS="$iters" ONLY="$mode")"
     printf '%-14s %-7s %12d\n' "$mode" "$device" $((total / (iters * 2)))
 done
 done
@@ -31,9 +37,7 @@ done
 # offloaded): what each fragment costs the engine, both ends.
 big_iters=$(( iters / 50 > 100 ? iters / 50 : 100 ))
 for mode in send write; do
-    SIZE=65536 VOUCHED=1 DEVICE=queue VIA_CLOCK_FRESH_TICKS="${VIA_CLOCK_FRESH_TICKS:-500000}" ITERS="$big_iters" ONLY="$mode" valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*ping_pong*' \
-         --callgrind-out-file="$out/big-$mode" "$bench" >/dev/null 2>&1
-    total="$(callgrind_annotate "$out/big-$mode" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)"
+    total="$(count "big-$mode" SIZE=65536 VOUCHED=1 DEVICE=queue ITERS="$big_iters" ONLY="$mode")"
     printf '%-14s %-7s %12d   (64 KiB, vouched; %d per fragment)\n' "$mode" "queue" $((total / (big_iters * 2))) $((total / (big_iters * 2 * 46)))
 done
 echo "(per one-way 64 B message, both ends, $iters round trips, callgrind; the"

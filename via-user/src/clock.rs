@@ -46,6 +46,16 @@ impl Time {
     }
 }
 
+/// The earlier of two optional instants (a timer that is not armed is
+/// `None`): when the first of two timers is due.
+#[inline]
+pub fn earlier(a: Option<Time>, b: Option<Time>) -> Option<Time> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// A duration in whole nanoseconds (saturating: about 584 years).
 #[inline]
 pub fn nanos_of(d: Duration) -> u64 {

@@ -713,23 +713,25 @@ impl Context {
     /// (and unmapped) them since posting, and then nothing is written.
     #[inline]
     pub(super) fn scatter(&self, e: &WqEntry, ptag: Ptag, cur: &mut (u16, u32), payload: Payload<'_>) -> Result<(), PlaceError> {
-        if let Some(&[seg]) = e.checked_segments(self.mem.epoch()) {
-            // One segment checked at post (the common case): the bytes go
-            // at the cursor's offset, if they fit.
-            let n = payload.len();
-            let at = cur.1 as usize;
-            if cur.0 != e.seg0 || at + n > seg.len as usize {
-                return if n == 0 { Ok(()) } else { Err(PlaceError::Protection) };
+        match e.checked_segments(self.mem.epoch()) {
+            Some(&[seg]) => {
+                // One segment checked at post (the common case): the bytes
+                // go at the cursor's offset, if they fit.
+                let n = payload.len();
+                let at = cur.1 as usize;
+                if cur.0 != e.seg0 || at + n > seg.len as usize {
+                    return if n == 0 { Ok(()) } else { Err(PlaceError::Protection) };
+                }
+                // SAFETY: the segment was checked against the registration
+                // table at post and nothing was deregistered since (its
+                // epoch stands); [at, at + n) lies inside it.
+                unsafe { payload.copy_to(0, seg.addr as usize + at, n) }?;
+                cur.1 += n as u32;
+                return Ok(());
             }
-            // SAFETY: the segment was checked against the registration
-            // table at post and nothing was deregistered since (its epoch
-            // stands); [at, at + n) lies inside it.
-            unsafe { payload.copy_to(0, seg.addr as usize + at, n) }?;
-            cur.1 += n as u32;
-            return Ok(());
-        }
-        if e.checked_segments(self.mem.epoch()).is_none() && !usermem::descriptor_registered(&self.mem, e.desc, e.desc_handle, e.segs as usize, ptag) {
-            return Err(PlaceError::Protection);
+            Some(_) => {}
+            None if !usermem::descriptor_registered(&self.mem, e.desc, e.desc_handle, e.segs as usize, ptag) => return Err(PlaceError::Protection),
+            None => {}
         }
         self.scatter_registered(e, ptag, cur, payload)
     }

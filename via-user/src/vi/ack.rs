@@ -4,7 +4,7 @@
 //! for one, and a NAK (with the SACK bitmap) when a gap opens. Any frame
 //! we send carries the ACK, so a transmission settles what is owed.
 
-use crate::clock::Time;
+use crate::clock::{earlier, Time};
 use std::time::Duration;
 
 /// The ACK duty of one VI's receiver.
@@ -49,10 +49,7 @@ impl AckScheduler {
 
     /// When the delayed ACK, or the wait for a gap, is due, if armed.
     pub fn deadline(&self) -> Option<Time> {
-        match (self.at, self.gap_at) {
-            (Some(a), Some(g)) => Some(a.min(g)),
-            (a, g) => a.or(g),
-        }
+        earlier(self.at, self.gap_at)
     }
 
     /// A frame was accepted in order; `requested`: it asked for an ACK.

@@ -15,7 +15,7 @@ pub use selective::SelectiveRepeat;
 use crate::reorder::ReorderBuffer;
 use crate::workqueue::WorkQueue;
 use std::collections::VecDeque;
-use crate::clock::Time;
+use crate::clock::{earlier, Time};
 use std::time::Duration;
 use via_wire::{seq_le, seq_lt, HeaderTemplate};
 use via_kernel_agent::conn::Peer;
@@ -328,10 +328,6 @@ impl ViState {
 
     /// The earliest timer of this VI.
     pub fn next_timer(&self) -> Option<Time> {
-        let earlier = |a: Option<Time>, b: Option<Time>| match (a, b) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
         earlier(earlier(self.rtx.deadline(), self.acks.deadline()), self.tx.rnr_until)
     }
 }
