@@ -454,8 +454,9 @@ impl Client {
     /// one-way latency of each in microseconds. The receive a pong took is
     /// posted again while the next ping is on its way (as the server posts
     /// its own again after answering, and as MPI_Recv posts before it
-    /// waits): every call of the loop is inside the time taken, none of it
-    /// between a message's arrival and the answer to it.
+    /// waits): inside the time taken, but not between the pong's arrival
+    /// and the next ping. (Completed sends are collected after the time
+    /// is taken, as before.)
     pub fn latency(&mut self, size: usize, iters: usize, warmup: usize) -> io::Result<Vec<f64>> {
         self.control(OP_LAT, size, iters + warmup)?;
         let e = &mut self.end;
