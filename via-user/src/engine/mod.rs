@@ -183,6 +183,10 @@ pub struct Counters {
     /// Lent payloads that could not be read (the sender went away or no
     /// longer has the memory): the frame is dropped.
     pub rx_lent_failed: u64,
+    /// Posts of a descriptor unchanged since its last post, which took
+    /// what that post found valid instead of reading and checking it again
+    /// (`engine::post::Validated`).
+    pub posts_kept: u64,
     /// Frames whose checksum was missing or wrong (corrupted on the way).
     pub rx_bad_checksum: u64,
     /// Frames taken without a checksum the device would otherwise need:
@@ -242,6 +246,7 @@ impl Counters {
             ("read_responses_dropped", self.read_responses_dropped),
             ("rx_lent", self.rx_lent),
             ("rx_lent_failed", self.rx_lent_failed),
+            ("posts_kept", self.posts_kept),
             ("rx_bad_checksum", self.rx_bad_checksum),
             ("rx_unsealed", self.rx_unsealed),
             ("rx_bad_auth", self.rx_bad_auth),
@@ -326,6 +331,9 @@ pub struct Context {
     /// Posted descriptors (on any queue) waiting to complete with the error
     /// found when they were posted.
     pub pre_errored: usize,
+    /// What recent posts found valid, for descriptors posted again
+    /// unchanged ([`post::Kept`]).
+    pub kept: post::Kept,
     /// Bounce slots for fragments that gather too many pieces, and
     /// control-frame payloads; allocated once, on first use.
     pub(super) bounce: Vec<u8>,
@@ -409,6 +417,7 @@ impl Engine {
             clock: Clock::default(),
             async_errors: Vec::new(),
             pre_errored: 0,
+            kept: post::Kept::default(),
             bounce: Vec::new(),
             ready: Vec::new(),
         };

@@ -2,7 +2,7 @@
 //! them, and handing completed ones back (`Done`).
 
 use super::{vi_at, Context, Core, MAX_SEGMENTS};
-use crate::descriptor::{control, status, DESCRIPTOR_ALIGNMENT};
+use crate::descriptor::{control, status, ControlSegment, DESCRIPTOR_ALIGNMENT};
 use crate::error::{Result, ViaError, VipReturn};
 use crate::usermem;
 use crate::vi::{ViAttributes, ViPhase, ViState};
@@ -33,6 +33,104 @@ pub(crate) fn atomic_code(control: u16) -> Option<u32> {
         control::ATOMIC_FETCH_ADD => Some(via_wire::atomic_op::FETCH_ADD),
         control::ATOMIC_CMP_SWAP => Some(via_wire::atomic_op::CMP_SWAP),
         _ => None,
+    }
+}
+
+/// What recent posts found valid, so that a descriptor posted again
+/// unchanged is not checked against the registration table again: work-
+/// queue entries as validation built them, in a table indexed by the
+/// descriptor's address (direct-mapped, no hashing), each for one
+/// descriptor, VI (number and serial) and queue at one registration
+/// epoch. A record is taken only if it is that descriptor's (address and
+/// memory handle), for the same VI, attributes and queue, at the epoch that
+/// still stands (nothing deregistered, no protection tag changed), and the
+/// descriptor still says what validation read (its control word, segment
+/// count and segments, a send's length and immediate data, an RDMA op's
+/// address segment, an atomic's operands): read again, compared, not looked
+/// up. So a program that rewrites its descriptors between posts (a C
+/// program may, anywhere) is checked as before, and one that posts the same
+/// ones again skips the registration checks. Only validations that found
+/// nothing wrong and kept their segments in the entry are recorded.
+#[derive(Default)]
+pub struct Kept {
+    records: Vec<Option<KeptRecord>>,
+}
+
+#[derive(Clone, Copy)]
+struct KeptRecord {
+    entry: WqEntry,
+    on: PostedOn,
+}
+
+/// Where a descriptor was posted: VI (number and serial), its attributes,
+/// the queue.
+#[derive(Clone, Copy, PartialEq)]
+struct PostedOn {
+    serial: u64,
+    vi: u16,
+    queue: Queue,
+    attrs: ViAttributes,
+}
+
+/// Records kept (a power of two): a few tens of kilobytes per NIC.
+const KEPT: usize = 256;
+
+fn slot(addr: usize) -> usize {
+    (addr / DESCRIPTOR_ALIGNMENT) & (KEPT - 1)
+}
+
+impl Kept {
+    /// The entry recorded for the descriptor at `addr` (`handle`) posted
+    /// `on`, if it stands at `epoch` and the descriptor still says what it
+    /// said (see the type's doc).
+    #[inline(always)]
+    fn find(&self, addr: usize, handle: u32, on: &PostedOn, epoch: u64) -> Option<&WqEntry> {
+        let r = self.records.get(slot(addr))?.as_ref()?;
+        let e = &r.entry;
+        if e.desc != addr || e.desc_handle != handle || e.checked_epoch != epoch || r.on != *on {
+            return None;
+        }
+        let q = on.queue;
+        // SAFETY: the record was made for this descriptor (address and
+        // handle) by a validation that checked its control segment and its
+        // `segs` segments against the registration table at `epoch`, which
+        // still stands, so that memory is still registered; the engine
+        // lock is held.
+        let cs = unsafe { std::ptr::read_volatile(addr as *const ControlSegment) };
+        if cs.control != e.control || cs.seg_count != e.segs || (q == Queue::Send && (cs.length != e.len || cs.immediate_data != e.imm)) {
+            return None;
+        }
+        if e.seg0 >= 1 {
+            // SAFETY: as above; an RDMA op's address segment is segment 0.
+            let a = unsafe { usermem::read_address_segment(addr) };
+            if a.data.address_bits != e.raddr || a.handle != e.rhandle {
+                return None;
+            }
+        }
+        if e.seg0 == 2 {
+            // SAFETY: as above; an atomic's operands are segment 1.
+            let o = unsafe { usermem::read_atomic_operands(addr) };
+            if o.compare_add.to_le_bytes() != e.operands[..8] || o.swap.to_le_bytes() != e.operands[8..] {
+                return None;
+            }
+        }
+        let segs = e.checked_segments(epoch)?;
+        for (i, k) in segs.iter().enumerate() {
+            // SAFETY: as above; seg0 + i < segs.
+            let s = unsafe { usermem::read_segment(addr, e.seg0 as usize + i) };
+            if s.data.address_bits != k.addr || s.handle != k.handle || s.length != k.len {
+                return None;
+            }
+        }
+        Some(e)
+    }
+
+    /// Records what validation found for the descriptor in `e`.
+    fn keep(&mut self, e: &WqEntry, on: PostedOn) {
+        if self.records.is_empty() {
+            self.records = vec![None; KEPT];
+        }
+        self.records[slot(e.desc)] = Some(KeptRecord { entry: *e, on });
     }
 }
 
@@ -148,7 +246,7 @@ impl Core {
     #[inline(always)]
     pub(super) fn post_unrung(&mut self, id: u16, addr: usize, handle: u32, q: Queue) -> Result<bool> {
         let Core { vis, cx } = self;
-        let Context { mem, .. } = cx;
+        let Context { mem, counters, kept, .. } = cx;
         let vi = vi_at(vis, id).ok_or_else(|| super::no_vi(id))?;
         let phase = vi.phase;
         let allowed = match q {
@@ -161,7 +259,7 @@ impl Core {
         if q == Queue::Recv && vi.srq.is_some() {
             return Err(ViaError::state("this VI takes its receives from a shared receive queue: post them there"));
         }
-        let attrs = vi.attrs;
+        let (attrs, serial) = (vi.attrs, vi.serial);
         let wq = match q {
             Queue::Send => &mut vi.sq,
             Queue::Recv => &mut vi.rq,
@@ -170,7 +268,22 @@ impl Core {
         let Some(e) = wq.vacant() else {
             return Err(ViaError::resource(format!("{q:?} queue full ({capacity} descriptors posted)")));
         };
-        Self::validate(mem, &attrs, addr, handle, q, e)?;
+        // (Records are made only for descriptors that passed validation,
+        // so an address that fails its checks never finds one.)
+        let epoch = mem.epoch();
+        let on = PostedOn { serial, vi: id, queue: q, attrs };
+        match kept.find(addr, handle, &on, epoch) {
+            Some(k) => {
+                *e = *k;
+                counters.posts_kept += 1;
+            }
+            None => {
+                Self::validate(mem, &attrs, addr, handle, q, e)?;
+                if e.pre_status == 0 && e.checked_segments(epoch).is_some() {
+                    kept.keep(e, on);
+                }
+            }
+        }
         if phase == ViPhase::Error {
             e.pre_status = status::DESC_FLUSHED_ERROR;
         }
@@ -178,7 +291,8 @@ impl Core {
         // Clear the completion fields before the descriptor becomes visible
         // (its memory was just validated, or the post was refused above).
         // SAFETY: `validate` checked the control segment (read_control)
-        // under the engine lock we hold.
+        // under the engine lock we hold, or did so at an earlier post of
+        // the same descriptor at the registration epoch that still stands.
         unsafe { usermem::clear_completion(addr) };
         wq.commit();
         if pre_status != 0 {
