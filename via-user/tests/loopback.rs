@@ -215,3 +215,142 @@ fn region_reads_append_and_check_their_range() {
     assert_eq!(e.code, VipReturn::InvalidParameter, "{e}");
     assert_eq!(out, before);
 }
+
+/// A descriptor posted again unchanged is not checked against the
+/// registration table again: the engine keeps what its last post found
+/// (`engine::post::Kept`) and takes it when the descriptor still says the
+/// same. The tests below pin when that may happen and when it must not (its
+/// contents changed, through its methods or behind them as a C program
+/// changes them; memory was deregistered; it goes to another VI).
+fn kept(h: &Host) -> u64 {
+    h.nic.counters().posts_kept
+}
+
+/// A connected pair of VIs, `a` on `ha` and `b` on `hb`, on one wire.
+fn pair(wire: &str, disc: &[u8]) -> (Host, Vi, Host, Vi) {
+    let (ha, hb) = (Host::new(wire), Host::new(wire));
+    let (a, b) = connect_pair(&ha, &hb, disc);
+    (ha, a, hb, b)
+}
+
+/// A new VI on each host, connected.
+fn connect_pair(ha: &Host, hb: &Host, disc: &[u8]) -> (Vi, Vi) {
+    let (mut a, b) = (ha.vi(Reliability::ReliableDelivery), hb.vi(Reliability::ReliableDelivery));
+    let (nic, mac, disc2) = (hb.nic.clone(), hb.nic.mac(), disc.to_vec());
+    let server = std::thread::spawn(move || {
+        let req = nic.connect_wait(&disc2, T).unwrap();
+        nic.accept(&req, &b).unwrap();
+        b
+    });
+    a.connect_retrying(mac, disc, T.unwrap()).expect("connect");
+    (a, server.join().unwrap())
+}
+
+/// Sends with `d` from `a` into the receive `r` posted on `b`; returns the
+/// bytes that arrived and both descriptors.
+fn send(a: &mut Vi, d: Descriptor, b: &mut Vi, r: Descriptor, rbuf: &MemoryRegion) -> (Vec<u8>, Descriptor, Descriptor) {
+    b.post_recv(r).unwrap();
+    a.post_send(d).unwrap();
+    let r = b.recv_wait(T).unwrap();
+    r.check_ok().unwrap();
+    let got = rbuf.to_vec(0..r.length() as usize).unwrap();
+    let d = a.send_wait(T).unwrap();
+    d.check_ok().unwrap();
+    (got, d, r)
+}
+
+#[test]
+fn an_unchanged_descriptor_posted_again_is_not_checked_again_and_a_changed_one_is() {
+    let (ha, mut a, hb, mut b) = pair("kept-1", b"k1");
+    let (sbuf, other, rbuf) = (ha.region(4096), ha.region(4096), hb.region(4096));
+    sbuf.write(0, &[1u8; 100]).unwrap();
+    other.write(200, &[2u8; 50]).unwrap();
+    let (d, r) = (ha.desc(&sbuf, 0, 100), hb.desc(&rbuf, 0, 4096));
+    let (k0a, k0b) = (kept(&ha), kept(&hb));
+    let (got, d, r) = send(&mut a, d, &mut b, r, &rbuf);
+    assert_eq!(got, vec![1u8; 100]);
+    assert_eq!((kept(&ha), kept(&hb)), (k0a, k0b), "first posts are checked");
+
+    // Unchanged (new bytes in the same segment are the payload's business,
+    // read at transmit): both posts take what the first found.
+    sbuf.write(0, &[3u8; 100]).unwrap();
+    let (got, mut d, r) = send(&mut a, d, &mut b, r, &rbuf);
+    assert_eq!(got, vec![3u8; 100]);
+    assert_eq!((kept(&ha), kept(&hb)), (k0a + 1, k0b + 1), "unchanged descriptors are not checked again");
+
+    // Changed: another region, another length. What arrives is what the
+    // descriptor says now, and it was checked again.
+    d.set(&[(&other, 200..250)], None).unwrap();
+    let (got, d, _r) = send(&mut a, d, &mut b, r, &rbuf);
+    assert_eq!(got, vec![2u8; 50], "the changed descriptor's segment is what goes");
+    assert_eq!(d.length(), 50);
+    assert_eq!(kept(&ha), k0a + 1, "a changed descriptor is checked again");
+}
+
+/// A connected pair after one send of `len` bytes of `byte` (the first
+/// post of each descriptor, which is checked), with its buffers and its two
+/// descriptors back.
+struct SentOnce {
+    ha: Host,
+    a: Vi,
+    hb: Host,
+    b: Vi,
+    sbuf: MemoryRegion,
+    rbuf: MemoryRegion,
+    d: Descriptor,
+    r: Descriptor,
+}
+
+fn sent_once(wire: &str, disc: &[u8], byte: u8, len: usize) -> SentOnce {
+    let (ha, mut a, hb, mut b) = pair(wire, disc);
+    let (sbuf, rbuf) = (ha.region(4096), hb.region(4096));
+    sbuf.write(0, &vec![byte; len]).unwrap();
+    let (d, r) = (ha.desc(&sbuf, 0, len), hb.desc(&rbuf, 0, 4096));
+    let (got, d, r) = send(&mut a, d, &mut b, r, &rbuf);
+    assert_eq!(got, vec![byte; len]);
+    SentOnce { ha, a, hb, b, sbuf, rbuf, d, r }
+}
+
+#[test]
+fn a_deregistration_between_posts_has_the_descriptor_checked_again() {
+    let SentOnce { ha, mut a, mut b, rbuf, d, r, .. } = sent_once("kept-2", b"k2", 7, 64);
+    let k = kept(&ha);
+    // Any deregistration may have been of the descriptor's memory: what
+    // was found before no longer stands.
+    drop(ha.region(4096));
+    let (got, d, r) = send(&mut a, d, &mut b, r, &rbuf);
+    assert_eq!(got, vec![7u8; 64]);
+    assert_eq!(kept(&ha), k, "checked again after a deregistration");
+    let (_, _d, _r) = send(&mut a, d, &mut b, r, &rbuf);
+    assert_eq!(kept(&ha), k + 1, "and kept again after that check");
+}
+
+#[test]
+fn a_descriptor_posted_on_another_vi_is_checked_there() {
+    let SentOnce { ha, hb, rbuf, d, r, .. } = sent_once("kept-3", b"k3", 9, 32);
+    // A second connection on the same NICs: the descriptor moves to it.
+    let (mut a2, mut b2) = connect_pair(&ha, &hb, b"k3b");
+    let k = (kept(&ha), kept(&hb));
+    let (got, _d, _r) = send(&mut a2, d, &mut b2, r, &rbuf);
+    assert_eq!(got, vec![9u8; 32]);
+    assert_eq!((kept(&ha), kept(&hb)), k, "another VI checks it anew");
+}
+
+#[test]
+fn a_descriptor_rewritten_behind_its_methods_is_read_as_it_is_now() {
+    let SentOnce { ha, mut a, mut b, sbuf, rbuf, d, r, .. } = sent_once("kept-4", b"k4", 5, 100);
+    sbuf.write(1000, &[6u8; 100]).unwrap();
+    let k = kept(&ha);
+    // As a C program would: the first data segment's address (its first 8
+    // bytes, after the 32-byte control segment) moved 1000 bytes on, in
+    // the descriptor's memory directly; nothing else changes.
+    // SAFETY: the descriptor is ours and not posted; its first data
+    // segment lies 32 bytes in.
+    unsafe {
+        let at = (d.addr() + 32) as *mut u64;
+        at.write_volatile(at.read_volatile() + 1000);
+    }
+    let (got, _d, _r) = send(&mut a, d, &mut b, r, &rbuf);
+    assert_eq!(got, vec![6u8; 100], "the segment's new address is what goes");
+    assert_eq!(kept(&ha), k, "a rewritten descriptor is checked again");
+}
