@@ -216,12 +216,14 @@ fn region_reads_append_and_check_their_range() {
     assert_eq!(out, before);
 }
 
-/// A descriptor posted again unchanged is not checked against the
-/// registration table again: the engine keeps what its last post found
-/// (`engine::post::Kept`) and takes it when the descriptor still says the
-/// same. The tests below pin when that may happen and when it must not (its
-/// contents changed, through its methods or behind them as a C program
-/// changes them; memory was deregistered; it goes to another VI).
+// A descriptor posted again unchanged is not checked against the
+// registration table again: the engine keeps what its last post found
+// (`engine::post::Kept`) and takes it when the descriptor still says the
+// same. The tests below pin when that may happen and when it must not (its
+// contents changed, through its methods or behind them as a C program
+// changes them; memory was deregistered; it goes to another VI).
+
+/// Posts on `h` that took a kept validation.
 fn kept(h: &Host) -> u64 {
     h.nic.counters().posts_kept
 }
@@ -242,7 +244,7 @@ fn connect_pair(ha: &Host, hb: &Host, disc: &[u8]) -> (Vi, Vi) {
         nic.accept(&req, &b).unwrap();
         b
     });
-    a.connect_retrying(mac, disc, T.unwrap()).expect("connect");
+    connect(ha, &mut a, mac, disc);
     (a, server.join().unwrap())
 }
 

@@ -185,7 +185,7 @@ pub struct Counters {
     pub rx_lent_failed: u64,
     /// Posts of a descriptor unchanged since its last post, which took
     /// what that post found valid instead of reading and checking it again
-    /// (`engine::post::Validated`).
+    /// ([`post::Kept`]).
     pub posts_kept: u64,
     /// Frames whose checksum was missing or wrong (corrupted on the way).
     pub rx_bad_checksum: u64,

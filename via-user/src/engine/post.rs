@@ -46,11 +46,11 @@ pub(crate) fn atomic_code(control: u16) -> Option<u32> {
 /// still stands (nothing deregistered, no protection tag changed), and the
 /// descriptor still says what validation read (its control word, segment
 /// count and segments, a send's length and immediate data, an RDMA op's
-/// address segment, an atomic's operands): read again, compared, not looked
-/// up. So a program that rewrites its descriptors between posts (a C
+/// address segment): read again, compared, not looked up. So a program that rewrites its descriptors between posts (a C
 /// program may, anywhere) is checked as before, and one that posts the same
 /// ones again skips the registration checks. Only validations that found
-/// nothing wrong and kept their segments in the entry are recorded.
+/// nothing wrong and kept their segments in the entry are recorded, and
+/// none of an atomic (checked at every post).
 #[derive(Default)]
 pub struct Kept {
     records: Vec<Option<KeptRecord>>,
@@ -104,13 +104,6 @@ impl Kept {
             // SAFETY: as above; an RDMA op's address segment is segment 0.
             let a = unsafe { usermem::read_address_segment(addr) };
             if a.data.address_bits != e.raddr || a.handle != e.rhandle {
-                return None;
-            }
-        }
-        if e.seg0 == 2 {
-            // SAFETY: as above; an atomic's operands are segment 1.
-            let o = unsafe { usermem::read_atomic_operands(addr) };
-            if o.compare_add.to_le_bytes() != e.operands[..8] || o.swap.to_le_bytes() != e.operands[8..] {
                 return None;
             }
         }
@@ -279,7 +272,9 @@ impl Core {
             }
             None => {
                 Self::validate(mem, &attrs, addr, handle, q, e)?;
-                if e.pre_status == 0 && e.checked_segments(epoch).is_some() {
+                // Not an atomic's: its entry's `imm` is the operation, not
+                // the descriptor's word, so `find` would never take it.
+                if e.pre_status == 0 && e.seg0 != 2 && e.checked_segments(epoch).is_some() {
                     kept.keep(e, on);
                 }
             }
