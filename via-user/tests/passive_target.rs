@@ -66,24 +66,41 @@ fn a_target_serving_reads_from_its_wait_does_not_sleep_between_them() {
     // A read every 100 us for 30 spin times, well past the target's
     // first: the gaps outlast the rounds a wait spins on after frames
     // (BURST_ROUNDS), not the spin time.
-    let (start, before) = (Instant::now(), rung(&reader));
-    let mut reads = 0u64;
+    // A ring is the reader's fault, not the target's, when the reader
+    // itself stood still for a spin time or more between two reads (this
+    // 2-core machine preempts it under load): those are counted apart.
+    let spin = Duration::from_millis(1);
+    let start = Instant::now();
+    let (mut reads, mut woken, mut excused) = (0u64, 0u64, 0u64);
+    let mut last = Instant::now();
     while start.elapsed() < Duration::from_millis(30) || reads < 100 {
+        let before = rung(&reader);
         vr.post_send(d).unwrap();
+        let gap = last.elapsed();
         d = vr.send_wait(T).unwrap();
         d.check_ok().unwrap();
+        last = Instant::now();
         reads += 1;
+        if rung(&reader) > before {
+            if gap >= spin {
+                excused += 1;
+            } else {
+                woken += 1;
+            }
+        }
         let t = Instant::now();
         while t.elapsed() < Duration::from_micros(100) {
             std::hint::spin_loop();
         }
     }
-    let woken = rung(&reader) - before;
     assert_eq!(local.to_vec(0..64).unwrap(), vec![0x5a; 64]);
     vr.disconnect().unwrap();
     server.join().unwrap();
-    // A preempted thread may miss its spin now and then; a wait that
+    // A preempted target may miss its spin now and then; a wait that
     // slept once its first millisecond was over slept before nearly every
-    // read after the first millisecond.
-    assert!(woken * 20 < reads, "the target slept (was rung) {woken} times in {reads} reads");
+    // read after the first millisecond, whatever the reader's gaps.
+    assert!(
+        woken * 20 < reads - excused,
+        "the target slept (was rung) {woken} times in {reads} reads ({excused} more after the reader stood still for {spin:?})"
+    );
 }
