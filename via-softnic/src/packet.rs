@@ -153,6 +153,11 @@ pub struct PacketDevice {
     qdisc_bypass: bool,
     /// UDP mode's state; None for raw frames.
     udp: Option<UdpMode>,
+    /// Raw frames on an interface whose frames never leave memory (a veth
+    /// pair, loopback): nothing on their way can corrupt them, so the
+    /// device vouches for them and the engine seals them with no CRC
+    /// ([`memory_only`]).
+    vouched: bool,
     stats: Stats,
 }
 
@@ -190,6 +195,7 @@ impl fmt::Debug for PacketDevice {
             .field("filter", &self.filter)
             .field("qdisc_bypass", &self.qdisc_bypass)
             .field("udp", &self.udp.as_ref().map(|u| &u.outer))
+            .field("vouched", &self.vouched)
             .finish_non_exhaustive()
     }
 }
@@ -231,6 +237,9 @@ impl PacketDevice {
         if mtu > MAX_MTU {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("interface {ifname} has MTU {mtu}, more than the {MAX_MTU} supported")));
         }
+        // An interface without a driver to name (the ioctl refused) is
+        // taken for one whose frames may cross a wire.
+        let vouched = options.udp_port.is_none() && memory_only(hwtype, sys::if_driver(raw, ifname).ok().as_deref());
         let udp = match options.udp_port {
             None => None,
             Some(port) => {
@@ -296,6 +305,7 @@ impl PacketDevice {
             filter: None,
             qdisc_bypass,
             udp,
+            vouched,
             stats: Stats::default(),
         })
     }
@@ -345,13 +355,13 @@ impl FrameDevice for PacketDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { checksummed: false, needs_pinning: false, reorders: false }
+        Capabilities { checksummed: self.vouched, needs_pinning: false, reorders: false }
     }
 
     /// Datagrams with the UDP checksum offloaded need no CRC of their own
     /// (the receiving device vouches for them); raw frames do.
     fn path_to(&mut self, _head: &[u8]) -> Path {
-        Path { mtu: FrameDevice::mtu(self), checksummed: self.udp.as_ref().is_some_and(|u| u.plan.vnet) }
+        Path { mtu: FrameDevice::mtu(self), checksummed: self.vouched || self.udp.as_ref().is_some_and(|u| u.plan.vnet) }
     }
 
     fn wait_fd(&self) -> RawFd {
@@ -381,7 +391,8 @@ impl FrameDevice for PacketDevice {
         self.receive_lent(budget, &mut |f, _| sink(f))
     }
 
-    /// Raw frames come unvouched for (no FCS is seen here); a UDP
+    /// Raw frames come vouched for only on an interface whose frames never
+    /// leave memory (no FCS is seen here: [`memory_only`]); a UDP
     /// datagram's frames are vouched for by its checksum (see `udp`).
     fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
         let (ring, st) = (&mut self.ring, &mut self.stats);
@@ -400,7 +411,7 @@ impl FrameDevice for PacketDevice {
                     if self.filter.is_some_and(|f| !f.matches(frame)) {
                         st.rx_filtered_in_software += 1;
                     } else {
-                        sink(frame, RxMeta::default());
+                        sink(frame, RxMeta { vouched: self.vouched, ..RxMeta::default() });
                         delivered += 1;
                     }
                 }
@@ -540,6 +551,17 @@ impl FrameDevice for PacketDevice {
         }
         v
     }
+}
+
+/// Whether an interface's frames never leave this host's memory, so that
+/// nothing on their way can corrupt them: the loopback interface, and a
+/// veth pair (driver `veth`: the kernel hands each frame to the peer
+/// interface as it is). Not a NIC, whose FCS check a driver may turn off
+/// (`rx-all`) and which AF_PACKET does not show us; not a tap, whose
+/// frames come from a program that may have taken them from anywhere;
+/// not a bridge or VLAN, whose frames may come from either.
+fn memory_only(hwtype: u16, driver: Option<&str>) -> bool {
+    hwtype == ARPHRD_LOOPBACK || driver == Some("veth")
 }
 
 /// Asks for the cache lines of `bytes`: a superframe's next unit, while
@@ -934,6 +956,43 @@ mod sys {
         Ok(mtu.max(0) as usize)
     }
 
+    /// `struct ethtool_drvinfo` (linux/ethtool.h), as far as we read it.
+    #[repr(C)]
+    struct EthtoolDrvinfo {
+        cmd: u32,
+        driver: [u8; 32],
+        version: [u8; 32],
+        fw_version: [u8; 32],
+        bus_info: [u8; 32],
+        erom_version: [u8; 32],
+        reserved2: [u8; 12],
+        n_priv_flags: u32,
+        n_stats: u32,
+        testinfo_len: u32,
+        eedump_len: u32,
+        regdump_len: u32,
+    }
+    // SAFETY: a plain C struct of integers and byte arrays.
+    unsafe impl Zeroable for EthtoolDrvinfo {}
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    const ETHTOOL_GDRVINFO: u32 = 0x3;
+
+    /// The name of the interface's driver (`ethtool -i`), e.g. `veth`.
+    pub fn if_driver(fd: RawFd, ifname: &str) -> io::Result<String> {
+        let mut info: EthtoolDrvinfo = zeroed();
+        info.cmd = ETHTOOL_GDRVINFO;
+        let mut ifr: libc::ifreq = zeroed();
+        for (d, s) in ifr.ifr_name.iter_mut().zip(ifname.bytes().take(libc::IFNAMSIZ - 1)) {
+            *d = s as libc::c_char;
+        }
+        ifr.ifr_ifru.ifru_data = (&mut info as *mut EthtoolDrvinfo).cast();
+        // SAFETY: `ifr` names the interface and points at `info`, a live
+        // ethtool_drvinfo the kernel fills (and writes nothing beyond).
+        check(unsafe { libc::ioctl(fd, SIOCETHTOOL as _, &mut ifr as *mut libc::ifreq) })?;
+        let end = info.driver.iter().position(|&b| b == 0).unwrap_or(info.driver.len());
+        Ok(String::from_utf8_lossy(&info.driver[..end]).into_owned())
+    }
+
     /// The hardware type (ARPHRD_*) and address of the interface.
     pub fn if_hwaddr(fd: RawFd, ifname: &str) -> io::Result<(u16, MacAddr)> {
         let ifr = ifreq_ioctl(fd, ifname, libc::SIOCGIFHWADDR)?;
@@ -996,6 +1055,15 @@ mod tests {
         let jumbo = RingGeometry::for_mtu(9000, 4096);
         assert_eq!((jumbo.frame_size, jumbo.frame_nr), (16384, 512));
         assert_eq!(SLOT_NET_OFFSET, 80);
+    }
+
+    #[test]
+    fn only_interfaces_in_memory_are_vouched_for() {
+        assert!(memory_only(ARPHRD_LOOPBACK, None));
+        assert!(memory_only(ARPHRD_ETHER, Some("veth")));
+        for nic in [None, Some("e1000e"), Some("virtio_net"), Some("tun"), Some("bridge"), Some("8021q"), Some("")] {
+            assert!(!memory_only(ARPHRD_ETHER, nic), "{nic:?}");
+        }
     }
 
     #[test]

@@ -189,8 +189,8 @@ pub struct Counters {
     pub posts_kept: u64,
     /// Frames whose checksum was missing or wrong (corrupted on the way).
     pub rx_bad_checksum: u64,
-    /// Frames taken without a checksum the device would otherwise need:
-    /// their path cannot corrupt them (shared memory).
+    /// Frames taken without a CRC: their path cannot corrupt them (shared
+    /// memory, a veth pair, a NIC's FCS or an offloaded UDP checksum).
     pub rx_unsealed: u64,
     /// Frames refused for their authentication: no tag, a wrong tag, or a
     /// tag where this host has no cluster secret ([`via_kernel_agent::auth`]).
