@@ -9,9 +9,22 @@
 //! least the configured 2 ms even when the measured round trip is
 //! shorter) do not notice a few microseconds.
 //!
-//! The counter is trusted only where the processor says it runs at a
-//! constant rate in every state (CPUID's invariant TSC); elsewhere, and on
-//! other architectures, every call reads the system clock.
+//! Where the processor says the counter runs at a constant rate in every
+//! state (CPUID's invariant TSC), its word alone decides. Elsewhere (an
+//! older processor, or QEMU's TCG, whose `-cpu max` has no invariant TSC
+//! and whose guest kernel then keeps time with the HPET) the counter may
+//! slow down, stop in a sleep state or differ between cores, so a reading
+//! is also used again only while the kernel's coarse clock (its last
+//! tick, `CLOCK_MONOTONIC_COARSE`, read from the vDSO without touching
+//! any clock hardware) has not moved since it was taken: at worst a
+//! reading is a tick old (1-4 ms; the retransmission timeout is at least
+//! 2 ms). There the system clock is a system call and an HPET read that
+//! exits to the hypervisor, and the engine read it several times per
+//! message (with the tulip's send no longer reading the clock when the
+//! NIC is done at once, `via_vfio::spin_until`: seven alternating pairs of
+//! `qemu/run.sh --boot tulip:2 --only bench`, VIA/raw bandwidth medians
+//! 0.272 before, 0.447 after, higher in 6 of 7 pairs). On other
+//! architectures every call reads the system clock.
 //!
 //! The engine's times are [`Time`]s: nanoseconds since its clock began, so
 //! that arming a timer is one addition and a round-trip sample one
@@ -101,6 +114,10 @@ pub struct Clock {
     tsc: u64,
     /// [`FRESH_TICKS`], or 0 when the counter is not to be trusted.
     fresh: u64,
+    /// The counter is not invariant: a reading is used again only while
+    /// the coarse clock still says what it said at the reading (`coarse`).
+    bounded: bool,
+    coarse: u64,
 }
 
 impl Default for Clock {
@@ -114,7 +131,9 @@ impl Default for Clock {
         let back = Duration::from_secs(1).min(Duration::from_nanos(now_ns));
         let origin = now.checked_sub(back).unwrap_or(now);
         let origin_ns = now_ns - nanos_of(back);
-        Clock { origin, origin_ns, at: Time(now_ns - origin_ns), tsc: 0, fresh: if invariant_tsc() { fresh_ticks() } else { 0 } }
+        let bounded = !invariant_tsc() && coarse_ns().is_some();
+        let fresh = if invariant_tsc() || bounded { fresh_ticks() } else { 0 };
+        Clock { origin, origin_ns, at: Time(now_ns - origin_ns), tsc: 0, fresh, bounded, coarse: 0 }
     }
 }
 
@@ -123,7 +142,7 @@ impl Clock {
     #[inline]
     pub fn now(&mut self) -> Time {
         if let Some(t) = tsc() {
-            if t.wrapping_sub(self.tsc) < self.fresh {
+            if t.wrapping_sub(self.tsc) < self.fresh && (!self.bounded || coarse_ns() == Some(self.coarse)) {
                 return self.at;
             }
             self.tsc = t;
@@ -133,6 +152,9 @@ impl Clock {
 
     /// Now, read from the system clock.
     fn read(&mut self) -> Time {
+        if self.bounded {
+            self.coarse = coarse_ns().unwrap_or(0);
+        }
         self.at = Time(monotonic_ns().saturating_sub(self.origin_ns));
         self.at
     }
@@ -156,6 +178,16 @@ fn monotonic_ns() -> u64 {
     // SAFETY: `ts` is a valid place for the kernel (or the vDSO) to write.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+}
+
+/// The kernel's coarse monotonic clock (the time at its last tick), in
+/// nanoseconds: the vDSO serves it from memory whatever the clock source.
+/// None where it cannot be read.
+fn coarse_ns() -> Option<u64> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid place for the kernel (or the vDSO) to write.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    (r == 0).then(|| (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64))
 }
 
 /// [`FRESH_TICKS`], or `VIA_CLOCK_FRESH_TICKS` where a measurement sets
@@ -227,6 +259,20 @@ mod tests {
             c.now().since(t0) >= Duration::from_millis(2),
             "a reading older than a microsecond is not reused"
         );
+    }
+
+    #[test]
+    fn without_an_invariant_counter_a_reading_lasts_at_most_a_tick() {
+        // A counter that seems to stand still (stopped in a sleep state, or
+        // read on another core): only the coarse clock ends its readings.
+        let mut c = Clock::default();
+        c.bounded = true;
+        c.fresh = u64::MAX;
+        let t0 = c.now();
+        let until = Instant::now() + Duration::from_millis(40);
+        while Instant::now() < until {}
+        // A tick is 1-10 ms (HZ 1000 to 100).
+        assert!(c.now().since(t0) >= Duration::from_millis(25), "a reading outlived the kernel's tick");
     }
 
     #[test]
