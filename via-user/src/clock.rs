@@ -17,7 +17,7 @@
 //! is also used again only while the kernel's coarse clock (its last
 //! tick, `CLOCK_MONOTONIC_COARSE`, read from the vDSO without touching
 //! any clock hardware) has not moved since it was taken: at worst a
-//! reading is a tick old (1-4 ms; the retransmission timeout is at least
+//! reading is a tick old (1-10 ms; the retransmission timeout is at least
 //! 2 ms). There the system clock is a system call and an HPET read that
 //! exits to the hypervisor, and the engine read it several times per
 //! message (with the tulip's send no longer reading the clock when the
