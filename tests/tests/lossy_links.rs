@@ -56,8 +56,13 @@ fn frames_across_a_clean_veth_pair_carry_no_crc_and_arrive_intact() {
     let count = |what: &str| -> u64 { out.lines().find_map(|l| l.strip_prefix(what)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or_else(|| panic!("no {what} line: {out}")) };
     // The 1 MiB echo alone comes back in over 700 fragments.
     assert!(count("UNSEALED ") >= 700, "frames across the veth pair came without a CRC: {out}");
-    let bad: Vec<u64> = out.lines().find_map(|l| l.strip_prefix("LINK ")).map(|l| l.split_whitespace().filter_map(|w| w.parse().ok()).collect()).unwrap_or_default();
-    assert_eq!(bad.get(2), Some(&0), "no frame failed a check: {out}");
+    assert_eq!(link_counts(&out).get(2), Some(&0), "no frame failed a check: {out}");
+}
+
+/// The numbers of the client's `LINK` line: frames the link lost, the
+/// retransmissions, the frames that failed their checksum.
+fn link_counts(out: &str) -> Vec<u64> {
+    out.lines().find_map(|l| l.strip_prefix("LINK ")).map(|l| l.split_whitespace().filter_map(|w| w.parse().ok()).collect()).unwrap_or_default()
 }
 
 fn sizes_survive(net: fn(usize) -> TestNet, losses: &[(f64, u32)]) {
@@ -65,7 +70,7 @@ fn sizes_survive(net: fn(usize) -> TestNet, losses: &[(f64, u32)]) {
         let out = sizes_with_faults(net(1500), loss, seed);
         assert!(out.contains("OK 9"), "at {loss} loss: {out}");
         // The faults did happen, and were recovered from.
-        let link: Vec<u64> = out.lines().find_map(|l| l.strip_prefix("LINK ")).map(|l| l.split_whitespace().filter_map(|w| w.parse().ok()).collect()).unwrap_or_default();
+        let link = link_counts(&out);
         assert!(link.len() == 3 && link[0] > 0 && link[1] > 0, "at {loss} loss the client lost frames and retransmitted: {out}");
         assert!(link[2] > 0, "at {loss} loss the client dropped corrupted frames: {out}");
     }
@@ -127,7 +132,7 @@ fn stream(net: TestNet, level: &str, faults: &str, seed: u32, count: usize) -> (
     let (out, server_out) = testpeer_pair(&net, PEER, "stream", server, client, &args);
     assert!(server_out.contains(&format!("STREAMED {count} ")), "with {faults:?}: {server_out}");
     let secs = out.lines().find_map(|l| l.strip_prefix("SENT ")).and_then(|l| l.split_whitespace().nth(2)?.parse().ok()).unwrap_or_else(|| panic!("{out}"));
-    let link: Vec<u64> = out.lines().find_map(|l| l.strip_prefix("LINK ")).map(|l| l.split_whitespace().filter_map(|w| w.parse().ok()).collect()).unwrap_or_default();
+    let link = link_counts(&out);
     assert_eq!(link.len(), 3, "{out}");
     (secs, [link[0], link[1], link[2]])
 }

@@ -923,14 +923,20 @@ mod sys {
     /// An interface ioctl on `fd`; the caller reads the union member the
     /// request fills.
     fn ifreq_ioctl(fd: RawFd, ifname: &str, request: libc::c_ulong) -> io::Result<libc::ifreq> {
-        let mut ifr: libc::ifreq = zeroed();
-        for (d, s) in ifr.ifr_name.iter_mut().zip(ifname.bytes().take(libc::IFNAMSIZ - 1)) {
-            *d = s as libc::c_char;
-        }
+        let mut ifr = named_ifreq(ifname);
         // SAFETY: `ifr` is a valid ifreq with a NUL-terminated name; the
         // kernel writes only within it.
         check(unsafe { libc::ioctl(fd, request as _, &mut ifr as *mut libc::ifreq) })?;
         Ok(ifr)
+    }
+
+    /// An ifreq naming `ifname` (NUL-terminated, cut to IFNAMSIZ - 1).
+    fn named_ifreq(ifname: &str) -> libc::ifreq {
+        let mut ifr: libc::ifreq = zeroed();
+        for (d, s) in ifr.ifr_name.iter_mut().zip(ifname.bytes().take(libc::IFNAMSIZ - 1)) {
+            *d = s as libc::c_char;
+        }
+        ifr
     }
 
     pub fn if_index(fd: RawFd, ifname: &str) -> io::Result<c_int> {
@@ -981,10 +987,7 @@ mod sys {
     pub fn if_driver(fd: RawFd, ifname: &str) -> io::Result<String> {
         let mut info: EthtoolDrvinfo = zeroed();
         info.cmd = ETHTOOL_GDRVINFO;
-        let mut ifr: libc::ifreq = zeroed();
-        for (d, s) in ifr.ifr_name.iter_mut().zip(ifname.bytes().take(libc::IFNAMSIZ - 1)) {
-            *d = s as libc::c_char;
-        }
+        let mut ifr = named_ifreq(ifname);
         ifr.ifr_ifru.ifru_data = (&mut info as *mut EthtoolDrvinfo).cast();
         // SAFETY: `ifr` names the interface and points at `info`, a live
         // ethtool_drvinfo the kernel fills (and writes nothing beyond).

@@ -131,8 +131,10 @@ impl Default for Clock {
         let back = Duration::from_secs(1).min(Duration::from_nanos(now_ns));
         let origin = now.checked_sub(back).unwrap_or(now);
         let origin_ns = now_ns - nanos_of(back);
-        let bounded = !invariant_tsc() && coarse_ns().is_some();
-        let fresh = if invariant_tsc() || bounded { fresh_ticks() } else { 0 };
+        // (CPUID, asked once: in a VM each one exits to the hypervisor.)
+        let invariant = invariant_tsc();
+        let bounded = !invariant && coarse_ns().is_some();
+        let fresh = if invariant || bounded { fresh_ticks() } else { 0 };
         Clock { origin, origin_ns, at: Time(now_ns - origin_ns), tsc: 0, fresh, bounded, coarse: 0 }
     }
 }
@@ -265,9 +267,7 @@ mod tests {
     fn without_an_invariant_counter_a_reading_lasts_at_most_a_tick() {
         // A counter that seems to stand still (stopped in a sleep state, or
         // read on another core): only the coarse clock ends its readings.
-        let mut c = Clock::default();
-        c.bounded = true;
-        c.fresh = u64::MAX;
+        let mut c = Clock { bounded: true, fresh: u64::MAX, ..Clock::default() };
         let t0 = c.now();
         let until = Instant::now() + Duration::from_millis(40);
         while Instant::now() < until {}
