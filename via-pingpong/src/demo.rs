@@ -79,9 +79,10 @@ impl Hosts {
         ip(&["netns", "add", &h.a])?;
         ip(&["netns", "add", &h.b])?;
         let m = mtu.to_string();
-        ip(&["link", "add", &h.va, "mtu", &m, "type", "veth", "peer", "name", &h.vb, "mtu", &m])?;
-        ip(&["link", "set", &h.va, "netns", &h.a])?;
-        ip(&["link", "set", &h.vb, "netns", &h.b])?;
+        // Each end is made inside its namespace: a signal between making
+        // the pair and moving its ends would otherwise leave it in ours
+        // (deleting a namespace removes only what is inside it).
+        ip(&["link", "add", &h.va, "netns", &h.a, "mtu", &m, "type", "veth", "peer", "name", &h.vb, "netns", &h.b, "mtu", &m])?;
         for (ns, dev, addr) in [(&h.a, &h.va, &h.ip_a), (&h.b, &h.vb, &ip_b)] {
             ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev])?;
             ip(&["-n", ns, "link", "set", dev, "up"])?;

@@ -60,6 +60,10 @@ fn interrupted_demo_removes_its_hosts() {
     let status = child.wait().unwrap();
     assert!(!status.success(), "an interrupted demo reports failure");
     assert!(namespaces_of(pid).is_empty(), "namespaces left behind after SIGINT: {:?}", namespaces_of(pid));
+    // The veth pair goes with them, wherever the signal found it.
+    let links = Command::new("ip").args(["-o", "link", "show"]).output().expect("ip link show");
+    let name = format!("vppa{}", pid % 10_000_000);
+    assert!(!String::from_utf8_lossy(&links.stdout).contains(&format!(" {name}@")), "{name} left behind after SIGINT");
 }
 
 #[test]
