@@ -36,6 +36,8 @@ pub struct Options {
     pub rdma: Option<String>,
     /// Latency iterations and bandwidth messages per size (None: by size).
     pub iters: Option<usize>,
+    /// Bandwidth messages per size, over `iters`.
+    pub bw_iters: Option<usize>,
     /// VIA client: after the sweep, check message contents both ways at
     /// every latency size (send/receive, RDMA write or read).
     pub verify: bool,
@@ -68,6 +70,7 @@ impl Default for Options {
             cpu: None,
             rdma: None,
             iters: None,
+            bw_iters: None,
             verify: false,
             stats: false,
             recv_cq: false,
@@ -492,7 +495,7 @@ pub fn sweep(o: &Options, name: &str, b: &mut dyn Bench, bw: bool) -> io::Result
     }
     if bw {
         for &s in &o.bw_sizes {
-            let count = o.iters.unwrap_or_else(|| bw_count(s, o.quick));
+            let count = o.bw_iters.or(o.iters).unwrap_or_else(|| bw_count(s, o.quick));
             let t = b.bandwidth(s, count)?;
             rows.push(Row::bandwidth(name, s, count, t));
         }

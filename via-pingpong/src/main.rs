@@ -80,6 +80,7 @@ USAGE:
     --max-size N      both sweeps stop at N bytes
     --quick           fewer iterations
     --iters N         N latency iterations and N bandwidth messages at every size
+    --bw-iters N      N bandwidth messages at every size (overrides --iters for them)
     --verify          VIA client: after the sweep, check the contents of messages both ways
                       at every latency size (send/receive, or the --rdma mode); any
                       mismatch fails the run
@@ -140,6 +141,7 @@ fn parse() -> Result<(String, Options), String> {
             "--stats" => o.stats = true,
             "--recv-cq" => o.recv_cq = true,
             "--iters" => o.iters = Some(val()?.parse().map_err(|_| "bad --iters")?),
+            "--bw-iters" => o.bw_iters = Some(val()?.parse().map_err(|_| "bad --bw-iters")?),
             "--json" => o.json = true,
             "--plot" => o.plot = Some(val()?),
             "--cpu" => o.cpu = Some(val()?.parse().map_err(|_| "bad --cpu")?),

@@ -2,16 +2,18 @@
 //!
 //! A [`MemoryRegion`] is memory the API allocates and registers with a NIC
 //! (`VipRegisterMem`); it is deregistered and freed when the last clone is
-//! dropped. A [`Descriptor`] is a `VIP_DESCRIPTOR` living in a small region
-//! of its own; it keeps the regions its segments point into alive, so a
+//! dropped. A [`Descriptor`] is a `VIP_DESCRIPTOR` living in a slot of a
+//! registered block it shares with the NIC's other descriptors of its
+//! size and tag ([`crate::descriptor_block`]); it keeps the regions its segments point into alive, so a
 //! posted descriptor can never refer to freed memory.
 //!
 //! The engine writes into a region while a receive descriptor pointing into
 //! it is posted: read a buffer after its descriptor completed, and do not
 //! change a send buffer while its descriptor is posted (the VIA contract).
 
-use crate::descriptor::{self, control, descriptor_bytes, status, AddressSegment, AtomicOperands, DataSegment, Pvoid64, DESCRIPTOR_ALIGNMENT};
+use crate::descriptor::{self, control, descriptor_bytes, status, AddressSegment, AtomicOperands, DataSegment, Pvoid64};
 use crate::error::{Result, ViaError};
+use crate::descriptor_block::Slot;
 use crate::nic::Nic;
 use std::alloc::Layout;
 use std::ops::Range;
@@ -235,7 +237,9 @@ impl Op {
 /// A `VIP_DESCRIPTOR` in registered memory, with room for a fixed number
 /// of data segments.
 pub struct Descriptor {
-    mem: MemoryRegion,
+    /// Its memory: a slot of a registered block the NIC shares among its
+    /// descriptors ([`crate::descriptor_block`]).
+    mem: Slot,
     max_segs: usize,
     /// Regions the segments point into, kept alive while the descriptor is.
     refs: Vec<MemoryRegion>,
@@ -245,14 +249,13 @@ impl Descriptor {
     /// A descriptor with room for `max_segs` data segments, registered under `ptag`.
     pub fn new(nic: &Nic, ptag: Ptag, max_segs: usize) -> Result<Descriptor> {
         let bytes = descriptor_bytes(max_segs.max(2) + 1); // + an RDMA address segment
-        let attrs = MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false };
-        let mem = MemoryRegion::new(nic, bytes, DESCRIPTOR_ALIGNMENT, attrs)?;
+        let mem = nic.shared.descriptor_blocks.take(nic, ptag, bytes)?;
         Ok(Descriptor { mem, max_segs: max_segs.max(1), refs: Vec::new() })
     }
 
     /// Address of the descriptor.
     pub fn addr(&self) -> usize {
-        self.mem.as_ptr() as usize
+        self.mem.addr()
     }
 
     /// Memory handle of the descriptor's own memory.
