@@ -54,6 +54,11 @@
 #   service: a hang of ours (driver, library or check). That boot fails
 #   with the monitor dump; it is never retried.
 # A check that fails is never retried either.
+#
+# For profiling (qemu/profile-guest.sh): VIA_QEMU_ARGS adds QEMU arguments
+# (a TCG plugin, say; split on spaces), VIA_GUEST_RUSTFLAGS adds rustc flags
+# to the guest build (with CARGO_TARGET_DIR elsewhere, so the usual guest
+# build stays as it is).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 USAGE="usage: qemu/run.sh [--boot KIND:N]... [--nics N]... [--only NAME] [--env VAR=VALUE]... [--timeout SECONDS] (KIND: tulip, e1000e or mixed)"
@@ -91,7 +96,7 @@ MODDIR=/lib/modules/$KVER
 # 1. Static binaries (a target directory of their own keeps the host build).
 TARGET=x86_64-unknown-linux-gnu
 echo "qemu/run.sh: building static guest binaries"
-CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" \
+CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static ${VIA_GUEST_RUSTFLAGS:-}" \
     cargo build --manifest-path "$ROOT/Cargo.toml" --profile guest --target $TARGET \
     -p via-kernel-agent --bin via-agent -p via-pingpong --bin via-pingpong \
     -p via-tests --bin via-testpeer --bin via-conform --bin via-guest-suite \
@@ -182,6 +187,9 @@ boot() {
         args+=(-netdev "hubport,id=p$i,hubid=0" -device "$dev,netdev=p$i,mac=52:54:00:00:00:$(printf %02x $((i + 1)))")
         i=$((i + 1))
     done
+    # VIA_QEMU_ARGS: more QEMU arguments (a TCG plugin, say), split on spaces.
+    # shellcheck disable=SC2206
+    [ -z "${VIA_QEMU_ARGS:-}" ] || args+=($VIA_QEMU_ARGS)
     rm -f "$mon.in" "$mon.out" "$WORK/silent" "$WORK/hung"
     mkfifo "$mon.in" "$mon.out"
     : > "$log"

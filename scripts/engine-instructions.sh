@@ -32,6 +32,10 @@ for mode in send write; do
     printf '%-14s %-7s %12d\n' "$mode" "$device" $((total / (iters * 2)))
 done
 done
+# Receives of two segments (a 32-byte header, then the rest), as
+# via-pingpong posts them.
+total="$(count "shm-send-2seg" RECV_SEGS=2 DEVICE=shm ITERS="$iters" ONLY=send)"
+printf '%-14s %-7s %12d   (receives of two segments)\n' send shm $((total / (iters * 2)))
 # A 64 KiB message: 46 fragments of a 1500-byte MTU on the queue device,
 # its frames vouched for (no CRC-32C, as VIA in UDP with the checksum
 # offloaded): what each fragment costs the engine, both ends.

@@ -177,8 +177,14 @@ fn connected_pair(mode: Mode) -> (End, End) {
         let attrs = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: half() as u32, ptag, enable_rdma_write: rdma, enable_rdma_read: false };
         let mut vi = nic.create_vi(&attrs, None, None).unwrap();
         let mem = MemoryRegion::new(nic, 2 * half(), 4096, MemAttributes { ptag, enable_rdma_write: rdma, enable_rdma_read: false }).unwrap();
-        let mut recv = Descriptor::new(nic, ptag, 1).unwrap();
-        recv.set(&[(&mem, half()..2 * half())], None).unwrap();
+        // RECV_SEGS=2: receives of two segments (a 32-byte header, then
+        // the rest), a common VIA layout (via-pingpong's).
+        let mut recv = Descriptor::new(nic, ptag, 2).unwrap();
+        if std::env::var("RECV_SEGS").as_deref() == Ok("2") {
+            recv.set(&[(&mem, half()..half() + 32), (&mem, half() + 32..2 * half())], None).unwrap();
+        } else {
+            recv.set(&[(&mem, half()..2 * half())], None).unwrap();
+        }
         vi.post_recv(recv).unwrap();
         let spare = (0..16).map(|_| Descriptor::new(nic, ptag, 1).unwrap()).collect();
         End { nic: nic.clone(), vi, mem, spare }

@@ -62,8 +62,10 @@ pub struct WqEntry {
     pub checked_epoch: u64,
 }
 
-/// Local data segments a work-queue entry keeps as checked at post.
-pub const INLINE_SEGMENTS: usize = 1;
+/// Local data segments a work-queue entry keeps as checked at post: two,
+/// so that a receive of a header and a payload (a common VIA layout, and
+/// via-pingpong's) is kept and placed as a one-segment receive is.
+pub const INLINE_SEGMENTS: usize = 2;
 
 /// A data segment that passed the registration check: `len` bytes at
 /// `addr` in region `handle`.

@@ -356,3 +356,44 @@ fn a_descriptor_rewritten_behind_its_methods_is_read_as_it_is_now() {
     assert_eq!(got, vec![6u8; 100], "the segment's new address is what goes");
     assert_eq!(kept(&ha), k, "a rewritten descriptor is checked again");
 }
+
+/// Receives of two segments (a header, then the payload) are kept as
+/// checked at post and placed on the one-frame path: a message across
+/// both, one that fits the first, and one longer than both (a length
+/// error, as on the general path).
+#[test]
+fn two_segment_receives_are_placed_across_both() {
+    let (ha, mut a, hb, mut b) = pair("twoseg", b"twoseg");
+    let (sbuf, rbuf) = (ha.region(4096), hb.region(4096));
+    rbuf.write(0, &[0xee; 4096]).unwrap();
+    let src = data(3, 1000);
+    sbuf.write(0, &src).unwrap();
+    let mut r = Descriptor::new(&hb.nic, hb.ptag, 2).unwrap();
+    // 32 header bytes at 0, the payload from 2048 on.
+    r.set(&[(&rbuf, 0..32), (&rbuf, 2048..3048)], None).unwrap();
+    let mut d = ha.desc(&sbuf, 0, 1000);
+    let kept_before = kept(&hb);
+    for (round, len) in [1000usize, 20, 1000].into_iter().enumerate() {
+        d.set(&[(&sbuf, 0..len)], None).unwrap();
+        b.post_recv(r).unwrap();
+        a.post_send(d).unwrap();
+        r = b.recv_wait(T).unwrap();
+        r.check_ok().unwrap();
+        assert_eq!(r.length() as usize, len);
+        let n = len.min(32);
+        assert_eq!(rbuf.to_vec(0..n).unwrap(), src[..n], "round {round}: the header segment");
+        if len > 32 {
+            assert_eq!(rbuf.to_vec(2048..2048 + len - 32).unwrap(), src[32..len], "round {round}: the payload segment");
+        }
+        d = a.send_wait(T).unwrap();
+        d.check_ok().unwrap();
+    }
+    assert!(kept(&hb) > kept_before, "a two-segment receive posted again unchanged is kept");
+    // 1,100 bytes into 32 + 1,000: a length error, and the connection breaks.
+    sbuf.write(0, &data(4, 1100)).unwrap();
+    d.set(&[(&sbuf, 0..1100)], None).unwrap();
+    b.post_recv(r).unwrap();
+    a.post_send(d).unwrap();
+    let r = b.recv_wait(T).unwrap();
+    assert!(r.errors() & status::LENGTH_ERROR != 0, "status {:#x}", r.status());
+}

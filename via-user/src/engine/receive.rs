@@ -657,10 +657,11 @@ impl Context {
 
     /// The one-frame path tried before [`Context::place`], for the common
     /// case: a send that is one frame, nothing being reassembled, a
-    /// receive posted with one segment that was checked at post and holds
-    /// it. Placed and completed as the general path would (same copy, same
-    /// completion), without the reassembly state. False (nothing done)
-    /// otherwise: `place` then takes the frame.
+    /// receive posted with segments that were checked at post (at most
+    /// [`crate::workqueue::INLINE_SEGMENTS`]) and hold it. Placed and
+    /// completed as the general path would (same copy, same completion),
+    /// without the reassembly state. False (nothing done) otherwise:
+    /// `place` then takes the frame.
     #[inline(always)]
     fn place_whole_message<T: AsRef<[u8]>>(&mut self, vi: &mut ViState, kind: Kind, f: &Frame<T>, payload: Payload<'_>) -> bool {
         let fl = f.flags();
@@ -673,15 +674,30 @@ impl Context {
             return false;
         }
         let e = vi.rq.get(vi.rq.done);
-        let Some(&[seg]) = e.checked_segments(self.mem.epoch()) else { return false };
-        if len > seg.len as usize {
-            return false; // a length error: the general path reports it
-        }
-        // SAFETY: the segment was checked against the registration table
-        // at post and nothing was deregistered since (the epoch is the
-        // same); len <= its length and the payload's.
-        if unsafe { payload.copy_to(0, seg.addr as usize, len) }.is_err() {
-            return false; // a lent payload that could not be read: as the general path says
+        // SAFETY (both copies): the segments were checked against the
+        // registration table at post and nothing was deregistered since
+        // (the epoch is the same); each copy stays inside its segment and
+        // the payload. A lent payload that could not be read returns
+        // false: the general path says so.
+        match e.checked_segments(self.mem.epoch()) {
+            Some(&[seg]) => {
+                if len > seg.len as usize {
+                    return false; // a length error: the general path reports it
+                }
+                if unsafe { payload.copy_to(0, seg.addr as usize, len) }.is_err() {
+                    return false;
+                }
+            }
+            Some(&[a, b]) => {
+                if len as u64 > a.len as u64 + b.len as u64 {
+                    return false;
+                }
+                let head = len.min(a.len as usize);
+                if unsafe { payload.copy_to(0, a.addr as usize, head) }.is_err() || (head < len && unsafe { payload.copy_to(head, b.addr as usize, len - head) }.is_err()) {
+                    return false;
+                }
+            }
+            _ => return false,
         }
         self.count_lent(payload);
         let imm = (fl & flags::IMMEDIATE != 0).then(|| f.imm());

@@ -40,7 +40,8 @@
 //!   (`killed.rs`, which reads each kind's own registers);
 //! - with `VIA_GUEST_ONLY=bench` (`qemu/run.sh --only bench`): VIA against
 //!   raw frames on the same two NICs, latency and bandwidth, naming their
-//!   kinds (`--env VIA_GUEST_BENCH_STATS=1`: the VIA client's counters too).
+//!   kinds (`--env VIA_GUEST_BENCH_STATS=1`: the VIA client's counters too;
+//!   `--env VIA_GUEST_BENCH_ONE=raw` or `=via`: that transport alone).
 //!
 //! A check that runs for 110 s is reported with the state of every thread
 //! of the suite and its children, and fails (`stuck.rs`).
@@ -464,6 +465,14 @@ fn bench_via_against_raw(devs: &[String]) -> Result<(), String> {
     println!("  bench on {} (server) and {} (client)", devs[0], devs[1]);
     // The kinds the figures are of, client to server: "tulip-e1000e".
     let on = format!("{}-{}", kind_of(&devs[1]), kind_of(&devs[0]));
+    // VIA_GUEST_BENCH_ONE=raw|via: that transport alone, 20,000 messages
+    // of 1436 bytes one way (for an instruction profile of the guest,
+    // qemu/profile-guest.sh), no ratios.
+    if let Ok(one) = std::env::var("VIA_GUEST_BENCH_ONE") {
+        let rows = pingpong_json(devs, &["--sizes", "64", "--iters", "20", "--bw-sizes", "1436", "--bw-iters", "20000", "--transport", &one])?;
+        println!("  bench {on} {one} alone: {rows:?}");
+        return Ok(());
+    }
     // 3,000 messages stream for 30-90 ms: one descheduled vCPU does not
     // decide the figure, as it could at 300.
     let common = ["--sizes", "64,1024", "--bw-sizes", "1436", "--iters", "300", "--bw-iters", "3000"];
