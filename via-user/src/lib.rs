@@ -29,7 +29,6 @@
 
 pub mod clock;
 pub mod descriptor;
-mod descriptor_block;
 // The protocol engine is private to via-user: programs use the Rust API
 // (or the id-level calls, `raw`). Tests that drive an engine frame by
 // frame (the tests crate's rig) reach it with the `test-support` feature.

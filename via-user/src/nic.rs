@@ -142,7 +142,6 @@ impl Nic {
             sleepers: AtomicU32::new(0),
             sleeper_fds: Mutex::new(Vec::new()),
             notifier: Notifier::default(),
-            descriptor_blocks: Default::default(),
         });
         let gate = Arc::new(CloseGate::default());
         if background {

@@ -4,16 +4,18 @@
 //! (`VipRegisterMem`); it is deregistered and freed when the last clone is
 //! dropped. A [`Descriptor`] is a `VIP_DESCRIPTOR` living in a slot of a
 //! registered block it shares with the NIC's other descriptors of its
-//! size and tag ([`crate::descriptor_block`]); it keeps the regions its segments point into alive, so a
-//! posted descriptor can never refer to freed memory.
+//! size and tag ([`blocks`]); it keeps the regions its segments point
+//! into alive, so a posted descriptor can never refer to freed memory.
 //!
 //! The engine writes into a region while a receive descriptor pointing into
 //! it is posted: read a buffer after its descriptor completed, and do not
 //! change a send buffer while its descriptor is posted (the VIA contract).
 
+mod blocks;
+
+use blocks::Slot;
 use crate::descriptor::{self, control, descriptor_bytes, status, AddressSegment, AtomicOperands, DataSegment, Pvoid64};
 use crate::error::{Result, ViaError};
-use crate::descriptor_block::Slot;
 use crate::nic::Nic;
 use std::alloc::Layout;
 use std::ops::Range;
@@ -238,7 +240,7 @@ impl Op {
 /// of data segments.
 pub struct Descriptor {
     /// Its memory: a slot of a registered block the NIC shares among its
-    /// descriptors ([`crate::descriptor_block`]).
+    /// descriptors ([`blocks`]).
     mem: Slot,
     max_segs: usize,
     /// Regions the segments point into, kept alive while the descriptor is.
@@ -249,7 +251,7 @@ impl Descriptor {
     /// A descriptor with room for `max_segs` data segments, registered under `ptag`.
     pub fn new(nic: &Nic, ptag: Ptag, max_segs: usize) -> Result<Descriptor> {
         let bytes = descriptor_bytes(max_segs.max(2) + 1); // + an RDMA address segment
-        let mem = nic.shared.descriptor_blocks.take(nic, ptag, bytes)?;
+        let mem = blocks::take(nic, ptag, bytes)?;
         Ok(Descriptor { mem, max_segs: max_segs.max(1), refs: Vec::new() })
     }
 

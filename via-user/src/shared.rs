@@ -30,8 +30,6 @@ pub(crate) struct Shared {
     pub(crate) sleepers: AtomicU32,
     pub(crate) sleeper_fds: Mutex<Vec<RawFd>>,
     pub(crate) notifier: Notifier,
-    /// Registered blocks the Rust API's descriptors are carved from.
-    pub(crate) descriptor_blocks: crate::descriptor_block::Blocks,
 }
 
 impl Shared {
