@@ -176,19 +176,22 @@ impl Clock {
 /// directly, it needs none of the seconds-and-nanoseconds arithmetic an
 /// `Instant` difference does.
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid place for the kernel (or the vDSO) to write.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64)
+    clock_ns(libc::CLOCK_MONOTONIC).unwrap_or(0)
 }
 
 /// The kernel's coarse monotonic clock (the time at its last tick), in
 /// nanoseconds: the vDSO serves it from memory whatever the clock source.
 /// None where it cannot be read.
 fn coarse_ns() -> Option<u64> {
+    clock_ns(libc::CLOCK_MONOTONIC_COARSE)
+}
+
+/// Clock `id` in nanoseconds; None where it cannot be read.
+#[inline]
+fn clock_ns(id: libc::clockid_t) -> Option<u64> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid place for the kernel (or the vDSO) to write.
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    let r = unsafe { libc::clock_gettime(id, &mut ts) };
     (r == 0).then(|| (ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64))
 }
 
