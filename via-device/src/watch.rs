@@ -64,6 +64,12 @@ impl RxWatch {
     }
 }
 
+// SAFETY: a watch is a pointer to an atomic word and a value; the word
+// may be read from any thread, and it lives as long as the device that
+// made it (`RxWatch::u32`), wherever that device is moved. A composite
+// device keeps its members' watches with them.
+unsafe impl Send for RxWatch {}
+
 /// The watches of one device, collected while the caller has the device
 /// to itself: watchable only if every part of the device that can
 /// receive reported its word.
@@ -91,6 +97,15 @@ impl RxWatches {
                 self.n += 1;
             }
             None => self.blind = true,
+        }
+    }
+
+    /// The one word collected, if exactly one was and no frame is waiting
+    /// (what a composite keeps of a member that found nothing).
+    pub fn single(&self) -> Option<RxWatch> {
+        match (self.n, self.blind || self.ready) {
+            (1, false) => self.words[0],
+            _ => None,
         }
     }
 

@@ -56,7 +56,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use via_device::ETH_HEADER_LEN;
-use via_device::{Capabilities, FrameDevice, HostRoute, MacAddr, Path, RxFilter, RxMeta, RxWatches, Sleep, TxFrame};
+use via_device::{Capabilities, FrameDevice, HostRoute, MacAddr, Path, RxFilter, RxMeta, RxWatch, RxWatches, Sleep, TxFrame};
 
 /// NICs a composite may own.
 pub const MAX_NICS: usize = 4;
@@ -112,6 +112,11 @@ pub struct CompositeDevice {
     epoll: OwnedFd,
     /// Which member receives first next time.
     turn: usize,
+    /// The watched word of each member (NICs, then the wire) that last
+    /// found nothing, as it left it: until it moves that member has no
+    /// frame and is not asked again (one load instead of calls into it). A
+    /// member that gave frames, or has no single word, is asked every round.
+    watches: [Option<RxWatch>; MAX_NICS + 1],
     /// Some host is reached by several members: receive in rounds.
     striped: bool,
     /// The route of each frame of the batch being sent.
@@ -172,7 +177,7 @@ impl CompositeDevice {
         let epoll = sys::epoll(&fds)?;
         let nics = nics.into_iter().map(|(_, dev)| Nic { mac: dev.mac(), dev, tx: 0 }).collect();
         let striped = routes.values().any(|h: &HostRoutes| h.ways.len() > 1);
-        Ok(CompositeDevice { nics, shm, routes, identities, epoll, turn: 0, striped, plan: Vec::new(), scratch: Vec::new(), nic_oversize: 0, unroutable: 0 })
+        Ok(CompositeDevice { nics, shm, routes, identities, epoll, turn: 0, watches: [None; MAX_NICS + 1], striped, plan: Vec::new(), scratch: Vec::new(), nic_oversize: 0, unroutable: 0 })
     }
 
     /// Opens `name`: members joined by `+`, NICs opened by `open_nic`, at
@@ -223,8 +228,49 @@ impl CompositeDevice {
         r
     }
 
-    /// The member `i` of the receive order (NICs, then the wire).
+    /// NICs, and the wire if there is one.
+    fn members(&self) -> usize {
+        self.nics.len() + usize::from(self.shm.is_some())
+    }
+
+    /// Does member `i` surely have no frame? True while the word it
+    /// reported when it last found nothing has not moved.
+    #[inline]
+    fn quiet(&self, i: usize) -> bool {
+        self.watches[i].is_some_and(|w| !w.changed())
+    }
+
+    /// After a receive from member `i` that gave `got`: watched if it
+    /// found nothing, else asked again next time.
+    #[inline]
+    fn received(&mut self, i: usize, got: &io::Result<usize>) {
+        self.watches[i] = match got {
+            Ok(0) => {
+                let mut w = RxWatches::default();
+                match self.nics.get(i) {
+                    Some(n) => n.dev.rx_watch(&mut w),
+                    None => self.shm.iter().for_each(|s| s.rx_watch(&mut w)),
+                }
+                w.single()
+            }
+            _ => None,
+        };
+    }
+
+    /// The member `i` of the receive order (NICs, then the wire), unless
+    /// its words say it has nothing.
+    #[inline(always)]
     fn receive_from(&mut self, i: usize, budget: usize, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
+        if self.quiet(i) {
+            return Ok(0);
+        }
+        let got = self.receive_member(i, budget, sink);
+        self.received(i, &got);
+        got
+    }
+
+    /// [`CompositeDevice::receive_from`] without the look at the words.
+    fn receive_member(&mut self, i: usize, budget: usize, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
         let CompositeDevice { nics, shm, identities, scratch, .. } = self;
         let identity = nics[0].mac;
         let Some(nic) = nics.get_mut(i) else {
@@ -362,21 +408,26 @@ impl FrameDevice for CompositeDevice {
     }
 
     fn set_filter(&mut self, filter: RxFilter) -> io::Result<()> {
-        for n in &mut self.nics {
-            n.dev.set_filter(filter)?;
-        }
-        self.shm.as_mut().map_or(Ok(()), |s| s.set_filter(filter))
+        let set = self.nics.iter_mut().try_for_each(|n| n.dev.set_filter(filter)).and_then(|()| self.shm.as_mut().map_or(Ok(()), |s| s.set_filter(filter)));
+        // A member may have dropped or kept frames while its filter changed.
+        self.watches = [None; MAX_NICS + 1];
+        set
     }
 
     fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
         // Only the wire lends, and its plain receive reads lent payloads in.
-        let members = self.nics.len() + usize::from(self.shm.is_some());
+        let members = self.members();
         self.turn = (self.turn + 1) % members;
         let mut n = 0;
         for j in 0..members {
             let i = (self.turn + j) % members;
             n += if i == self.nics.len() {
-                self.shm.as_mut().map_or(Ok(0), |s| s.receive(budget - n, sink))?
+                if self.quiet(i) {
+                    continue;
+                }
+                let got = self.shm.as_mut().map_or(Ok(0), |s| s.receive(budget - n, sink));
+                self.received(i, &got);
+                got?
             } else {
                 self.receive_from(i, budget - n, &mut |f, _| sink(f))?
             };
@@ -387,7 +438,7 @@ impl FrameDevice for CompositeDevice {
     /// One pass over the members, each giving what it has; when a host is
     /// striped, rounds instead ([`CompositeDevice::receive_rounds`]).
     fn receive_lent(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
-        let members = self.nics.len() + usize::from(self.shm.is_some());
+        let members = self.members();
         self.turn = if self.turn + 1 >= members { 0 } else { self.turn + 1 };
         if self.striped {
             return self.receive_rounds(members, budget, sink);
@@ -401,13 +452,19 @@ impl FrameDevice for CompositeDevice {
         Ok(n)
     }
 
-    /// Every member's word: frames may come by any of them.
+    /// Every member's words: frames may come by any of them.
     fn rx_watch(&self, w: &mut RxWatches) {
-        for n in &self.nics {
-            n.dev.rx_watch(w);
+        for (i, n) in self.nics.iter().enumerate() {
+            match self.watches[i] {
+                Some(kept) => w.push(kept),
+                None => n.dev.rx_watch(w),
+            }
         }
         if let Some(s) = self.shm.as_ref() {
-            s.rx_watch(w);
+            match self.watches[self.nics.len()] {
+                Some(kept) => w.push(kept),
+                None => s.rx_watch(w),
+            }
         }
     }
 
@@ -680,5 +737,112 @@ mod tests {
         // A host with one route is not striped.
         let c = CompositeDevice::new(vec![nic(&n1), nic(&n2)], None, &hosts_a[1..]).unwrap();
         assert!(!c.capabilities().reorders);
+    }
+
+    /// Frames for a [`WatchedNic`], and their count (its watched word).
+    #[derive(Default)]
+    struct Inbox {
+        frames: std::sync::Mutex<std::collections::VecDeque<Vec<u8>>>,
+        arrived: std::sync::atomic::AtomicU64,
+        /// Receives asked of the NIC.
+        asked: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Inbox {
+        fn arrive(&self, f: Vec<u8>) {
+            self.frames.lock().unwrap().push_back(f);
+            self.arrived.fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// A NIC that says where its next frame shows (its inbox's count).
+    struct WatchedNic {
+        mac: MacAddr,
+        inbox: std::sync::Arc<Inbox>,
+        fd: via_device::EventFd,
+    }
+
+    impl FrameDevice for WatchedNic {
+        fn mac(&self) -> MacAddr {
+            self.mac
+        }
+        fn mtu(&self) -> usize {
+            1500
+        }
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::default()
+        }
+        fn wait_fd(&self) -> RawFd {
+            self.fd.as_raw_fd()
+        }
+        fn set_filter(&mut self, _: RxFilter) -> io::Result<()> {
+            Ok(())
+        }
+        fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+            self.inbox.asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut n = 0;
+            while n < budget {
+                let Some(f) = self.inbox.frames.lock().unwrap().pop_front() else { break };
+                sink(&f);
+                n += 1;
+            }
+            Ok(n)
+        }
+        fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
+            Ok(frames.len())
+        }
+        fn rx_watch(&self, w: &mut RxWatches) {
+            let now = self.inbox.arrived.load(std::sync::atomic::Ordering::Acquire);
+            if !self.inbox.frames.lock().unwrap().is_empty() {
+                w.ready();
+            }
+            // SAFETY: the counter lives in the inbox, which the device holds.
+            w.push(unsafe { RxWatch::u64(&self.inbox.arrived, now) });
+        }
+    }
+
+    /// A member that found nothing is not asked again until its watched
+    /// word moves; then its frame is taken at the next receive.
+    #[test]
+    fn a_member_that_found_nothing_is_asked_again_only_when_its_word_moves() {
+        let inbox = std::sync::Arc::new(Inbox::default());
+        let watched = WatchedNic { mac: MacAddr([2, 0, 0, 0, 0, 0x77]), inbox: inbox.clone(), fd: via_device::EventFd::new().unwrap() };
+        let mut c = CompositeDevice::new(vec![("watched".into(), Box::new(watched))], None, &[]).unwrap();
+        let asked = || inbox.asked.load(std::sync::atomic::Ordering::Relaxed);
+        for _ in 0..10 {
+            assert_eq!(c.receive_lent(8, &mut |_, _| panic!("no frame yet")).unwrap(), 0);
+        }
+        assert_eq!(asked(), 1, "asked once, then watched");
+        let mut w = RxWatches::default();
+        c.rx_watch(&mut w);
+        assert!(w.usable() && !w.changed(), "the composite's watch is the member's word");
+        let f = frame(c.mac(), MacAddr([2, 0, 0, 0, 0, 1]), 5);
+        inbox.arrive(f.clone());
+        assert!(w.changed(), "a frame moves the watched word");
+        let mut got = Vec::new();
+        assert_eq!(c.receive_lent(8, &mut |g, _| got.push(g.to_vec())).unwrap(), 1);
+        assert_eq!((got, asked()), (vec![f], 2));
+    }
+
+    /// The wire's doorbell, rung for a sleeper, is emptied by the first
+    /// receive that finds its ring empty. So a member is watched only after
+    /// a receive that found nothing, not after one that gave frames: else
+    /// that receive never comes, the wait descriptor stays readable and
+    /// every sleep ends at once.
+    #[test]
+    fn a_rung_doorbell_is_emptied_though_the_wire_gave_its_frame() {
+        let (lw, sw) = (format!("bell-{}", std::process::id()), format!("bell-{}", std::process::id()));
+        let mut a = CompositeDevice::new(vec![nic(&lw)], Some(&sw), &[]).unwrap();
+        let mut b = CompositeDevice::new(vec![nic(&lw)], Some(&sw), &[]).unwrap();
+        let to_b = frame(b.mac(), a.mac(), 3);
+        assert_eq!(recv_all(&mut b), Vec::<Vec<u8>>::new(), "nothing yet: the wire is watched");
+        let sleep = b.prepare_sleep().expect("nothing waits");
+        assert_eq!(a.transmit(&[TxFrame::new(&to_b)]).unwrap(), 1); // rings b's doorbell
+        drop(sleep);
+        assert_eq!(recv_all(&mut b), vec![to_b]);
+        let mut pfd = libc::pollfd { fd: b.wait_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: poll on one live pollfd, no wait.
+        assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "the doorbell was emptied: a sleep would sleep");
+        crate::shm::remove_wire(&sw);
     }
 }

@@ -397,3 +397,25 @@ fn two_segment_receives_are_placed_across_both() {
     let r = b.recv_wait(T).unwrap();
     assert!(r.errors() & status::LENGTH_ERROR != 0, "status {:#x}", r.status());
 }
+
+#[test]
+fn a_descriptor_kept_under_other_vi_attributes_is_checked_again() {
+    let (ha, mut a, hb, mut b) = pair("kept-4", b"k4");
+    let (sbuf, rbuf) = (ha.region(4096), hb.region(4096));
+    let (d, r) = (ha.desc(&sbuf, 0, 100), hb.desc(&rbuf, 0, 4096));
+    let (_, d, r) = send(&mut a, d, &mut b, r, &rbuf);
+    let k = kept(&hb);
+    let (_, _d, r) = send(&mut a, d, &mut b, r, &rbuf);
+    assert_eq!(kept(&hb), k + 1, "the receive posted again unchanged was kept");
+
+    // Idle again, b takes messages of at most 1 KiB: the same 4 KiB
+    // receive is checked against that, not taken as it was kept.
+    b.disconnect().unwrap();
+    assert_eq!(b.state(), ViPhase::Idle);
+    let attrs = ViAttributes { max_transfer_size: 1024, ..b.attributes() };
+    b.set_attributes(&attrs).unwrap();
+    b.post_recv(r).unwrap();
+    assert_eq!(kept(&hb), k + 1, "checked again under the new attributes");
+    let r = b.recv_done().unwrap().expect("a receive longer than the VI's limit completes at once");
+    assert!(r.errors() & status::LENGTH_ERROR != 0, "status {:#x}", r.status());
+}

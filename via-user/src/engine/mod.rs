@@ -606,7 +606,11 @@ impl Core {
             self.mem.release_ptag(old.ptag);
             self.mem.invalidate_checks(); // posted descriptors were checked against the old tag
         }
-        self.vi_mut(id)?.attrs = attrs;
+        let vi = self.vi_mut(id)?;
+        if attrs != vi.attrs {
+            vi.attrs = attrs;
+            vi.rules = crate::workqueue::next_serial(); // kept records made under the old ones stand no more
+        }
         Ok(())
     }
 

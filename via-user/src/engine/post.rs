@@ -62,14 +62,13 @@ struct KeptRecord {
     on: PostedOn,
 }
 
-/// Where a descriptor was posted: VI (number and serial), its attributes,
-/// the queue.
+/// Where a descriptor was posted: the VI under its attributes (its
+/// `rules`, unique in the process: a VI made later, or these attributes
+/// changed, draw another) and the queue.
 #[derive(Clone, Copy, PartialEq)]
 struct PostedOn {
-    serial: u64,
-    vi: u16,
+    rules: u64,
     queue: Queue,
-    attrs: ViAttributes,
 }
 
 /// Records kept (a power of two): a few tens of kilobytes per NIC.
@@ -252,7 +251,7 @@ impl Core {
         if q == Queue::Recv && vi.srq.is_some() {
             return Err(ViaError::state("this VI takes its receives from a shared receive queue: post them there"));
         }
-        let (attrs, serial) = (vi.attrs, vi.serial);
+        let rules = vi.rules;
         let wq = match q {
             Queue::Send => &mut vi.sq,
             Queue::Recv => &mut vi.rq,
@@ -264,14 +263,14 @@ impl Core {
         // (Records are made only for descriptors that passed validation,
         // so an address that fails its checks never finds one.)
         let epoch = mem.epoch();
-        let on = PostedOn { serial, vi: id, queue: q, attrs };
+        let on = PostedOn { rules, queue: q };
         match kept.find(addr, handle, &on, epoch) {
             Some(k) => {
                 *e = *k;
                 counters.posts_kept += 1;
             }
             None => {
-                Self::validate(mem, &attrs, addr, handle, q, e)?;
+                Self::validate(mem, &vi.attrs, addr, handle, q, e)?;
                 // Not an atomic's: its entry's `imm` is the operation, not
                 // the descriptor's word, so `find` would never take it.
                 if e.pre_status == 0 && e.seg0 != 2 && e.checked_segments(epoch).is_some() {

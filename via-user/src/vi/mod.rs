@@ -153,6 +153,11 @@ pub struct ViState {
     /// Unique in the process ([`crate::workqueue::next_serial`]).
     pub serial: u64,
     pub attrs: ViAttributes,
+    /// Names this VI with these attributes: drawn like `serial` when the
+    /// VI is made and again whenever its attributes change, so that what
+    /// a post validated under them is taken again only under them
+    /// (`engine::post`'s kept records compare this one word).
+    pub rules: u64,
     pub phase: ViPhase,
     pub send_cq: Option<u16>,
     pub recv_cq: Option<u16>,
@@ -264,6 +269,7 @@ impl ViState {
             id,
             serial: crate::workqueue::next_serial(),
             attrs,
+            rules: crate::workqueue::next_serial(),
             phase: ViPhase::Idle,
             send_cq,
             recv_cq,
