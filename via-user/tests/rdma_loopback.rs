@@ -153,3 +153,25 @@ fn many_rdma_writes_in_flight() {
         }
     });
 }
+
+/// A target's read responses carry its ACK of the requests, so serving
+/// reads sends no ACK frames of its own (one was owed every 32 requests,
+/// and went out beside the responses that had already carried it).
+#[test]
+fn read_responses_carry_the_ack_so_no_ack_frame_follows() {
+    with_target("ackr", true, |c, vi, rb, _| {
+        let dst = c.region(16 * 32, false);
+        let before = c.nic.counters().rx_frames;
+        for round in 0..4 {
+            for i in 0..16 {
+                vi.post_send(c.desc(Op::RdmaRead(rb.offset((round * 512 + i * 32) as u64)), &dst, i * 32, 32, None, false)).unwrap();
+            }
+            for _ in 0..16 {
+                vi.send_wait(T).unwrap().check_ok().unwrap();
+            }
+            assert_eq!(dst.to_vec(0..512).unwrap(), data(7, 256 << 10)[round * 512..round * 512 + 512].to_vec());
+        }
+        let got = c.nic.counters().rx_frames - before;
+        assert_eq!(got, 64, "64 reads, 64 frames back (their responses)");
+    });
+}

@@ -954,6 +954,10 @@ impl Context {
     /// Accounts for `n` side frames of VI `id` of which the device took `k`.
     fn after_side(&mut self, vi: &mut ViState, specs: &[Spec; BATCH], n: usize, k: usize) {
         self.counters.tx_frames += k as u64;
+        if k > 0 && vi.reliable() {
+            // They carried our ACK (build_side): none is owed on its own.
+            vi.acks.carried();
+        }
         for s in &specs[..k] {
             let Some(len) = s.resp else { continue };
             if let Some(job) = vi.served.jobs.front_mut() {
