@@ -36,11 +36,13 @@ fn code(r: R) -> VipReturnCode {
 /// VIP_ERROR_RESOURCE. With `VIPL_VERBOSE=1` in the environment, each
 /// error (other than NOT_DONE and TIMEOUT) is also written to stderr with
 /// its cause.
+#[inline(always)]
 pub(crate) fn guard(f: impl FnOnce() -> R) -> VipReturnCode {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => {
-            if let Err(e) = &r {
-                log_error(e);
+            match &r {
+                Err(e) if !matches!(e.code, VipReturn::NotDone | VipReturn::Timeout) => log_error(e),
+                _ => {}
             }
             code(r)
         }
@@ -48,10 +50,13 @@ pub(crate) fn guard(f: impl FnOnce() -> R) -> VipReturnCode {
     }
 }
 
+/// Writes a failed call's error to stderr if `VIPL_VERBOSE` asks (NOT_DONE
+/// and TIMEOUT, the answers of polls and timed waits, are not written).
+#[cold]
+#[inline(never)]
 fn log_error(e: &ViaError) {
     static VERBOSE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let verbose = *VERBOSE.get_or_init(|| std::env::var("VIPL_VERBOSE").is_ok_and(|v| v != "0"));
-    if verbose && !matches!(e.code, VipReturn::NotDone | VipReturn::Timeout) {
+    if *VERBOSE.get_or_init(|| std::env::var("VIPL_VERBOSE").is_ok_and(|v| v != "0")) {
         eprintln!("vipl: {e}");
     }
 }
@@ -80,6 +85,7 @@ impl ViRef {
     }
 }
 
+#[inline(always)]
 pub(crate) fn vi_of(h: VipHandle) -> Result<ViRef, ViaError> {
     match handles::pin(h) {
         Some(p) if matches!(*p, Object::Vi { .. }) => Ok(ViRef(p)),

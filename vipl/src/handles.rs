@@ -124,6 +124,7 @@ fn writers() -> MutexGuard<'static, Writers> {
     WRITERS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+#[inline(always)]
 fn slot(i: usize) -> Option<&'static Slot> {
     let c = TABLE.get(i / CHUNK)?.load(Ordering::Acquire);
     // SAFETY: chunks are leaked boxes, never freed once published.
@@ -134,6 +135,7 @@ fn handle_of(i: usize, generation: u32) -> *mut c_void {
     (((generation as usize) << INDEX_BITS) | (i + 1)) as *mut c_void
 }
 
+#[inline(always)]
 fn slot_of(h: *mut c_void) -> Option<(usize, u32)> {
     let v = h as usize;
     let i = (v & ((1 << INDEX_BITS) - 1)).checked_sub(1)?;
@@ -184,6 +186,7 @@ impl Deref for Pinned {
 }
 
 impl Drop for Pinned {
+    #[inline(always)]
     fn drop(&mut self) {
         let s = self.slot;
         match self.held.take() {
@@ -191,17 +194,25 @@ impl Drop for Pinned {
                 drop(held);
                 hazard::light_barrier();
                 if s.state.load(Ordering::Acquire) & DESTROYED != 0 {
-                    try_free(writers(), s);
+                    free_destroyed(s);
                 }
             }
             None => {
                 let before = s.state.fetch_sub(1, Ordering::AcqRel);
                 if before & DESTROYED != 0 && before & PINS == 1 {
-                    try_free(writers(), s);
+                    free_destroyed(s);
                 }
             }
         }
     }
+}
+
+/// [`try_free`] from a pin's end: rare (the object was destroyed while
+/// pinned), so out of the entry points' way.
+#[cold]
+#[inline(never)]
+fn free_destroyed(s: &'static Slot) {
+    try_free(writers(), s);
 }
 
 /// Drops the object of slot `s` and frees the slot if it is destroyed and
@@ -230,7 +241,7 @@ fn free(mut w: MutexGuard<'static, Writers>, s: &'static Slot) {
 }
 
 /// Pins the live object `h` names, if any.
-#[inline]
+#[inline(always)]
 pub fn pin(h: *mut c_void) -> Option<Pinned> {
     let (i, g) = slot_of(h)?;
     let s = slot(i)?;

@@ -64,7 +64,7 @@ pub fn enable() {
 
 /// The pinner's barrier, between publishing (or clearing) a pin and
 /// looking at the slot's state.
-#[inline]
+#[inline(always)]
 pub fn light_barrier() {
     if ASYMMETRIC.load(Ordering::Relaxed) {
         compiler_fence(Ordering::SeqCst);
@@ -105,7 +105,7 @@ impl Drop for Held {
 
 /// Publishes a pin of slot `slot` in the calling thread's record; None
 /// when the record is full (or the thread is ending).
-#[inline]
+#[inline(always)]
 pub fn hold(slot: usize) -> Option<Held> {
     let rec = mine()?;
     let w = rec.held.iter().find(|w| w.load(Ordering::Relaxed) == 0)?;
@@ -129,6 +129,7 @@ pub fn held_anywhere(slot: usize) -> bool {
 }
 
 /// The calling thread's record, taken from the list or made on first use.
+#[inline(always)]
 fn mine() -> Option<&'static Record> {
     thread_local! {
         static MINE: Owner = const { Owner(Cell::new(None)) };
