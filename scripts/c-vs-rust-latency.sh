@@ -3,7 +3,8 @@
 # libvipl; once with VipRecvWait, once through a CQ) against the Rust
 # via-pingpong making the same calls (64 bytes, reliable delivery; RecvWait,
 # and --recv-cq: CQWait then RecvDone) between the same two test hosts, in
-# alternating rounds, server pinned to CPU 0 and client to CPU 1. Prints
+# alternating rounds (C first in odd rounds, Rust first in even ones),
+# server pinned to CPU 0 and client to CPU 1. Prints
 # each round and the medians of the per-round ratios.
 # Needs root. Usage: scripts/c-vs-rust-latency.sh [ROUNDS]
 set -euo pipefail
@@ -42,7 +43,13 @@ rust_round() {
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 ws=(); cs=(); rs=(); qs=(); wr=(); cr=()
 for i in $(seq 1 "$rounds"); do
-    w="$(c_round pingwait)"; r="$(rust_round)"; c="$(c_round pingpong)"; q="$(rust_round --recv-cq)"
+    # Which of the pair runs first alternates: a machine that drifts
+    # within a round favours neither.
+    if [ $((i % 2)) -eq 1 ]; then
+        w="$(c_round pingwait)"; r="$(rust_round)"; c="$(c_round pingpong)"; q="$(rust_round --recv-cq)"
+    else
+        r="$(rust_round)"; w="$(c_round pingwait)"; q="$(rust_round --recv-cq)"; c="$(c_round pingpong)"
+    fi
     ws+=("$w"); rs+=("$r"); cs+=("$c"); qs+=("$q")
     wr+=("$(echo "$w $r" | awk '{printf "%.4f", $1/$2}')"); cr+=("$(echo "$c $q" | awk '{printf "%.4f", $1/$2}')")
     echo "round $i: C (RecvWait) $w us, Rust (RecvWait) $r us, C (CQ) $c us, Rust (CQ) $q us"

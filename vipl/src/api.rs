@@ -106,6 +106,7 @@ impl CqRef {
     }
 }
 
+#[inline(always)]
 fn cq_of(h: VipHandle) -> Result<CqRef, ViaError> {
     match handles::pin(h) {
         Some(p) if matches!(*p, Object::Cq { .. }) => Ok(CqRef(p)),
