@@ -495,7 +495,11 @@ impl FrameDevice for CompositeDevice {
     /// anyway is sent again by the engine, a duplicate its peer drops.
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
         if let [f] = frames {
-            // One frame (a message that fits one, an ACK): no plan.
+            // One frame (a message that fits one, an ACK): no plan; for a
+            // process on the wire, no route either.
+            if let Some(sent) = self.shm.as_mut().and_then(|s| s.transmit_taken(f)) {
+                return sent.map(usize::from);
+            }
             let route = self.route(f);
             return self.send_run(route, frames);
         }

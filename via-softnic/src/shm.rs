@@ -380,6 +380,46 @@ impl ShmDevice {
         !self.targets.is_empty()
     }
 
+    /// Sends `f` if it is a unicast frame some process on this wire takes
+    /// (what a composite would route here): Some(whether it went, or the
+    /// ring was full), None when it is not for the wire.
+    #[inline]
+    pub fn transmit_taken(&mut self, f: &TxFrame<'_>) -> Option<io::Result<bool>> {
+        let mut copy = [0u8; 64];
+        let head = match self.checked_start(0, f, &mut copy) {
+            Ok(h) => h,
+            Err(e) => return Some(Err(e)),
+        };
+        if MacAddr(head[..6].try_into().unwrap()).is_broadcast() {
+            return None;
+        }
+        self.find_targets(head);
+        if self.targets.is_empty() {
+            return None;
+        }
+        let lend = f.lendable && f.payload_len() >= self.lend_min;
+        for k in 0..self.targets.len() {
+            if !self.append(self.targets[k], f, lend) {
+                self.tx_ring_full += 1;
+                return Some(Ok(false));
+            }
+        }
+        self.tx_frames += 1;
+        self.tx_lent += u64::from(lend);
+        Some(Ok(true))
+    }
+
+    /// The start of frame `i` of a batch, `f`, once its length is one the
+    /// wire carries.
+    #[inline]
+    fn checked_start<'f>(&self, i: usize, f: &'f TxFrame<'_>, copy: &'f mut [u8; 64]) -> io::Result<&'f [u8]> {
+        let (len, max) = (f.len(), ETH_HEADER_LEN + MTU);
+        if !(ETH_HEADER_LEN..=max).contains(&len) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame {i} of the batch is {len} bytes; shm wire {:?} takes {ETH_HEADER_LEN}..={max}", self.wire)));
+        }
+        Ok(f.start(copy))
+    }
+
     /// Appends `frame` to port `r`'s ring, its payload lent if `lend`;
     /// false if the ring is full.
     fn append(&mut self, r: Route, frame: &TxFrame<'_>, lend: bool) -> bool {
@@ -704,14 +744,9 @@ impl FrameDevice for ShmDevice {
     }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
-        let max = ETH_HEADER_LEN + MTU;
         let mut copy = [0u8; 64];
         for (i, f) in frames.iter().enumerate() {
-            let len = f.len();
-            if !(ETH_HEADER_LEN..=max).contains(&len) {
-                return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame {i} of the batch is {len} bytes; shm wire {:?} takes {ETH_HEADER_LEN}..={max}", self.wire)));
-            }
-            let head = f.start(&mut copy);
+            let head = self.checked_start(i, f, &mut copy)?;
             self.find_targets(head);
             if self.targets.is_empty() {
                 self.tx_no_port += 1;
