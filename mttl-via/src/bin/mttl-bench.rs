@@ -17,7 +17,8 @@
 //! has one; for invoke a send/receive round trip of the same payload)
 //! and prints the ratio of the two (issue 26: at most 1.3);
 //! throughput is bytes per second with 16 threads each keeping one
-//! operation in flight.
+//! operation in flight, over ten times as many operations as the latency
+//! takes.
 
 use mttl_via::{ainvoke, invoke, my_pe, pe_num, remote, sendrecv, GlobalPtr};
 use std::collections::BTreeMap;
@@ -34,6 +35,9 @@ fn sizes() -> Vec<usize> {
         Err(_) => ALL_SIZES.to_vec(),
     }
 }
+/// The throughput phase's operations against the latency's.
+const THROUGHPUT_FACTOR: u64 = 10;
+
 fn threads_n() -> u64 {
     std::env::var("MTTL_BENCH_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(16)
 }
@@ -133,7 +137,9 @@ fn measure(op: &str, quick: bool) {
             f64::NAN
         };
         let nthreads = threads_n();
-        let per = (n / nthreads).max(4);
+        // Ten times the latency's operations: at 3,000 small reads the
+        // phase lasted ~4 ms, and the threads' start weighed on it.
+        let per = (THROUGHPUT_FACTOR * n / nthreads).max(4);
         let s = Instant::now();
         let workers: Vec<_> = (0..nthreads)
             .map(|_| match op {
