@@ -43,6 +43,38 @@ pub unsafe fn read_segment(addr: usize, i: usize) -> DataSegment {
     unsafe { std::ptr::read_volatile((addr + 32 + 16 * i) as *const DataSegment) }
 }
 
+/// The words of the descriptor at `addr` a kept post compares: the
+/// control segment's count-and-control word (bytes 12..16: `SegCount |
+/// Control << 16`), its immediate data and length (bytes 20..28:
+/// `ImmediateData | Length << 32`), and data segment `i` whole (16 bytes:
+/// address, handle, length), little-endian as they lie.
+///
+/// # Safety
+/// As for [`read_segment`]: the descriptor, with at least `i + 1`
+/// segments where segments are read, lies in registered memory checked
+/// under the engine lock held since.
+pub unsafe fn read_control_words(addr: usize) -> (u32, u64) {
+    // SAFETY: the caller's promise; the words lie in the 32-byte control
+    // segment of a 64-byte aligned descriptor, each at its alignment (the
+    // 8 bytes at 20 as two 4-byte words).
+    unsafe {
+        let control = std::ptr::read_volatile((addr + 12) as *const u32);
+        let imm = std::ptr::read_volatile((addr + 20) as *const u32);
+        let len = std::ptr::read_volatile((addr + 24) as *const u32);
+        (control, u64::from(imm) | u64::from(len) << 32)
+    }
+}
+
+/// Data segment `i` of the descriptor at `addr` as one 16-byte word (see
+/// [`read_control_words`]).
+///
+/// # Safety
+/// As for [`read_segment`].
+pub unsafe fn read_segment_word(addr: usize, i: usize) -> u128 {
+    // SAFETY: the caller's promise; a segment is 16-byte aligned.
+    unsafe { std::ptr::read_volatile((addr + 32 + 16 * i) as *const u128) }
+}
+
 /// Reads segment 0 of the RDMA descriptor at `addr` as the remote
 /// address segment.
 ///

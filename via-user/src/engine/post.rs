@@ -2,7 +2,7 @@
 //! them, and handing completed ones back (`Done`).
 
 use super::{vi_at, Context, Core, MAX_SEGMENTS};
-use crate::descriptor::{control, status, ControlSegment, DESCRIPTOR_ALIGNMENT};
+use crate::descriptor::{control, status, DESCRIPTOR_ALIGNMENT};
 use crate::error::{Result, ViaError, VipReturn};
 use crate::usermem;
 use crate::vi::{ViAttributes, ViPhase, ViState};
@@ -60,6 +60,34 @@ pub struct Kept {
 struct KeptRecord {
     entry: WqEntry,
     on: PostedOn,
+    /// What the descriptor said, as the words a post reads again.
+    image: Image,
+}
+
+/// A validated descriptor as the words [`usermem::read_control_words`]
+/// and [`usermem::read_segment_word`] read: compared whole, where field by
+/// field took some forty instructions more a post.
+#[derive(Clone, Copy)]
+struct Image {
+    /// `SegCount | Control << 16`.
+    control: u32,
+    /// `ImmediateData | Length << 32`; a send's (a receive's are written
+    /// at completion, not read).
+    send: u64,
+    /// The checked data segments whole: address, handle, length.
+    segs: [u128; INLINE_SEGMENTS],
+}
+
+impl Image {
+    /// The words of the descriptor validation made `e` from, with its
+    /// checked segments `segs`.
+    fn of(e: &WqEntry, segs: &[CheckedSegment]) -> Image {
+        let mut image = Image { control: u32::from(e.segs) | u32::from(e.control) << 16, send: u64::from(e.imm) | u64::from(e.len) << 32, segs: [0; INLINE_SEGMENTS] };
+        for (w, k) in image.segs.iter_mut().zip(segs) {
+            *w = u128::from(k.addr) | u128::from(k.handle) << 64 | u128::from(k.len) << 96;
+        }
+        image
+    }
 }
 
 /// Where a descriptor was posted: the VI under its attributes (its
@@ -89,14 +117,13 @@ impl Kept {
         if e.desc != addr || e.desc_handle != handle || e.checked_epoch != epoch || r.on != *on {
             return None;
         }
-        let q = on.queue;
         // SAFETY: the record was made for this descriptor (address and
         // handle) by a validation that checked its control segment and its
         // `segs` segments against the registration table at `epoch`, which
         // still stands, so that memory is still registered; the engine
         // lock is held.
-        let cs = unsafe { std::ptr::read_volatile(addr as *const ControlSegment) };
-        if cs.control != e.control || cs.seg_count != e.segs || (q == Queue::Send && (cs.length != e.len || cs.immediate_data != e.imm)) {
+        let (control, send) = unsafe { usermem::read_control_words(addr) };
+        if control != r.image.control || (on.queue == Queue::Send && send != r.image.send) {
             return None;
         }
         if e.seg0 >= 1 {
@@ -106,23 +133,25 @@ impl Kept {
                 return None;
             }
         }
-        let segs = e.checked_segments(epoch)?;
-        for (i, k) in segs.iter().enumerate() {
+        // Records are kept only with their segments checked, at most
+        // INLINE_SEGMENTS of them (`keep`).
+        let n = usize::from(e.segs - e.seg0);
+        for (i, &want) in r.image.segs[..n].iter().enumerate() {
             // SAFETY: as above; seg0 + i < segs.
-            let s = unsafe { usermem::read_segment(addr, e.seg0 as usize + i) };
-            if s.data.address_bits != k.addr || s.handle != k.handle || s.length != k.len {
+            if unsafe { usermem::read_segment_word(addr, usize::from(e.seg0) + i) } != want {
                 return None;
             }
         }
         Some(e)
     }
 
-    /// Records what validation found for the descriptor in `e`.
-    fn keep(&mut self, e: &WqEntry, on: PostedOn) {
+    /// Records what validation found for the descriptor in `e`, whose
+    /// checked segments are `segs`.
+    fn keep(&mut self, e: &WqEntry, segs: &[CheckedSegment], on: PostedOn) {
         if self.records.is_empty() {
             self.records = vec![None; KEPT];
         }
-        self.records[slot(e.desc)] = Some(KeptRecord { entry: *e, on });
+        self.records[slot(e.desc)] = Some(KeptRecord { entry: *e, on, image: Image::of(e, segs) });
     }
 }
 
@@ -273,8 +302,10 @@ impl Core {
                 Self::validate(mem, &vi.attrs, addr, handle, q, e)?;
                 // Not an atomic's: its entry's `imm` is the operation, not
                 // the descriptor's word, so `find` would never take it.
-                if e.pre_status == 0 && e.seg0 != 2 && e.checked_segments(epoch).is_some() {
-                    kept.keep(e, on);
+                if e.pre_status == 0 && e.seg0 != 2 {
+                    if let Some(segs) = e.checked_segments(epoch) {
+                        kept.keep(e, segs, on);
+                    }
                 }
             }
         }
