@@ -48,6 +48,14 @@ pub struct Options {
     pub recv_cq: bool,
 }
 
+/// What `--demo` runs unless `--transports` says otherwise.
+pub const DEMO_DEFAULT: [&str; 10] = ["raw", "via", "via-auth", "via-shm", "via-udp", "via-unrel", "via-write", "via-read", "udp", "tcp"];
+
+/// Every transport `--demo --transports` takes (the shared-memory
+/// references, `shm-floor`, `ompi-shm`, `ucx-shm` and `ofi-shm`, run
+/// beside `via-shm` by themselves).
+pub const DEMO_TRANSPORTS: [&str; 12] = ["raw", "via", "via-auth", "via-shm", "via-shm-lent", "via-udp", "via-unrel", "via-write", "via-read", "via-atomic", "udp", "tcp"];
+
 impl Default for Options {
     fn default() -> Self {
         Options {
@@ -65,7 +73,7 @@ impl Default for Options {
             plot: None,
             mtu: 1500,
             kernel_loss: 0,
-            transports: ["raw", "via", "via-auth", "via-shm", "via-udp", "via-unrel", "via-write", "via-read", "udp", "tcp"].map(String::from).to_vec(),
+            transports: DEMO_DEFAULT.map(String::from).to_vec(),
             rounds: 5,
             cpu: None,
             rdma: None,

@@ -162,6 +162,10 @@ fn parse() -> Result<(String, Options), String> {
     if !["via", "raw", "udp", "tcp"].contains(&o.transport.as_str()) {
         return Err(format!("unknown transport {:?}", o.transport));
     }
+    if let Some(t) = o.transports.iter().find(|t| !common::DEMO_TRANSPORTS.contains(&t.as_str())) {
+        let beside = if ["shm-floor", "ompi-shm", "ucx-shm", "ofi-shm"].contains(&t.as_str()) { " (the shared-memory references run beside via-shm by themselves: name via-shm)" } else { "" };
+        return Err(format!("unknown demo transport {t:?}{beside}; --transports takes {}", common::DEMO_TRANSPORTS.join(",")));
+    }
     Ok((mode, o))
 }
 

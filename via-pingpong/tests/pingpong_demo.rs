@@ -92,3 +92,12 @@ fn without_root_the_demo_runs_via_over_loopback() {
     assert!(s.contains("\"transport\":\"via\",\"op\":\"bw\",\"bytes\":4096,"), "{s}");
     assert!(!s.contains("\"transport\":\"raw\""));
 }
+
+#[test]
+fn an_unknown_demo_transport_is_refused_before_anything_runs() {
+    let out = Command::new(EXE).args(["--demo", "--transports", "via-shm,ompi-shm"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown demo transport \"ompi-shm\"") && err.contains("name via-shm"), "{err}");
+    assert!(out.stdout.is_empty(), "nothing ran: {}", String::from_utf8_lossy(&out.stdout));
+}
