@@ -365,6 +365,17 @@ pub trait FrameDevice: Send {
     fn rx_watch(&self, w: &mut RxWatches) {
         w.blind();
     }
+
+    /// Would a receive find a frame now? None when the device cannot say
+    /// (it reports no watched words). What [`FrameDevice::rx_watch`]
+    /// says, without collecting the words: a device with words overrides
+    /// it with the one look (a poll that finds nothing complete asks it
+    /// before it runs a round).
+    fn rx_pending(&self) -> Option<bool> {
+        let mut w = RxWatches::default();
+        self.rx_watch(&mut w);
+        w.usable().then(|| w.changed())
+    }
 }
 
 /// A thread's sleep on a device, from [`FrameDevice::prepare_sleep`]:

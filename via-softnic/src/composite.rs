@@ -468,6 +468,25 @@ impl FrameDevice for CompositeDevice {
         }
     }
 
+    /// A member has a frame (its kept word moved, or it says so); None if
+    /// one cannot say and none has.
+    fn rx_pending(&self) -> Option<bool> {
+        let mut blind = false;
+        for i in 0..self.members() {
+            let pending = match (self.watches[i], self.nics.get(i)) {
+                (Some(kept), _) => Some(kept.changed()),
+                (None, Some(n)) => n.dev.rx_pending(),
+                (None, None) => self.shm.as_ref().and_then(|s| s.rx_pending()),
+            };
+            match pending {
+                Some(true) => return Some(true),
+                Some(false) => {}
+                None => blind = true,
+            }
+        }
+        (!blind).then_some(false)
+    }
+
     fn path_to(&mut self, head: &[u8]) -> Path {
         // The path of the member that carries such frames.
         if let Some(s) = self.shm.as_mut() {
@@ -820,9 +839,11 @@ mod tests {
         let mut w = RxWatches::default();
         c.rx_watch(&mut w);
         assert!(w.usable() && !w.changed(), "the composite's watch is the member's word");
+        assert_eq!(c.rx_pending(), Some(false), "nothing there, and it can say so");
         let f = frame(c.mac(), MacAddr([2, 0, 0, 0, 0, 1]), 5);
         inbox.arrive(f.clone());
         assert!(w.changed(), "a frame moves the watched word");
+        assert_eq!(c.rx_pending(), Some(true));
         let mut got = Vec::new();
         assert_eq!(c.receive_lent(8, &mut |g, _| got.push(g.to_vec())).unwrap(), 1);
         assert_eq!((got, asked()), (vec![f], 2));
@@ -843,7 +864,10 @@ mod tests {
         let sleep = b.prepare_sleep().expect("nothing waits");
         assert_eq!(a.transmit(&[TxFrame::new(&to_b)]).unwrap(), 1); // rings b's doorbell
         drop(sleep);
+        assert_eq!(b.rx_pending(), Some(true), "the wire has a frame");
         assert_eq!(recv_all(&mut b), vec![to_b]);
+        assert_eq!(b.shm.as_ref().unwrap().rx_pending(), Some(false));
+        assert_eq!(b.rx_pending(), None, "nothing on the wire, and the loopback NIC cannot say");
         let mut pfd = libc::pollfd { fd: b.wait_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: poll on one live pollfd, no wait.
         assert_eq!(unsafe { libc::poll(&mut pfd, 1, 0) }, 0, "the doorbell was emptied: a sleep would sleep");

@@ -464,6 +464,11 @@ impl FrameDevice for PacketDevice {
         w.push(unsafe { RxWatch::u32(status, libc::TP_STATUS_USER, 0) });
     }
 
+    /// The ring's next slot is the user's.
+    fn rx_pending(&self) -> Option<bool> {
+        Some(self.ring.status(self.ring.next).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0)
+    }
+
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
         let mtu = FrameDevice::mtu(self);
         let max = ETH_HEADER_LEN + mtu;

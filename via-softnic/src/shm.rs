@@ -743,6 +743,11 @@ impl FrameDevice for ShmDevice {
         w.push(unsafe { RxWatch::u64(seq, now) });
     }
 
+    /// The slot taken next holds a frame.
+    fn rx_pending(&self) -> Option<bool> {
+        Some(self.seg.slot_seq(self.port, self.rx_head).load(Ordering::Acquire) == self.rx_head + 1)
+    }
+
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
         let mut copy = [0u8; 64];
         for (i, f) in frames.iter().enumerate() {

@@ -483,9 +483,7 @@ impl Engine {
         if !(self.idle() && self.core.timers_quiet(now)) {
             return false;
         }
-        let mut w = via_device::RxWatches::default();
-        self.dev.rx_watch(&mut w);
-        w.usable() && !w.changed()
+        self.dev.rx_pending() == Some(false)
     }
 
     /// One round of work: receive, timers, transmit. Returns true when
