@@ -233,6 +233,14 @@ impl CompositeDevice {
         self.nics.len() + usize::from(self.shm.is_some())
     }
 
+    /// Member `i` (NICs, then the wire).
+    fn member(&self, i: usize) -> &dyn FrameDevice {
+        match self.nics.get(i) {
+            Some(n) => &*n.dev,
+            None => self.shm.as_ref().expect("a member past the NICs is the wire"),
+        }
+    }
+
     /// Does member `i` surely have no frame? True while the word it
     /// reported when it last found nothing has not moved.
     #[inline]
@@ -247,10 +255,7 @@ impl CompositeDevice {
         self.watches[i] = match got {
             Ok(0) => {
                 let mut w = RxWatches::default();
-                match self.nics.get(i) {
-                    Some(n) => n.dev.rx_watch(&mut w),
-                    None => self.shm.iter().for_each(|s| s.rx_watch(&mut w)),
-                }
+                self.member(i).rx_watch(&mut w);
                 w.single()
             }
             _ => None,
@@ -454,16 +459,10 @@ impl FrameDevice for CompositeDevice {
 
     /// Every member's words: frames may come by any of them.
     fn rx_watch(&self, w: &mut RxWatches) {
-        for (i, n) in self.nics.iter().enumerate() {
+        for i in 0..self.members() {
             match self.watches[i] {
                 Some(kept) => w.push(kept),
-                None => n.dev.rx_watch(w),
-            }
-        }
-        if let Some(s) = self.shm.as_ref() {
-            match self.watches[self.nics.len()] {
-                Some(kept) => w.push(kept),
-                None => s.rx_watch(w),
+                None => self.member(i).rx_watch(w),
             }
         }
     }
@@ -473,10 +472,9 @@ impl FrameDevice for CompositeDevice {
     fn rx_pending(&self) -> Option<bool> {
         let mut blind = false;
         for i in 0..self.members() {
-            let pending = match (self.watches[i], self.nics.get(i)) {
-                (Some(kept), _) => Some(kept.changed()),
-                (None, Some(n)) => n.dev.rx_pending(),
-                (None, None) => self.shm.as_ref().and_then(|s| s.rx_pending()),
+            let pending = match self.watches[i] {
+                Some(kept) => Some(kept.changed()),
+                None => self.member(i).rx_pending(),
             };
             match pending {
                 Some(true) => return Some(true),

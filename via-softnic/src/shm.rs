@@ -397,16 +397,7 @@ impl ShmDevice {
         if self.targets.is_empty() {
             return None;
         }
-        let lend = f.lendable && f.payload_len() >= self.lend_min;
-        for k in 0..self.targets.len() {
-            if !self.append(self.targets[k], f, lend) {
-                self.tx_ring_full += 1;
-                return Some(Ok(false));
-            }
-        }
-        self.tx_frames += 1;
-        self.tx_lent += u64::from(lend);
-        Some(Ok(true))
+        Some(Ok(self.send_to_targets(f, false)))
     }
 
     /// The start of frame `i` of a batch, `f`, once its length is one the
@@ -418,6 +409,23 @@ impl ShmDevice {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame {i} of the batch is {len} bytes; shm wire {:?} takes {ETH_HEADER_LEN}..={max}", self.wire)));
         }
         Ok(f.start(copy))
+    }
+
+    /// Appends `f` to the rings of the ports found for it (`targets`);
+    /// false if a unicast frame found a ring full (it is sent again
+    /// later). A broadcast one is best effort.
+    #[inline]
+    fn send_to_targets(&mut self, f: &TxFrame<'_>, broadcast: bool) -> bool {
+        let lend = f.lendable && !broadcast && f.payload_len() >= self.lend_min;
+        for k in 0..self.targets.len() {
+            if !self.append(self.targets[k], f, lend) && !broadcast {
+                self.tx_ring_full += 1;
+                return false;
+            }
+        }
+        self.tx_frames += 1;
+        self.tx_lent += u64::from(lend && !self.targets.is_empty());
+        true
     }
 
     /// Appends `frame` to port `r`'s ring, its payload lent if `lend`;
@@ -757,16 +765,9 @@ impl FrameDevice for ShmDevice {
                 self.tx_no_port += 1;
             }
             let broadcast = MacAddr(head[..6].try_into().unwrap()).is_broadcast();
-            let lend = f.lendable && !broadcast && f.payload_len() >= self.lend_min;
-            for k in 0..self.targets.len() {
-                // A unicast frame waits for room; a broadcast one is best effort.
-                if !self.append(self.targets[k], f, lend) && !broadcast {
-                    self.tx_ring_full += 1;
-                    return Ok(i);
-                }
+            if !self.send_to_targets(f, broadcast) {
+                return Ok(i);
             }
-            self.tx_frames += 1;
-            self.tx_lent += u64::from(lend && !self.targets.is_empty());
         }
         Ok(frames.len())
     }

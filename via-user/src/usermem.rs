@@ -43,16 +43,14 @@ pub unsafe fn read_segment(addr: usize, i: usize) -> DataSegment {
     unsafe { std::ptr::read_volatile((addr + 32 + 16 * i) as *const DataSegment) }
 }
 
-/// The words of the descriptor at `addr` a kept post compares: the
-/// control segment's count-and-control word (bytes 12..16: `SegCount |
-/// Control << 16`), its immediate data and length (bytes 20..28:
-/// `ImmediateData | Length << 32`), and data segment `i` whole (16 bytes:
-/// address, handle, length), little-endian as they lie.
+/// The control-segment words of the descriptor at `addr` a kept post
+/// compares, little-endian as they lie: the count-and-control word (bytes
+/// 12..16: `SegCount | Control << 16`) and the immediate data and length
+/// (bytes 20..28: `ImmediateData | Length << 32`).
 ///
 /// # Safety
-/// As for [`read_segment`]: the descriptor, with at least `i + 1`
-/// segments where segments are read, lies in registered memory checked
-/// under the engine lock held since.
+/// As for [`read_segment`]: the descriptor lies in registered memory
+/// checked under the engine lock held since.
 pub unsafe fn read_control_words(addr: usize) -> (u32, u64) {
     // SAFETY: the caller's promise; the words lie in the 32-byte control
     // segment of a 64-byte aligned descriptor, each at its alignment (the
@@ -65,8 +63,8 @@ pub unsafe fn read_control_words(addr: usize) -> (u32, u64) {
     }
 }
 
-/// Data segment `i` of the descriptor at `addr` as one 16-byte word (see
-/// [`read_control_words`]).
+/// Data segment `i` of the descriptor at `addr` as one 16-byte word,
+/// little-endian as it lies: `address | handle << 64 | length << 96`.
 ///
 /// # Safety
 /// As for [`read_segment`].
