@@ -109,12 +109,16 @@ fn a_target_serving_reads_from_its_wait_does_not_sleep_between_them() {
     let preempted = server.join().unwrap();
     // A target the machine preempted comes back past its spin time and
     // may sleep once for each preemption (a 2-core machine under load):
-    // those are excused too. A wait that slept once its first
-    // millisecond was over slept before nearly every read after it,
-    // whatever the reader's gaps and however few the preemptions.
+    // those are excused too. A target whose virtual CPU the hypervisor
+    // stopped for a millisecond does the same, and no counter of the
+    // guest shows it (a stop's CI saw 14 rings in 100 reads with no
+    // preemption). So the bound is half the reads: a wait that slept
+    // once its first millisecond was over slept before nearly every read
+    // after it (188 rings in 197 reads, the feature removed), whatever
+    // the reader's gaps and however few the preemptions.
     let unexcused = woken.saturating_sub(preempted);
     assert!(
-        unexcused * 20 < reads - excused,
+        unexcused * 2 < reads - excused,
         "the target slept (was rung) {woken} times in {reads} reads, preempted {preempted} times ({excused} more after the reader stood still for {spin:?})"
     );
 }
