@@ -27,12 +27,14 @@
 //! device hands the receiver the sender's addresses, and the receiver
 //! copies the bytes once, straight into their destination.
 
+pub mod boxed;
 pub mod eventfd;
 pub mod memlock;
 pub mod pci;
 pub mod registry;
 pub mod watch;
 
+pub use boxed::{BoxRepr, BoxRoute, PlacedWord, BOX_HEADER_LEN};
 pub use eventfd::EventFd;
 pub use registry::{drivers, open_device, DeviceOpener, Driver, HostRoute, DRIVERS};
 pub use watch::{RxWatch, RxWatches};
@@ -185,6 +187,9 @@ pub struct RxMeta<'a> {
     /// It came by a path that cannot corrupt it (shared memory): a frame
     /// without a checksum is whole.
     pub vouched: bool,
+    /// It is a boxed message ([`boxed`]), not a frame: the word in which
+    /// its receiver says how many of the connection's it placed.
+    pub boxed: Option<PlacedWord>,
 }
 
 /// A received frame's payload left in the sending process's memory: up to
@@ -325,6 +330,19 @@ pub trait FrameDevice: Send {
     /// how many (a prefix of `frames`) the device accepted; fewer than all
     /// when its transmit ring is full, and the caller retries the rest later.
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize>;
+
+    /// Can VI `vi`'s messages to the peer its frames start with `head` go
+    /// boxed ([`boxed`]), and where? None (the default): only as frames.
+    fn box_route(&mut self, _head: &[u8], _vi: u16) -> Option<BoxRoute> {
+        None
+    }
+
+    /// Appends a boxed message, `header` then `payload`, for `route`:
+    /// false when the receiver's ring is full (the caller sends it again
+    /// later). Only for a route the device gave.
+    fn transmit_boxed(&mut self, _route: &BoxRoute, _header: &[u8; BOX_HEADER_LEN], _payload: &[u8]) -> io::Result<bool> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, "this device carries no boxed messages"))
+    }
 
     /// Makes memory that transmit may gather from, or that the device DMAs
     /// into, reachable by the device (IOMMU mapping). Software devices need

@@ -56,7 +56,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use via_device::ETH_HEADER_LEN;
-use via_device::{Capabilities, FrameDevice, HostRoute, MacAddr, Path, RxFilter, RxMeta, RxWatch, RxWatches, Sleep, TxFrame};
+use via_device::{BoxRoute, Capabilities, FrameDevice, HostRoute, MacAddr, Path, RxFilter, RxMeta, RxWatch, RxWatches, Sleep, TxFrame, BOX_HEADER_LEN};
 
 /// NICs a composite may own.
 pub const MAX_NICS: usize = 4;
@@ -483,6 +483,19 @@ impl FrameDevice for CompositeDevice {
             }
         }
         (!blind).then_some(false)
+    }
+
+    /// Boxed messages go by the wire, to a process on it.
+    fn box_route(&mut self, head: &[u8], vi: u16) -> Option<BoxRoute> {
+        // (The wire's route asks it which ports take the frame.)
+        self.shm.as_mut().and_then(|s| ShmDevice::box_route(s, head, vi))
+    }
+
+    fn transmit_boxed(&mut self, route: &BoxRoute, header: &[u8; BOX_HEADER_LEN], payload: &[u8]) -> io::Result<bool> {
+        match self.shm.as_mut() {
+            Some(s) => Ok(s.transmit_boxed(route, header, payload)),
+            None => Err(io::Error::new(io::ErrorKind::Unsupported, "a composite without a wire carries no boxed messages")),
+        }
     }
 
     fn path_to(&mut self, head: &[u8]) -> Path {

@@ -59,13 +59,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use via_device::MAX_GATHER;
 use via_device::ETH_HEADER_LEN;
-use via_device::{Capabilities, EventFd, FrameDevice, LentPayload, MacAddr, RxFilter, RxMeta, RxWatch, RxWatches, Sleep, TxFrame};
+use via_device::boxed::{BOX_PORT_OFFSET, BOX_SRC_VI_OFFSET};
+use via_device::{BoxRoute, Capabilities, EventFd, FrameDevice, LentPayload, MacAddr, PlacedWord, RxFilter, RxMeta, RxWatch, RxWatches, Sleep, TxFrame, BOX_HEADER_LEN};
 
 mod members;
 mod segment;
 
 use members::Members;
-use segment::{alive, Segment, CLAIMED, FREE, LIVE, SLOT_BYTES, SLOT_PREFIX};
+use segment::{alive, Segment, BOX_VIS, CLAIMED, FREE, LIVE, SLOT_BYTES, SLOT_PREFIX};
 
 /// Ports of a segment: processes attached at once.
 pub const PORTS: usize = 64;
@@ -78,6 +79,9 @@ pub const MTU: usize = 65472;
 /// the next 8-byte boundary, by the sender's pid (u32), the piece count
 /// (u32) and each piece's address and length (u64 each).
 const LENT: u64 = 1 << 63;
+/// The length word's flag for a boxed message (`via_device::boxed`): a
+/// header of its own and the payload, not a frame.
+const BOXED: u64 = 1 << 62;
 
 fn mac_word(m: MacAddr) -> u64 {
     let mut b = [0u8; 8];
@@ -167,6 +171,8 @@ pub struct ShmDevice {
     rx_frames: u64,
     tx_frames: u64,
     tx_lent: u64,
+    tx_boxed: u64,
+    rx_boxed: u64,
     tx_ring_full: u64,
     tx_no_port: u64,
     rx_bad_length: u64,
@@ -294,6 +300,8 @@ impl ShmDevice {
             rx_frames: 0,
             tx_frames: 0,
             tx_lent: 0,
+            tx_boxed: 0,
+            rx_boxed: 0,
             tx_ring_full: 0,
             tx_no_port: 0,
             rx_bad_length: 0,
@@ -400,6 +408,39 @@ impl ShmDevice {
         Some(Ok(self.send_to_targets(f, false)))
     }
 
+    /// Where VI `vi`'s boxed messages to the one process that takes frames
+    /// starting with `head` go, if exactly one does (`via_device::boxed`).
+    pub fn box_route(&mut self, head: &[u8], vi: u16) -> Option<BoxRoute> {
+        if head.len() < ETH_HEADER_LEN || MacAddr(head[..6].try_into().unwrap()).is_broadcast() || usize::from(vi) >= BOX_VIS {
+            return None;
+        }
+        self.find_targets(head);
+        let [r] = self.targets[..] else { return None };
+        // SAFETY: the word lies in the segment, which the device holds
+        // (an `Arc`) for as long as it lives.
+        let placed = unsafe { PlacedWord::new(self.seg.placed(self.port, usize::from(vi))) };
+        // A payload the wire would lend goes as a frame, lent.
+        let max_len = self.lend_min.saturating_sub(1).min(MTU - BOX_HEADER_LEN) as u32;
+        Some(BoxRoute { port: r.port as u32, generation: r.generation, placed, max_len })
+    }
+
+    /// Appends a boxed message to `route`'s ring (the header gets our
+    /// port); false if the ring is full. A port that changed hands since
+    /// the route was found takes it into the void, as it would a frame.
+    pub fn transmit_boxed(&mut self, route: &BoxRoute, header: &[u8; BOX_HEADER_LEN], payload: &[u8]) -> bool {
+        let mut h = *header;
+        h[BOX_PORT_OFFSET..BOX_PORT_OFFSET + 2].copy_from_slice(&(self.port as u16).to_le_bytes());
+        let mut f = TxFrame::new(&h);
+        f.push(payload);
+        let r = Route { port: route.port as usize, generation: route.generation, filter: None };
+        if !self.append(r, &f, false, true) {
+            self.tx_ring_full += 1;
+            return false;
+        }
+        self.tx_boxed += 1;
+        true
+    }
+
     /// The start of frame `i` of a batch, `f`, once its length is one the
     /// wire carries.
     #[inline]
@@ -418,7 +459,7 @@ impl ShmDevice {
     fn send_to_targets(&mut self, f: &TxFrame<'_>, broadcast: bool) -> bool {
         let lend = f.lendable && !broadcast && f.payload_len() >= self.lend_min;
         for k in 0..self.targets.len() {
-            if !self.append(self.targets[k], f, lend) && !broadcast {
+            if !self.append(self.targets[k], f, lend, false) && !broadcast {
                 self.tx_ring_full += 1;
                 return false;
             }
@@ -428,9 +469,9 @@ impl ShmDevice {
         true
     }
 
-    /// Appends `frame` to port `r`'s ring, its payload lent if `lend`;
-    /// false if the ring is full.
-    fn append(&mut self, r: Route, frame: &TxFrame<'_>, lend: bool) -> bool {
+    /// Appends `frame` to port `r`'s ring, its payload lent if `lend`,
+    /// marked a boxed message if `boxed`; false if the ring is full.
+    fn append(&mut self, r: Route, frame: &TxFrame<'_>, lend: bool, boxed: bool) -> bool {
         let c = self.seg.control(r.port);
         let tail = loop {
             self.seg.lock(r.port, self.pid);
@@ -476,6 +517,12 @@ impl ShmDevice {
                     (rec[1 + 2 * i], rec[2 + 2 * i]) = (p.as_ptr() as u64, p.len() as u64);
                 }
                 std::ptr::copy_nonoverlapping(rec.as_ptr().cast::<u8>(), s.add(8 + h.next_multiple_of(8)), 8 * (1 + 2 * frame.pieces));
+            } else if boxed {
+                // A boxed message: its header, then its one payload piece.
+                let (h, p) = (frame.header, frame.payload[0]);
+                std::ptr::copy_nonoverlapping(((h.len() + p.len()) as u64 | BOXED).to_le_bytes().as_ptr(), s, 8);
+                std::ptr::copy_nonoverlapping(h.as_ptr(), s.add(8), h.len());
+                std::ptr::copy_nonoverlapping(p.as_ptr(), s.add(8 + h.len()), p.len());
             } else {
                 write_frame(frame, s);
             }
@@ -585,8 +632,19 @@ impl ShmDevice {
                 prefetch_frame(s, word);
                 // SAFETY: as above.
                 let delivered = match unsafe { read_slot(s, word) } {
+                    Some((frame, None)) if word & BOXED != 0 => match placed_word_of(&self.seg, frame) {
+                        Some(placed) => {
+                            self.rx_boxed += 1;
+                            sink(frame, RxMeta { lent: None, vouched: true, boxed: Some(placed) });
+                            true
+                        }
+                        None => {
+                            self.rx_bad_length += 1;
+                            false
+                        }
+                    },
                     Some((frame, None)) => {
-                        sink(frame, RxMeta { lent: None, vouched: true });
+                        sink(frame, RxMeta { lent: None, vouched: true, boxed: None });
                         true
                     }
                     Some((_, Some(lent))) if !self.members.trusts(&self.seg, lent.pid) => {
@@ -595,7 +653,7 @@ impl ShmDevice {
                         false
                     }
                     Some((frame, Some(lent))) if lent_ok => {
-                        sink(frame, RxMeta { lent: Some(&lent), vouched: true });
+                        sink(frame, RxMeta { lent: Some(&lent), vouched: true, boxed: None });
                         true
                     }
                     Some((frame, Some(lent))) => {
@@ -607,7 +665,7 @@ impl ShmDevice {
                         // SAFETY: the scratch holds the payload's bytes past the headers.
                         let ok = unsafe { lent.read(0, self.scratch.as_mut_ptr().add(frame.len()), lent.len()) }.is_ok();
                         if ok {
-                            sink(&self.scratch, RxMeta { lent: None, vouched: true });
+                            sink(&self.scratch, RxMeta { lent: None, vouched: true, boxed: None });
                         } else {
                             self.rx_lent_failed += 1;
                         }
@@ -648,6 +706,19 @@ impl ShmDevice {
     }
 }
 
+/// The word a boxed message's receiver says its placements in: its
+/// sender's port and VI, as its header names them.
+fn placed_word_of(seg: &Segment, record: &[u8]) -> Option<PlacedWord> {
+    let at = |i: usize| record.get(i..i + 2).map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])));
+    let (port, vi) = (at(BOX_PORT_OFFSET)?, at(BOX_SRC_VI_OFFSET)?);
+    if record.len() < BOX_HEADER_LEN || port >= PORTS || vi >= BOX_VIS {
+        return None;
+    }
+    // SAFETY: the word lies in the segment, which the device holds (an
+    // `Arc`) for as long as it lives.
+    Some(unsafe { PlacedWord::new(seg.placed(port, vi)) })
+}
+
 /// The frame in a slot whose length word is `word`, and its lent payload
 /// if it has one; None if the slot's contents are inconsistent.
 ///
@@ -657,7 +728,7 @@ impl ShmDevice {
 /// while the result is in use.
 unsafe fn read_slot<'a>(s: *const u8, word: u64) -> Option<(&'a [u8], Option<LentPayload>)> {
     const ROOM: usize = SLOT_BYTES - (SLOT_PREFIX - 8);
-    let len = (word & !LENT) as usize;
+    let len = (word & !(LENT | BOXED)) as usize;
     if !(ETH_HEADER_LEN..=ROOM - 8).contains(&len) {
         return None;
     }
@@ -714,7 +785,21 @@ impl FrameDevice for ShmDevice {
     }
 
     fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        self.take(budget, false, &mut |f, _| sink(f))
+        // Boxed messages are not frames: only an engine, which receives
+        // with `receive_lent`, is sent them (it asked for a box route).
+        self.take(budget, false, &mut |f, meta| {
+            if meta.boxed.is_none() {
+                sink(f)
+            }
+        })
+    }
+
+    fn box_route(&mut self, head: &[u8], vi: u16) -> Option<BoxRoute> {
+        ShmDevice::box_route(self, head, vi)
+    }
+
+    fn transmit_boxed(&mut self, route: &BoxRoute, header: &[u8; BOX_HEADER_LEN], payload: &[u8]) -> io::Result<bool> {
+        Ok(ShmDevice::transmit_boxed(self, route, header, payload))
     }
 
     fn prepare_sleep(&mut self) -> Option<Sleep> {
@@ -777,6 +862,8 @@ impl FrameDevice for ShmDevice {
             ("shm_rx_frames", self.rx_frames),
             ("shm_tx_frames", self.tx_frames),
             ("shm_tx_lent", self.tx_lent),
+            ("shm_tx_boxed", self.tx_boxed),
+            ("shm_rx_boxed", self.rx_boxed),
             ("shm_tx_ring_full", self.tx_ring_full),
             ("shm_tx_no_port", self.tx_no_port),
             ("shm_rx_bad_length", self.rx_bad_length),

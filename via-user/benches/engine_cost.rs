@@ -251,7 +251,13 @@ fn measure(mode: Mode, iters: u32) -> Duration {
     let rb = b.mem.remote(half()..2 * half()).unwrap();
     let t0 = Instant::now();
     ping_pong(mode, &mut a, &mut b, &ra, &rb, iters);
-    t0.elapsed() / iters / 2
+    let t = t0.elapsed() / iters / 2;
+    if std::env::var_os("COUNTERS").is_some() {
+        // Which path the messages took (frames, boxed sends, ACKs).
+        let shown = |c: via_user::Counters| c.pairs().into_iter().filter(|&(_, v)| v != 0).map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
+        eprintln!("a: {}\nb: {}", shown(a.nic.counters()), shown(b.nic.counters()));
+    }
+    t
 }
 
 /// The measured loop, on its own for `valgrind --tool=callgrind

@@ -33,8 +33,12 @@ pub struct WqEntry {
     pub first_psn: u32,
     /// Frames the message takes (send queues; 0 until transmission starts).
     pub nframes: u32,
-    /// Message sequence number, assigned at the first transmission.
+    /// Message sequence number, assigned at the first transmission; of a
+    /// boxed send, its number among the connection's boxed messages.
     pub msg_seq: u32,
+    /// Sent boxed (`engine::boxed`): it completes once the peer says it
+    /// placed it, not by acknowledged frames (`nframes` stays 0).
+    pub boxed: bool,
     /// Index of the first local data segment: 0, or 1 for RDMA, whose
     /// segment 0 is the remote address segment.
     pub seg0: u16,

@@ -320,12 +320,15 @@ pub fn run_routed(bin: &str, name: &str) {
 /// its target on host a too (their frames go through shared memory), one
 /// with its target on host b (through the NIC). Each pair tags its
 /// discriminators and names (`--tag`), so that neither answers the
-/// other's requests. Host a's wire lends every payload it may
-/// (`,lend=1`), so the rules also check the single-copy path.
+/// other's requests. The initiators on host a lend every payload they
+/// may (`,lend=1`), so the rules also check the single-copy path; the
+/// target there does not, so its one-frame sends go boxed
+/// (`via_device::boxed`) and the rules check that path too.
 pub fn run_composite(bin: &str, name: &str) {
     let net = TestNet::new(1500);
     let wire = |host: &str| format!("{}-{host}", net.a);
     let (dev_a, dev_b) = (format!("{}+shm:{},lend=1", net.dev_a(), wire("a")), format!("{}+shm:{}", net.dev_b(), wire("b")));
+    let dev_a_target = format!("{}+shm:{}", net.dev_a(), wire("a"));
     let pair = |target_host: &str, dev_t: &str, tag: &str| {
         let target = net.command(target_host, bin, &["target", name, "--dev", dev_t, "--tag", tag]);
         let initiator = |mac: &str| net.command(&net.a, bin, &["initiator", name, "--dev", &dev_a, "--peer", mac, "--tag", tag]);
@@ -336,10 +339,10 @@ pub fn run_composite(bin: &str, name: &str) {
     // which goes by its default name, would answer too.
     let names = rules().iter().any(|r| r.name == name && r.area == "name service");
     let (same, other) = if names {
-        (pair(&net.a, &dev_a, "-same"), pair(&net.b, &dev_b, "-other"))
+        (pair(&net.a, &dev_a_target, "-same"), pair(&net.b, &dev_b, "-other"))
     } else {
         std::thread::scope(|s| {
-            let same = s.spawn(|| pair(&net.a, &dev_a, "-same"));
+            let same = s.spawn(|| pair(&net.a, &dev_a_target, "-same"));
             let other = s.spawn(|| pair(&net.b, &dev_b, "-other"));
             (same.join().expect("the same-host pair's runner"), other.join().expect("the two-host pair's runner"))
         })

@@ -37,8 +37,12 @@ pub(super) const SLOT_BYTES: usize = (SLOT_PREFIX + ETH_HEADER_LEN + MTU).next_m
 const CONTROL_BYTES: usize = 256;
 const PORT_BYTES: usize = CONTROL_BYTES + SLOTS as usize * SLOT_BYTES;
 const HEADER_BYTES: usize = 4096;
-const SEGMENT_BYTES: usize = HEADER_BYTES + PORTS * PORT_BYTES;
-const MAGIC: u64 = u64::from_le_bytes(*b"VIASHM04");
+/// VIs per port whose boxed messages have a placed word (by VI handle).
+pub(super) const BOX_VIS: usize = 2048;
+/// Each port's placed words ([`Segment::placed`]), after the ports.
+const PLACED_BYTES: usize = PORTS * BOX_VIS * 8;
+const SEGMENT_BYTES: usize = HEADER_BYTES + PORTS * PORT_BYTES + PLACED_BYTES;
+const MAGIC: u64 = u64::from_le_bytes(*b"VIASHM05");
 
 /// Port states.
 pub(super) const FREE: u32 = 0;
@@ -159,6 +163,15 @@ impl Segment {
         // SAFETY: a slot starts 64-byte aligned inside the mapping, which
         // outlives `self`; its first word is only accessed atomically.
         unsafe { &*self.slot(p, i).cast::<AtomicU64>() }
+    }
+
+    /// The word in which the receiver of the boxed messages of VI `vi`
+    /// of port `p`'s owner says how many it placed (`vi < BOX_VIS`).
+    pub fn placed(&self, p: usize, vi: usize) -> &AtomicU64 {
+        assert!(p < PORTS && vi < BOX_VIS);
+        // SAFETY: the placed words lie after the ports, inside the
+        // mapping, 8-byte aligned; they are only accessed atomically.
+        unsafe { &*self.base.add(HEADER_BYTES + PORTS * PORT_BYTES + (p * BOX_VIS + vi) * 8).cast::<AtomicU64>() }
     }
 
     /// Is `pid` the owner of a live port?

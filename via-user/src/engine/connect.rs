@@ -177,6 +177,8 @@ impl Core {
                 vi.reset_protocol(rto);
                 vi.peer = Some(peer);
                 vi.phase = ViPhase::Connected;
+                // Its answer came: it is connected (`engine::boxed`).
+                vi.tx.peer_heard = true;
                 return Some(Ok(()));
             }
             RequestState::Rejected(r) => match r {

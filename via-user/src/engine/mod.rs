@@ -16,6 +16,7 @@
 //! [`connect`] (the connection calls).
 
 mod authenticate;
+mod boxed;
 mod connect;
 mod outbox;
 pub mod post;
@@ -164,6 +165,10 @@ pub struct Counters {
     pub acks_sent: u64,
     pub naks_sent: u64,
     pub tx_ring_full: u64,
+    /// Sends that went boxed, and boxed messages placed here
+    /// (`engine::boxed`).
+    pub tx_boxed: u64,
+    pub rx_boxed: u64,
     pub rx_malformed: u64,
     pub rx_not_for_us: u64,
     pub rx_no_vi: u64,
@@ -231,6 +236,8 @@ impl Counters {
             ("acks_sent", self.acks_sent),
             ("naks_sent", self.naks_sent),
             ("tx_ring_full", self.tx_ring_full),
+            ("tx_boxed", self.tx_boxed),
+            ("rx_boxed", self.rx_boxed),
             ("rx_malformed", self.rx_malformed),
             ("rx_not_for_us", self.rx_not_for_us),
             ("rx_no_vi", self.rx_no_vi),
@@ -324,6 +331,9 @@ pub struct Context {
     pub outbox: Outbox,
     /// Earliest armed VI timer (a lower bound; re-derived when reached).
     pub timer_at: Option<Time>,
+    /// Boxed sends out on all VIs, or more (`engine::boxed`): while not
+    /// 0, each round of progress looks whether their peers placed them.
+    pub boxes_out: u32,
     pub counters: Counters,
     /// The clock, read at most about once a microsecond ([`Clock`]).
     pub clock: Clock,
@@ -413,6 +423,7 @@ impl Engine {
             srqs: Vec::new(),
             outbox: Outbox::default(),
             timer_at: None,
+            boxes_out: 0,
             counters: Counters::default(),
             clock: Clock::default(),
             async_errors: Vec::new(),
@@ -505,6 +516,9 @@ impl Engine {
             if n < 64 {
                 break;
             }
+        }
+        if core.cx.boxes_out != 0 {
+            core.settle_all_boxes(now);
         }
         core.run_timers(now);
         self.flush(now);

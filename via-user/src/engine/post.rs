@@ -349,6 +349,8 @@ impl Core {
     /// and the serial of the VI that answered (a wait notices by it that
     /// the VI was replaced under the same number).
     pub fn done(&mut self, id: u16, q: Queue) -> Result<(u64, Option<usize>)> {
+        // (Boxed sends their peers placed complete in rounds of progress,
+        // which a poll that finds nothing runs: `engine::boxed`.)
         let vi = self.vi_mut(id)?;
         let wq = match q {
             Queue::Send => &mut vi.sq,
@@ -483,6 +485,7 @@ impl Context {
         vi.rtx.stop();
         vi.tx.reads_outstanding = 0;
         vi.tx.read_resume = false;
+        vi.tx.boxes_out = 0;
         vi.served.jobs.clear();
     }
 }

@@ -67,6 +67,9 @@ impl Core {
     /// by a sender on this host (the frame then holds the headers alone);
     /// `meta.vouched`: it came by a path that cannot corrupt it.
     pub fn on_frame(&mut self, bytes: &[u8], meta: RxMeta<'_>, now: Time) {
+        if let Some(placed) = meta.boxed {
+            return self.on_boxed(bytes, placed, now);
+        }
         let lent = meta.lent;
         self.cx.counters.rx_frames += 1;
         let parsed = match lent {
@@ -159,6 +162,7 @@ impl Core {
             cx.counters.rx_stale += 1;
             return;
         }
+        vi.tx.peer_heard = true;
         let fl = f.flags();
         if kind == Kind::Ack && fl & flags::ERROR != 0 {
             cx.on_error_report(vi, &f, now);
@@ -201,6 +205,9 @@ impl Core {
         if f.flags() & flags::ACK != 0 && vi.reliable() {
             cx.on_ack(vi, f.ack(), false, None, now);
         }
+        // What it placed of our boxed sends completes too (it said so
+        // before it sent this).
+        cx.settle_boxes(vi, now);
         cx.connection_lost(vi);
     }
 
@@ -674,35 +681,36 @@ impl Context {
             return false;
         }
         let e = vi.rq.get(vi.rq.done);
-        // SAFETY (both copies): the segments were checked against the
-        // registration table at post and nothing was deregistered since
-        // (the epoch is the same); each copy stays inside its segment and
-        // the payload. A lent payload that could not be read returns
-        // false: the general path says so.
-        match e.checked_segments(self.mem.epoch()) {
-            Some(&[seg]) => {
-                if len > seg.len as usize {
-                    return false; // a length error: the general path reports it
-                }
-                if unsafe { payload.copy_to(0, seg.addr as usize, len) }.is_err() {
-                    return false;
-                }
-            }
-            Some(&[a, b]) => {
-                if len as u64 > a.len as u64 + b.len as u64 {
-                    return false;
-                }
-                let head = len.min(a.len as usize);
-                if unsafe { payload.copy_to(0, a.addr as usize, head) }.is_err() || (head < len && unsafe { payload.copy_to(head, b.addr as usize, len - head) }.is_err()) {
-                    return false;
-                }
-            }
-            _ => return false,
+        // A lent payload that could not be read, or a length error: the
+        // general path says so.
+        if !matches!(self.copy_whole(e, payload), Some(Ok(()))) {
+            return false;
         }
         self.count_lent(payload);
         let imm = (fl & flags::IMMEDIATE != 0).then(|| f.imm());
         self.complete_next(vi, Queue::Recv, len as u32, 0, imm);
         true
+    }
+
+    /// Copies a whole message's `payload` into the receive `e`, when it
+    /// kept its segments as checked at post (one or two) and they hold
+    /// it: Some(how the copy went); None when the general path must
+    /// place it (`scatter`).
+    #[inline(always)]
+    pub(super) fn copy_whole(&self, e: &WqEntry, payload: Payload<'_>) -> Option<Result<(), PlaceError>> {
+        let len = payload.len();
+        // SAFETY (every copy): the segments were checked against the
+        // registration table at post and nothing was deregistered since
+        // (the epoch is the same); each copy stays inside its segment and
+        // the payload.
+        match e.checked_segments(self.mem.epoch()) {
+            Some(&[seg]) if len <= seg.len as usize => Some(unsafe { payload.copy_to(0, seg.addr as usize, len) }),
+            Some(&[a, b]) if len as u64 <= a.len as u64 + b.len as u64 => {
+                let head = len.min(a.len as usize);
+                Some(unsafe { payload.copy_to(0, a.addr as usize, head) }.and_then(|()| if head < len { unsafe { payload.copy_to(head, b.addr as usize, len - head) } } else { Ok(()) }))
+            }
+            _ => None,
+        }
     }
 
     /// On Reliable Reception, tells the sender that the receive of message

@@ -77,10 +77,11 @@ impl Context {
             Expiry::Idle => {}
             Expiry::GiveUp => {
                 self.counters.rto_expiries += 1;
+                self.settle_boxes(vi, now); // what the peer did place
                 // The message at the head could not be delivered:
                 // TRANSPORT_ERROR; everything after it is flushed.
-                let head = (vi.sq.done != vi.sq.tail).then(|| vi.sq.get(vi.sq.done).nframes);
-                if head.is_some_and(|nframes| nframes != 0) {
+                let head = (vi.sq.done != vi.sq.tail).then(|| vi.sq.get(vi.sq.done)).map(|e| e.nframes != 0 || e.boxed);
+                if head == Some(true) {
                     self.complete_next(vi, Queue::Send, 0, status::TRANSPORT_ERROR, None);
                 }
                 self.break_connection(vi);

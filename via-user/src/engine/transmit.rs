@@ -541,6 +541,10 @@ impl Context {
         {
             return false;
         }
+        // (Went boxed, or goes so with the next doorbell.)
+        if vi.tx.boxes.is_some() && self.send_boxed(dev, vi, now).is_some() {
+            return true;
+        }
         let epoch = self.mem.epoch();
         let e = vi.sq.get_mut(idx);
         // (A descriptor that passed validation is a send, an RDMA write,
@@ -601,6 +605,7 @@ impl Context {
         vi.tx.head = HeaderTemplate::new(&conn);
         vi.tx.frag = (path.mtu.saturating_sub(VIA_HEADER_LEN + tag) as u32).clamp(core_frag, u16::MAX as u32);
         vi.tx.checksum = self.checksum && !path.checksummed;
+        self.fix_box_route(dev, vi, &head);
     }
 
     /// Transmits again, one frame each, the holes selective repeat found

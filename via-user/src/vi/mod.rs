@@ -214,6 +214,17 @@ pub struct Sender {
     /// refusals came in a row.
     pub rnr_until: Option<crate::clock::Time>,
     pub rnr_refusals: u32,
+    /// Where this connection's sends may go boxed (fixed with `frag`: a
+    /// peer on this host's shared-memory wire, `engine::boxed`).
+    pub boxes: Option<via_device::BoxRoute>,
+    /// Boxed messages sent on the connection (the last one's number).
+    pub boxes_sent: u32,
+    /// A frame or boxed message of the peer's came on this connection:
+    /// it is connected (it takes what we box; none is ever sent again).
+    pub peer_heard: bool,
+    /// Boxed sends not yet completed (reliable delivery: until the peer
+    /// says it placed them).
+    pub boxes_out: u32,
 }
 
 impl Sender {
@@ -227,9 +238,10 @@ impl Sender {
         self.sent_hi.wrapping_sub(self.una)
     }
 
-    /// Is anything waiting for the peer: frames or RDMA reads?
+    /// Is anything waiting for the peer: frames, RDMA reads or boxed
+    /// sends?
     pub fn outstanding(&self) -> bool {
-        self.una != self.sent_hi || self.reads_outstanding != 0
+        self.una != self.sent_hi || self.reads_outstanding != 0 || self.boxes_out != 0
     }
 }
 
@@ -251,6 +263,8 @@ pub struct Receiver {
     /// Receiver-not-ready mode: a message was refused for want of a
     /// receive, and the sender is to be told (a standalone ACK with RNR).
     pub rnr_owed: bool,
+    /// The peer's boxed messages placed on this connection.
+    pub boxes_placed: u32,
 }
 
 /// The peer's RDMA reads: those being answered, and those answered lately.

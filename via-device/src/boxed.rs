@@ -1,0 +1,193 @@
+//! Boxed messages: a small send between processes of one host that goes
+//! into the receiver's ring as a 40-byte header and its payload instead
+//! of a VIA frame ([`BoxRepr`]), and completes at the sender once the
+//! receiver placed it, which the receiver says in a word of shared memory
+//! ([`PlacedWord`]) instead of an ACK frame.
+//!
+//! A device that can carry them (the shared-memory wire, alone or in a
+//! composite) answers [`crate::FrameDevice::box_route`] for a peer with a
+//! [`BoxRoute`]; the engine then hands it boxed messages
+//! ([`crate::FrameDevice::transmit_boxed`]), and the receiving device hands
+//! them up with [`crate::RxMeta::boxed`] set. Boxed messages and frames to
+//! the same peer share one ring, so they arrive in the order sent.
+
+use crate::MacAddr;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes of a boxed message's header; its payload follows.
+pub const BOX_HEADER_LEN: usize = 40;
+
+/// The header's flags: the message carries immediate data; an
+/// acknowledgement of the receiver's framed stream.
+const IMMEDIATE: u16 = 1;
+const ACK: u16 = 2;
+
+/// A boxed message's header: who sent it (the connection's words, checked
+/// by the receiver as a frame's are), to which VI, and what it carries.
+///
+/// Layout (little-endian): source MAC 0..6, destination VI 6..8, source
+/// endpoint 8..12, source VI 12..14, flags 14..16, connection generation
+/// 16..20, immediate data 20..24, payload length 24..28, the sender's
+/// port on the wire 28..30 (written by its device), reserved 30..32, the
+/// acknowledged PSN 32..36, reserved 36..40.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BoxRepr {
+    pub src_mac: MacAddr,
+    pub dst_vi: u16,
+    pub src_ep: u32,
+    pub src_vi: u16,
+    pub generation: u32,
+    pub imm: Option<u32>,
+    pub len: u32,
+    /// The sender's port on its wire (set by the sending device).
+    pub src_port: u16,
+    /// The PSN the sender expects next of the receiver's framed stream
+    /// (an ACK carried, as a reliable VI's frames carry one).
+    pub ack: Option<u32>,
+}
+
+/// Where the sending device writes its port into an emitted header.
+pub const BOX_PORT_OFFSET: usize = 28;
+/// Where the source VI is, for a device that finds the placed word.
+pub const BOX_SRC_VI_OFFSET: usize = 12;
+
+impl BoxRepr {
+    /// Writes the header.
+    #[inline]
+    pub fn emit(&self, out: &mut [u8; BOX_HEADER_LEN]) {
+        out[0..6].copy_from_slice(&self.src_mac.0);
+        out[6..8].copy_from_slice(&self.dst_vi.to_le_bytes());
+        out[8..12].copy_from_slice(&self.src_ep.to_le_bytes());
+        out[12..14].copy_from_slice(&self.src_vi.to_le_bytes());
+        let flags = if self.imm.is_some() { IMMEDIATE } else { 0 } | if self.ack.is_some() { ACK } else { 0 };
+        out[14..16].copy_from_slice(&flags.to_le_bytes());
+        out[16..20].copy_from_slice(&self.generation.to_le_bytes());
+        out[20..24].copy_from_slice(&self.imm.unwrap_or(0).to_le_bytes());
+        out[24..28].copy_from_slice(&self.len.to_le_bytes());
+        out[28..30].copy_from_slice(&self.src_port.to_le_bytes());
+        out[30..32].copy_from_slice(&[0, 0]);
+        out[32..36].copy_from_slice(&self.ack.unwrap_or(0).to_le_bytes());
+        out[36..40].copy_from_slice(&[0; 4]);
+    }
+
+    /// The header and payload of a received boxed message; None when the
+    /// bytes are not one (too short, a length that disagrees, unknown
+    /// flags).
+    #[inline]
+    pub fn parse(b: &[u8]) -> Option<(BoxRepr, &[u8])> {
+        let h: &[u8; BOX_HEADER_LEN] = b.get(..BOX_HEADER_LEN)?.try_into().ok()?;
+        let u16_at = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
+        let u32_at = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+        let flags = u16_at(14);
+        let len = u32_at(24);
+        let payload = &b[BOX_HEADER_LEN..];
+        if flags & !(IMMEDIATE | ACK) != 0 || payload.len() != len as usize {
+            return None;
+        }
+        let repr = BoxRepr {
+            src_mac: MacAddr(h[0..6].try_into().unwrap()),
+            dst_vi: u16_at(6),
+            src_ep: u32_at(8),
+            src_vi: u16_at(12),
+            generation: u32_at(16),
+            imm: (flags & IMMEDIATE != 0).then(|| u32_at(20)),
+            len,
+            src_port: u16_at(BOX_PORT_OFFSET),
+            ack: (flags & ACK != 0).then(|| u32_at(32)),
+        };
+        Some((repr, payload))
+    }
+}
+
+/// A word of shared memory in which the receiver of a connection's boxed
+/// messages says how many it placed: the connection's generation in the
+/// high 32 bits, the count (wrapping) in the low 32. Only that receiver
+/// stores it; the sender reads it to complete its sends.
+#[derive(Clone, Copy, Debug)]
+pub struct PlacedWord(NonNull<AtomicU64>);
+
+// SAFETY: a pointer to an atomic word in a mapping that lives as long as
+// the device that handed it out (`PlacedWord::new`), wherever that device
+// is moved; the word may be used from any thread.
+unsafe impl Send for PlacedWord {}
+
+impl PlacedWord {
+    /// # Safety
+    /// `word` must stay mapped while the device that hands this out lives
+    /// (its users hold that device).
+    pub unsafe fn new(word: &AtomicU64) -> PlacedWord {
+        PlacedWord(NonNull::from(word))
+    }
+
+    /// The count placed on connection `generation`, if the word is that
+    /// connection's.
+    #[inline]
+    pub fn placed(&self, generation: u32) -> Option<u32> {
+        // SAFETY: mapped while the device lives (`new`), which the caller holds.
+        let w = unsafe { self.0.as_ref() }.load(Ordering::Acquire);
+        ((w >> 32) as u32 == generation).then_some(w as u32)
+    }
+
+    /// Says that `count` messages of connection `generation` were placed
+    /// (after they were: the sender completes them when it reads this).
+    #[inline]
+    pub fn set(&self, generation: u32, count: u32) {
+        // SAFETY: as in `placed`.
+        unsafe { self.0.as_ref() }.store(u64::from(generation) << 32 | u64::from(count), Ordering::Release);
+    }
+}
+
+/// Where a VI's boxed messages go: the receiving port on the wire as it
+/// was found (a port that changed hands since takes nothing), and the
+/// word in which that receiver says what it placed.
+#[derive(Clone, Copy, Debug)]
+pub struct BoxRoute {
+    pub port: u32,
+    pub generation: u32,
+    pub placed: PlacedWord,
+    /// The longest payload that goes boxed (longer ones go as frames:
+    /// the device may carry those better, lent for one).
+    pub max_len: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_reads_back_as_written() {
+        let h = BoxRepr { src_mac: MacAddr([2, 0, 0, 0, 0, 9]), dst_vi: 7, src_ep: 0x0102_0304, src_vi: 3, generation: 99, imm: Some(0xdead_beef), len: 5, src_port: 12, ack: Some(77) };
+        let mut b = [0u8; BOX_HEADER_LEN + 5];
+        h.emit((&mut b[..BOX_HEADER_LEN]).try_into().unwrap());
+        b[BOX_HEADER_LEN..].copy_from_slice(b"hello");
+        let (back, payload) = BoxRepr::parse(&b).unwrap();
+        assert_eq!(back, h);
+        assert_eq!(payload, b"hello");
+        let bare = BoxRepr { imm: None, ack: None, ..h };
+        bare.emit((&mut b[..BOX_HEADER_LEN]).try_into().unwrap());
+        assert_eq!(BoxRepr::parse(&b).unwrap().0, bare);
+    }
+
+    #[test]
+    fn bytes_that_are_not_a_boxed_message_are_refused() {
+        let h = BoxRepr { len: 4, ..BoxRepr::default() };
+        let mut b = [0u8; BOX_HEADER_LEN + 4];
+        h.emit((&mut b[..BOX_HEADER_LEN]).try_into().unwrap());
+        assert!(BoxRepr::parse(&b).is_some());
+        assert!(BoxRepr::parse(&b[..BOX_HEADER_LEN + 3]).is_none(), "payload shorter than its length");
+        assert!(BoxRepr::parse(&b[..10]).is_none(), "shorter than a header");
+        b[14] = 0x80; // an unknown flag
+        assert!(BoxRepr::parse(&b).is_none());
+    }
+
+    #[test]
+    fn a_placed_word_answers_only_for_its_connection() {
+        let w = AtomicU64::new(0);
+        // SAFETY: `w` outlives the word.
+        let p = unsafe { PlacedWord::new(&w) };
+        p.set(5, 3);
+        assert_eq!(p.placed(5), Some(3));
+        assert_eq!(p.placed(6), None, "another connection's count");
+    }
+}

@@ -1,0 +1,240 @@
+//! Boxed sends: a one-frame send to a process on this host's
+//! shared-memory wire goes into its ring as a boxed message
+//! (`via_device::boxed`: a 32-byte header and the payload) instead of a
+//! sequenced frame, and completes when the receiver says, in a word of
+//! shared memory, that it placed it.
+//!
+//! What it leaves out is what a ring in memory does not need: no packet
+//! sequence number, no ACK either way, no header template of 78 bytes,
+//! no route looked up per frame. What it keeps is VIA's: a reliable
+//! delivery send completes only once placed (a send that met no receive
+//! is flushed when the receiver breaks the connection, as a frame's
+//! would be); completions stay in posting order; a peer that stops
+//! placing them is given up on by the retransmission timer as if frames
+//! went unacknowledged.
+//!
+//! When: a connection whose frames to the peer go by the wire
+//! ([`FrameDevice::box_route`]), at unreliable or reliable delivery
+//! (reliable reception completes a send only once the receive completed,
+//! which the ACK says), without receiver-not-ready mode (which refuses
+//! with an ACK) or frame authentication (which tags frames), once the
+//! peer was heard on the connection (a boxed message that reached it
+//! before it knew itself connected would be dropped as stale, and none
+//! is sent twice); a send that is the next to go, one frame long, with
+//! nothing of the connection's framed stream unacknowledged ahead of it. Boxed messages and frames
+//! share the ring, so the receiver meets them in the order sent. Frames
+//! may follow boxed sends at once: their completions wait behind the
+//! boxed ones ([`Context::settle_boxes`]).
+
+use super::post::Queue;
+use super::receive::{Payload, PlaceError};
+use super::{AsyncError, AsyncErrorKind, Context, Core};
+use crate::clock::Time;
+use crate::descriptor::status;
+use crate::usermem;
+use crate::vi::{Reliability, ViPhase, ViState};
+use via_device::{BoxRepr, FrameDevice, PlacedWord, BOX_HEADER_LEN};
+use via_wire::seq_le;
+
+impl Context {
+    /// Fixes whether `vi`'s connection sends boxed (with its fragment
+    /// size, [`Context::fix_frag`]): asks the device for a route to the
+    /// peer its frames start with `head` for, and starts the count of
+    /// what the peer placed.
+    pub(super) fn fix_box_route(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, head: &[u8]) {
+        let eligible = self.auth.is_none() && !self.config.rnr && vi.attrs.reliability != Reliability::ReliableReception;
+        let generation = vi.peer.as_ref().map_or(0, |p| p.generation);
+        vi.tx.boxes = if eligible { dev.box_route(head, vi.id) } else { None };
+        if let Some(r) = &vi.tx.boxes {
+            r.placed.set(generation, 0);
+        }
+    }
+
+    /// Sends the entry at `vi`'s transmit position boxed, if it may go so
+    /// (module comment): Some(true) when it went, Some(false) when the
+    /// ring was full (it goes with the next doorbell), None when it must
+    /// go as a frame.
+    #[inline(never)]
+    pub(super) fn send_boxed(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, now: Time) -> Option<bool> {
+        let route = vi.tx.boxes?;
+        // Not before the peer is known to be connected (a boxed message
+        // it took for stale would be lost: nothing is sent twice), nor
+        // past framed data not yet acknowledged (which may go again).
+        if !vi.tx.peer_heard || vi.tx.in_flight() != 0 || vi.tx.unacknowledged() != 0 || vi.tx.reads_outstanding != 0 {
+            return None;
+        }
+        let idx = vi.tx.idx;
+        let epoch = self.mem.epoch();
+        let reliable = vi.reliable();
+        let e = vi.sq.get_mut(idx);
+        // A send (not an RDMA operation) not yet started that fits one
+        // frame, that failed no check at post, its segment checked there
+        // (the caller checked the rest).
+        if e.pre_status != 0 || e.nframes != 0 || e.seg0 != 0 || e.awaits_response() || e.len > vi.tx.frag || e.len > route.max_len {
+            return None;
+        }
+        let Some(&[seg]) = e.checked_segments(epoch) else { return None };
+        let peer = vi.peer.as_ref()?;
+        let imm = (e.control & crate::descriptor::control::IMMEDIATE != 0).then_some(e.imm);
+        // It carries the ACK of the peer's framed stream, as a frame would.
+        let ack = reliable.then_some(vi.rx.expected);
+        let mut header = [0u8; BOX_HEADER_LEN];
+        BoxRepr { src_mac: self.mac, dst_vi: peer.vi, src_ep: self.ep, src_vi: vi.id, generation: peer.generation, imm, len: e.len, src_port: 0, ack }.emit(&mut header);
+        // SAFETY: the segment was checked against the registration table
+        // at post and nothing was deregistered since (its epoch stands);
+        // the device copies it before the engine lock is released.
+        let payload = unsafe { usermem::bytes(seg.addr as usize, e.len as usize) };
+        match dev.transmit_boxed(&route, &header, payload) {
+            Ok(true) => {}
+            Ok(false) => {
+                self.counters.tx_ring_full += 1;
+                self.outbox.ring(vi.id);
+                return Some(false);
+            }
+            Err(_) => {
+                // The device gave the route but cannot carry it now: frames.
+                vi.tx.boxes = None;
+                return None;
+            }
+        }
+        vi.tx.boxes_sent = vi.tx.boxes_sent.wrapping_add(1);
+        e.boxed = true;
+        e.msg_seq = vi.tx.boxes_sent;
+        let len = e.len;
+        vi.tx.idx = idx.wrapping_add(1);
+        self.counters.tx_boxed += 1;
+        if reliable {
+            vi.acks.carried();
+            vi.tx.boxes_out += 1;
+            self.boxes_out += 1;
+            // A peer that never places it is given up on as frames are.
+            if let Some(t) = vi.rtx.on_sent(None, now) {
+                self.arm(t);
+            }
+        } else {
+            // Unreliable sends complete once they are on the wire.
+            self.complete_next(vi, Queue::Send, len, 0, None);
+        }
+        Some(true)
+    }
+
+    /// Completes `vi`'s sends in order while they can: boxed ones the
+    /// peer says it placed, framed ones acknowledged. A framed send
+    /// after boxed ones waits for them (its ACK may come first).
+    pub(super) fn settle_boxes(&mut self, vi: &mut ViState, now: Time) {
+        let Some(route) = vi.tx.boxes else { return };
+        let Some(placed) = vi.peer.as_ref().and_then(|p| route.placed.placed(p.generation)) else { return };
+        let mut settled = false;
+        while vi.tx.boxes_out != 0 && vi.sq.done != vi.sq.tail {
+            let e = vi.sq.get(vi.sq.done);
+            if !e.boxed {
+                let before = vi.sq.done;
+                self.complete_acked(vi);
+                if vi.sq.done == before {
+                    break;
+                }
+                continue;
+            }
+            if !seq_le(e.msg_seq, placed) {
+                break;
+            }
+            let len = e.len;
+            vi.tx.boxes_out -= 1;
+            self.complete_next(vi, Queue::Send, len, 0, None);
+            settled = true;
+        }
+        if settled {
+            // Framed sends that waited behind them, then the timer.
+            self.complete_acked(vi);
+            let outstanding = vi.tx.outstanding();
+            self.restart_rto(vi, now, outstanding);
+        }
+    }
+
+    /// Places a boxed message for `vi` (its connection checked): into the
+    /// next receive, as a one-frame send is placed, and tells the sender
+    /// in `placed`. A message that meets no receive breaks a reliable
+    /// connection, and is dropped on an unreliable one.
+    fn place_boxed(&mut self, vi: &mut ViState, h: &BoxRepr, payload: &[u8], placed: PlacedWord) {
+        let reliable = vi.reliable();
+        if vi.rx.msg.is_some() {
+            // Boxed messages go only behind acknowledged frames, so a
+            // message being reassembled lost its end (unreliable).
+            self.counters.rx_bad_offset += u64::from(reliable);
+            vi.rx.msg = None;
+        }
+        if vi.rq.done == vi.rq.tail && !self.refill_from_srq(vi) {
+            self.counters.rx_no_receive_posted += 1;
+            if reliable {
+                // Not placed: the count does not cover it, so the sender
+                // flushes it when the Disconnect comes.
+                self.async_errors.push(AsyncError { vi: vi.id, kind: AsyncErrorKind::RecvQueueEmpty });
+                self.break_connection(vi);
+            }
+            return;
+        }
+        let e = vi.rq.get(vi.rq.done);
+        let len = payload.len() as u32;
+        let mut bits = 0;
+        if len > e.len || len > vi.attrs.max_transfer_size {
+            bits = status::LENGTH_ERROR;
+            self.counters.length_errors += 1;
+        } else {
+            let payload = Payload::Inline(payload);
+            let placed = self.copy_whole(e, payload).unwrap_or_else(|| self.scatter(e, vi.attrs.ptag, &mut (e.seg0, 0), payload));
+            if let Err(PlaceError::Protection | PlaceError::SourceGone) = placed {
+                bits = status::PROTECTION_ERROR;
+            }
+        }
+        let done = if bits == status::LENGTH_ERROR { 0 } else { len };
+        self.complete_next(vi, Queue::Recv, done, bits, h.imm);
+        vi.rx.boxes_placed = vi.rx.boxes_placed.wrapping_add(1);
+        if reliable {
+            placed.set(h.generation, vi.rx.boxes_placed);
+        }
+    }
+}
+
+impl Core {
+    /// A boxed message from the device (`bytes`: its header and payload),
+    /// whose receiver says in `placed` what it placed.
+    #[inline(never)]
+    pub(super) fn on_boxed(&mut self, bytes: &[u8], placed: PlacedWord, now: Time) {
+        let Some((h, payload)) = BoxRepr::parse(bytes) else {
+            self.cx.counters.rx_malformed += 1;
+            return;
+        };
+        let Some((cx, vi)) = self.split(h.dst_vi) else {
+            self.cx.counters.rx_no_vi += 1;
+            return;
+        };
+        let ours = vi.phase == ViPhase::Connected && vi.peer.as_ref().is_some_and(|p| p.mac == h.src_mac && p.ep == h.src_ep && p.vi == h.src_vi && p.generation == h.generation);
+        if !ours {
+            cx.counters.rx_stale += 1;
+            return;
+        }
+        vi.tx.peer_heard = true;
+        if vi.attrs.reliability == Reliability::ReliableReception {
+            cx.counters.rx_malformed += 1; // never sent boxed
+            return;
+        }
+        cx.counters.rx_boxed += 1;
+        if let Some(ack) = h.ack.filter(|_| vi.reliable()) {
+            cx.on_ack(vi, ack, false, None, now);
+        }
+        cx.place_boxed(vi, &h, payload, placed);
+    }
+
+    /// [`Context::settle_boxes`] for every VI with boxed sends out; the
+    /// count of those left is taken again (a flush drops a VI's own).
+    #[inline(never)]
+    pub(super) fn settle_all_boxes(&mut self, now: Time) {
+        let Core { vis, cx } = self;
+        let mut left = 0;
+        for vi in vis.iter_mut().flatten().filter(|v| v.tx.boxes_out != 0) {
+            cx.settle_boxes(vi, now);
+            left += vi.tx.boxes_out;
+        }
+        cx.boxes_out = left;
+    }
+}

@@ -1,0 +1,195 @@
+//! Sends between processes of one host's shared-memory wire go boxed
+//! (`engine::boxed`): a 32-byte header and the payload in the receiver's
+//! ring, completed once the receiver says it placed them. These tests pin
+//! what VIA keeps on that path: the bytes and immediate data arrive; a
+//! reliable send completes only once placed (not when it entered the
+//! ring); one that meets no receive is flushed; and a framed operation
+//! posted behind boxed sends completes behind them. Two NICs of one
+//! process on one wire, no progress thread: each side moves only when
+//! the test drives it.
+
+use std::time::Duration;
+use via_user::descriptor::status;
+use via_user::{Config, Descriptor, MemAttributes, MemoryRegion, Nic, Op, Reliability, Vi, ViAttributes};
+// The software drivers (shared memory), registered by linking them.
+use via_softnic as _;
+
+const T: Option<Duration> = Some(Duration::from_secs(10));
+
+/// Removes the wire's segment when the test ends, passed or failed.
+struct Wire(String);
+
+impl Drop for Wire {
+    fn drop(&mut self) {
+        via_softnic::shm::remove_wire(&self.0);
+    }
+}
+
+struct End {
+    nic: Nic,
+    vi: Vi,
+    mem: MemoryRegion,
+    ptag: via_user::Ptag,
+}
+
+impl End {
+    fn desc(&self, range: std::ops::Range<usize>, imm: Option<u32>) -> Descriptor {
+        let mut d = Descriptor::new(&self.nic, self.ptag, 1).unwrap();
+        d.set(&[(&self.mem, range)], imm).unwrap();
+        d
+    }
+
+    fn count(&self, name: &str) -> u64 {
+        self.nic.counters().pairs().into_iter().find(|(k, _)| *k == name).map(|(_, v)| v).unwrap()
+    }
+}
+
+/// Two connected ends on wire `wire`: `a` connected to `b`.
+fn pair(wire: &Wire, reliability: Reliability) -> (End, End) {
+    let end = || {
+        let config = Config { progress_thread: false, ..Config::default() };
+        let dev = via_softnic::ShmDevice::open(&wire.0, None).unwrap();
+        let nic = Nic::with_device("shm", Box::new(dev), config).unwrap();
+        let ptag = nic.create_ptag().unwrap();
+        let attrs = ViAttributes { reliability, max_transfer_size: 4096, ptag, enable_rdma_write: true, enable_rdma_read: false };
+        let vi = nic.create_vi(&attrs, None, None).unwrap();
+        let mem = MemoryRegion::new(&nic, 8192, 4096, MemAttributes { ptag, enable_rdma_write: true, enable_rdma_read: false }).unwrap();
+        End { nic, vi, mem, ptag }
+    };
+    let (mut a, b) = (end(), end());
+    let bmac = b.nic.mac();
+    let server = std::thread::spawn(move || {
+        let req = b.nic.connect_wait(b"boxed", T).unwrap();
+        b.nic.accept(&req, &b.vi).unwrap();
+        b
+    });
+    a.vi.connect_retrying(bmac, b"boxed", T.unwrap()).unwrap();
+    (a, server.join().unwrap())
+}
+
+fn wire(name: &str) -> Wire {
+    Wire(format!("boxed-{name}-{}-{}", std::process::id(), via_softnic::shm::unguessable_suffix().unwrap()))
+}
+
+#[test]
+fn sends_to_a_process_on_the_wire_go_boxed_and_arrive_whole() {
+    let w = wire("whole");
+    let (mut a, mut b) = pair(&w, Reliability::ReliableDelivery);
+    for r in [0..100, 100..200] {
+        b.vi.post_recv(b.desc(r, None)).unwrap();
+    }
+    a.mem.write(0, b"hello, boxed world").unwrap();
+    let before = a.count("tx_frames");
+    a.vi.post_send(a.desc(0..18, Some(0xfeed))).unwrap();
+    a.vi.post_send(a.desc(0..0, None)).unwrap();
+    let r = b.vi.recv_wait(T).unwrap();
+    r.check_ok().unwrap();
+    assert_eq!((r.length(), r.immediate()), (18, Some(0xfeed)));
+    assert_eq!(b.mem.to_vec(0..18).unwrap(), b"hello, boxed world");
+    let r = b.vi.recv_wait(T).unwrap();
+    r.check_ok().unwrap();
+    assert_eq!((r.length(), r.immediate()), (0, None));
+    for _ in 0..2 {
+        a.vi.send_wait(T).unwrap().check_ok().unwrap();
+    }
+    assert_eq!((a.count("tx_boxed"), b.count("rx_boxed")), (2, 2));
+    assert_eq!(a.count("tx_frames"), before, "no frame went: no data, no ACK");
+    assert_eq!(b.count("acks_sent"), 0);
+}
+
+#[test]
+fn a_reliable_boxed_send_completes_only_once_placed() {
+    let w = wire("placed");
+    let (mut a, mut b) = pair(&w, Reliability::ReliableDelivery);
+    b.vi.post_recv(b.desc(0..64, None)).unwrap();
+    a.vi.post_send(a.desc(0..64, None)).unwrap();
+    // In b's ring, not placed: b has not looked.
+    for _ in 0..1000 {
+        a.nic.progress();
+        assert!(a.vi.send_done().unwrap().is_none(), "a boxed send completed before its receiver placed it");
+    }
+    b.vi.recv_wait(T).unwrap().check_ok().unwrap();
+    a.vi.send_wait(T).unwrap().check_ok().unwrap();
+    assert_eq!(a.count("tx_boxed"), 1);
+}
+
+#[test]
+fn an_unreliable_boxed_send_completes_on_the_wire() {
+    let w = wire("unrel");
+    let (mut a, mut b) = pair(&w, Reliability::Unreliable);
+    b.vi.post_recv(b.desc(0..64, None)).unwrap();
+    a.vi.post_send(a.desc(0..64, None)).unwrap();
+    a.vi.send_done().unwrap().expect("complete at once").check_ok().unwrap();
+    b.vi.recv_wait(T).unwrap().check_ok().unwrap();
+    assert_eq!((a.count("tx_boxed"), b.count("rx_boxed")), (1, 1));
+}
+
+#[test]
+fn a_boxed_send_that_meets_no_receive_is_flushed() {
+    let w = wire("norecv");
+    let (mut a, b) = pair(&w, Reliability::ReliableDelivery);
+    a.vi.post_send(a.desc(0..64, None)).unwrap();
+    // b takes it with no receive posted: the connection breaks.
+    while b.count("rx_no_receive_posted") == 0 {
+        b.nic.progress();
+    }
+    let d = a.vi.send_wait(T).unwrap();
+    assert!(d.errors() & status::DESC_FLUSHED_ERROR != 0, "the send that was never placed completes flushed, not {:#x}", d.status());
+}
+
+#[test]
+fn a_framed_write_behind_boxed_sends_completes_behind_them() {
+    let w = wire("order");
+    let (mut a, mut b) = pair(&w, Reliability::ReliableDelivery);
+    b.vi.post_recv(b.desc(0..64, None)).unwrap();
+    let target = b.mem.remote(4096..4160).unwrap();
+    a.mem.write(0, &[7u8; 64]).unwrap();
+    a.vi.post_send(a.desc(0..32, None)).unwrap();
+    let mut write = Descriptor::new(&a.nic, a.ptag, 2).unwrap();
+    write.set_op(Op::RdmaWrite(target), &[(&a.mem, 0..64)], None, false).unwrap();
+    a.vi.post_send(write).unwrap();
+    // Both sides driven here (no progress threads): b places, writes and
+    // acknowledges; a completes in posting order.
+    let start = std::time::Instant::now();
+    let mut done = Vec::new();
+    while done.len() < 2 {
+        assert!(start.elapsed() < T.unwrap(), "completed {} of 2", done.len());
+        b.nic.progress();
+        a.nic.progress();
+        while let Some(d) = a.vi.send_done().unwrap() {
+            d.check_ok().unwrap();
+            done.push(d.length());
+        }
+    }
+    assert_eq!(done, [32, 64], "the boxed send first, then the write");
+    b.vi.recv_done().unwrap().expect("the send was placed").check_ok().unwrap();
+    assert_eq!(b.mem.to_vec(4096..4160).unwrap(), vec![7u8; 64]);
+    assert_eq!(a.count("tx_boxed"), 1, "the write went as frames");
+}
+
+/// The accepting side does not box before it heard its peer on the
+/// connection: the peer may not have taken the acceptance yet, would drop
+/// a boxed message as stale, and none is ever sent again (a frame is).
+#[test]
+fn the_accepting_side_boxes_only_once_it_heard_its_peer() {
+    let w = wire("heard");
+    let (mut a, mut b) = pair(&w, Reliability::ReliableDelivery);
+    for r in [0..64, 64..128] {
+        a.vi.post_recv(a.desc(r, None)).unwrap();
+    }
+    b.vi.post_recv(b.desc(0..64, None)).unwrap();
+    b.vi.post_send(b.desc(0..64, None)).unwrap();
+    assert_eq!(b.count("tx_boxed"), 0, "the acceptor's first send went boxed");
+    a.vi.recv_wait(T).unwrap().check_ok().unwrap();
+    // a was answered when it connected: it boxes at once.
+    a.vi.post_send(a.desc(0..64, None)).unwrap();
+    assert_eq!(a.count("tx_boxed"), 1);
+    b.vi.recv_wait(T).unwrap().check_ok().unwrap();
+    // a's boxed send carried the ACK of b's framed one (nobody drives
+    // a's timers here: without it b would time out).
+    b.vi.send_wait(T).unwrap().check_ok().unwrap();
+    // b has heard a now.
+    b.vi.post_send(b.desc(0..64, None)).unwrap();
+    assert_eq!(b.count("tx_boxed"), 1);
+    a.vi.recv_wait(T).unwrap().check_ok().unwrap();
+}
