@@ -219,7 +219,7 @@ impl Core {
             return;
         }
         cx.counters.rx_boxed += 1;
-        if let Some(ack) = h.ack.filter(|_| vi.reliable()) {
+        if let Some(ack) = h.ack.filter(|&a| a != vi.tx.una && vi.reliable()) {
             cx.on_ack(vi, ack, false, None, now);
         }
         cx.place_boxed(vi, &h, payload, placed);
