@@ -67,10 +67,10 @@ impl Context {
         let epoch = self.mem.epoch();
         let reliable = vi.reliable();
         let e = vi.sq.get_mut(idx);
-        // A send (not an RDMA operation) not yet started that fits one
-        // frame, that failed no check at post, its segment checked there
-        // (the caller checked the rest).
-        if e.pre_status != 0 || e.nframes != 0 || e.seg0 != 0 || e.awaits_response() || e.len > vi.tx.frag || e.len > route.max_len {
+        // A send (not an RDMA operation) that fits one frame, not yet
+        // started, that failed no check at post (the caller checked
+        // that), its segment checked there.
+        if e.seg0 != 0 || e.len > route.max_len {
             return None;
         }
         let Some(&[seg]) = e.checked_segments(epoch) else { return None };

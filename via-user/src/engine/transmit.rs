@@ -541,10 +541,6 @@ impl Context {
         {
             return false;
         }
-        // (Went boxed, or goes so with the next doorbell.)
-        if vi.tx.boxes.is_some() && self.send_boxed(dev, vi, now).is_some() {
-            return true;
-        }
         let epoch = self.mem.epoch();
         let e = vi.sq.get_mut(idx);
         // (A descriptor that passed validation is a send, an RDMA write,
@@ -552,6 +548,12 @@ impl Context {
         if e.pre_status != 0 || e.awaits_response() || e.nframes != 0 || e.len > vi.tx.frag || (e.control & control::QFENCE != 0 && vi.tx.reads_outstanding != 0) {
             return false;
         }
+        // A send (not an RDMA write) may go boxed: then it went, or goes
+        // so with the next doorbell.
+        if e.seg0 == 0 && vi.tx.boxes.is_some() && self.send_boxed(dev, vi, now).is_some() {
+            return true;
+        }
+        let e = vi.sq.get_mut(idx);
         let Some(&[seg]) = e.checked_segments(epoch) else { return false };
         let psn = vi.tx.psn;
         e.first_psn = psn;
