@@ -493,7 +493,7 @@ impl FrameDevice for CompositeDevice {
 
     fn transmit_boxed(&mut self, route: &BoxRoute, header: &[u8; BOX_HEADER_LEN], payload: &[u8]) -> io::Result<bool> {
         match self.shm.as_mut() {
-            Some(s) => Ok(s.transmit_boxed(route, header, payload)),
+            Some(s) => s.transmit_boxed(route, header, payload),
             None => Err(io::Error::new(io::ErrorKind::Unsupported, "a composite without a wire carries no boxed messages")),
         }
     }

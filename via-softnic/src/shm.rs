@@ -42,6 +42,12 @@
 //! large enough for any frame up to the MTU (64 KiB), so frames that are
 //! not lent are copied whole.
 //!
+//! Boxed messages (`via_device::boxed`): a one-frame send of the engine's
+//! to a process on the wire may go as a record of its own in the same
+//! ring ([`ShmDevice::transmit_boxed`], its length word flagged `BOXED`),
+//! handed up with the word in which the receiver says it placed it (one
+//! per sending port and VI, after the ports: `Segment::placed`).
+//!
 //! Who may join: the segment is made owner-only, and one made by anyone
 //! else (another user, a symbolic link) is refused (`segment`). A lent
 //! record is read only if its pid owns a live port of the wire and the
@@ -427,7 +433,11 @@ impl ShmDevice {
     /// Appends a boxed message to `route`'s ring (the header gets our
     /// port); false if the ring is full. A port that changed hands since
     /// the route was found takes it into the void, as it would a frame.
-    pub fn transmit_boxed(&mut self, route: &BoxRoute, header: &[u8; BOX_HEADER_LEN], payload: &[u8]) -> bool {
+    /// A message longer than a slot holds is refused with an error.
+    pub fn transmit_boxed(&mut self, route: &BoxRoute, header: &[u8; BOX_HEADER_LEN], payload: &[u8]) -> io::Result<bool> {
+        if payload.len() > MTU + ETH_HEADER_LEN - BOX_HEADER_LEN {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("a boxed message of {} bytes; shm wire {:?} boxes at most {}", payload.len(), self.wire, MTU + ETH_HEADER_LEN - BOX_HEADER_LEN)));
+        }
         let mut h = *header;
         h[BOX_PORT_OFFSET..BOX_PORT_OFFSET + 2].copy_from_slice(&(self.port as u16).to_le_bytes());
         let mut f = TxFrame::new(&h);
@@ -435,10 +445,10 @@ impl ShmDevice {
         let r = Route { port: route.port as usize, generation: route.generation, filter: None };
         if !self.append(r, &f, false, true) {
             self.tx_ring_full += 1;
-            return false;
+            return Ok(false);
         }
         self.tx_boxed += 1;
-        true
+        Ok(true)
     }
 
     /// The start of frame `i` of a batch, `f`, once its length is one the
@@ -799,7 +809,7 @@ impl FrameDevice for ShmDevice {
     }
 
     fn transmit_boxed(&mut self, route: &BoxRoute, header: &[u8; BOX_HEADER_LEN], payload: &[u8]) -> io::Result<bool> {
-        Ok(ShmDevice::transmit_boxed(self, route, header, payload))
+        ShmDevice::transmit_boxed(self, route, header, payload)
     }
 
     fn prepare_sleep(&mut self) -> Option<Sleep> {

@@ -426,3 +426,34 @@ fn frames_to_one_identity_go_by_their_endpoint_whatever_came_before() {
     assert!(a.stats().contains(&("shm_tx_no_port", 1)), "the endpoint nobody accepts");
     remove_wire(&w);
 }
+
+#[test]
+fn a_boxed_message_reaches_its_port_with_the_senders_placed_word() {
+    use via_device::BoxRepr;
+    let w = wire("boxed");
+    let mut a = ShmDevice::open(&w, None).unwrap();
+    let mut b = ShmDevice::open(&w, None).unwrap();
+    let route = a.box_route(&frame(b.mac(), 64, 0), 5).expect("one port takes b's frames");
+    assert!(a.box_route(&frame(MacAddr::BROADCAST, 64, 0), 5).is_none(), "broadcast: no box");
+    assert!(a.box_route(&frame(MacAddr([2, 9, 9, 9, 9, 9]), 64, 0), 5).is_none(), "nobody there: no box");
+    let mut h = [0u8; BOX_HEADER_LEN];
+    BoxRepr { src_vi: 5, len: 3, ..BoxRepr::default() }.emit(&mut h);
+    assert!(a.transmit_boxed(&route, &h, b"abc").unwrap());
+    let mut got = Vec::new();
+    b.receive_lent(5, &mut |f, meta| got.push((f.to_vec(), meta.boxed))).unwrap();
+    assert_eq!(got.len(), 1);
+    let (bytes, placed) = &got[0];
+    let (repr, payload) = BoxRepr::parse(bytes).unwrap();
+    assert_eq!((repr.src_vi, repr.src_port as usize, payload), (5, a.port, &b"abc"[..]));
+    // The receiver's store is what the sender's route reads.
+    placed.expect("a boxed message comes with its placed word").set(9, 1);
+    assert_eq!(route.placed.placed(9), Some(1));
+    // Plain receive is for frames: a boxed message is not one.
+    assert!(a.transmit_boxed(&route, &h, b"abc").unwrap());
+    assert!(recv_all(&mut b).is_empty());
+    // Longer than a slot holds: refused, nothing written.
+    let big = vec![0u8; MTU + ETH_HEADER_LEN];
+    assert_eq!(a.transmit_boxed(&route, &h, &big).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+    assert!(a.stats().contains(&("shm_tx_boxed", 2)));
+    remove_wire(&w);
+}
