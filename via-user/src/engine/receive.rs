@@ -65,7 +65,9 @@ impl Payload<'_> {
 impl Core {
     /// Handles one received Ethernet frame; `meta.lent`: its payload, lent
     /// by a sender on this host (the frame then holds the headers alone);
-    /// `meta.vouched`: it came by a path that cannot corrupt it.
+    /// `meta.vouched`: it came by a path that cannot corrupt it;
+    /// `meta.boxed`: it is not a frame but a boxed message
+    /// (`engine::boxed`), with the word its sender reads.
     pub fn on_frame(&mut self, bytes: &[u8], meta: RxMeta<'_>, now: Time) {
         if let Some(placed) = meta.boxed {
             return self.on_boxed(bytes, placed, now);
