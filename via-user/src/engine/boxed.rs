@@ -51,26 +51,25 @@ impl Context {
     }
 
     /// Sends the entry at `vi`'s transmit position boxed, if it may go so
-    /// (module comment): Some(true) when it went, Some(false) when the
-    /// ring was full (it goes with the next doorbell), None when it must
-    /// go as a frame.
+    /// (module comment; the caller checked that it is a send, not an RDMA
+    /// operation): Some(true) when it went, Some(false) when the ring was
+    /// full (it goes with the next doorbell), None when it must go as a
+    /// frame.
     #[inline(never)]
     pub(super) fn send_boxed(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, now: Time) -> Option<bool> {
         let route = vi.tx.boxes?;
         // Not before the peer is known to be connected (a boxed message
         // it took for stale would be lost: nothing is sent twice), nor
         // past framed data not yet acknowledged (which may go again).
-        if !vi.tx.peer_heard || vi.tx.in_flight() != 0 || vi.tx.unacknowledged() != 0 || vi.tx.reads_outstanding != 0 {
+        if !vi.tx.peer_heard || vi.tx.in_flight() != 0 || vi.tx.unacknowledged() != 0 || vi.tx.reads_outstanding != 0 || !self.one_message_ready(vi) {
             return None;
         }
         let idx = vi.tx.idx;
         let epoch = self.mem.epoch();
         let reliable = vi.reliable();
         let e = vi.sq.get_mut(idx);
-        // A send (not an RDMA operation) that fits one frame, not yet
-        // started, that failed no check at post (the caller checked
-        // that), its segment checked there.
-        if e.seg0 != 0 || e.len > route.max_len {
+        // One the wire would not lend, its segment checked at post.
+        if e.len > route.max_len {
             return None;
         }
         let Some(&[seg]) = e.checked_segments(epoch) else { return None };

@@ -478,6 +478,11 @@ impl Context {
         if vi.tx.frag == 0 {
             self.fix_frag(dev, vi);
         }
+        // A send (not an RDMA operation) to a process on this host's wire
+        // may go boxed: then it went, or goes so with the next doorbell.
+        if vi.tx.boxes.is_some() && vi.sq.get(vi.tx.idx).seg0 == 0 && self.send_boxed(dev, vi, now).is_some() {
+            return;
+        }
         if self.send_one_frame(dev, vi, hdrs, specs, now) {
             return;
         }
@@ -529,30 +534,10 @@ impl Context {
     fn send_one_frame(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Time) -> bool {
         let idx = vi.tx.idx;
         let reliable = vi.reliable();
-        if vi.phase != ViPhase::Connected
-            || vi.tx.frag == 0
-            || idx.wrapping_add(1) != vi.sq.tail
-            || vi.tx.off != 0
-            || vi.tx.psn != vi.tx.sent_hi
-            || has_side_work(vi)
-            || vi.sack.pending()
-            || vi.tx.rnr_until.is_some()
-            || (reliable && vi.tx.in_flight() + 1 >= self.window)
-        {
+        if !self.one_message_ready(vi) {
             return false;
         }
         let epoch = self.mem.epoch();
-        let e = vi.sq.get_mut(idx);
-        // (A descriptor that passed validation is a send, an RDMA write,
-        // an RDMA read or an atomic; the last two take the general path.)
-        if e.pre_status != 0 || e.awaits_response() || e.nframes != 0 || e.len > vi.tx.frag || (e.control & control::QFENCE != 0 && vi.tx.reads_outstanding != 0) {
-            return false;
-        }
-        // A send (not an RDMA write) may go boxed: then it went, or goes
-        // so with the next doorbell.
-        if e.seg0 == 0 && vi.tx.boxes.is_some() && self.send_boxed(dev, vi, now).is_some() {
-            return true;
-        }
         let e = vi.sq.get_mut(idx);
         let Some(&[seg]) = e.checked_segments(epoch) else { return false };
         let psn = vi.tx.psn;
@@ -589,6 +574,31 @@ impl Context {
             }
         }
         true
+    }
+
+    /// Is the next send of `vi` one whole message for the one-frame path
+    /// (or a boxed one): the only one not yet started, nothing to resend
+    /// or answer first, the window open; not started, no error found at
+    /// post, no response awaited, one fragment long, not held by a fence.
+    /// (A descriptor that passed validation is a send, an RDMA write, an
+    /// RDMA read or an atomic; the last two take the general path.)
+    #[inline(always)]
+    pub(super) fn one_message_ready(&self, vi: &mut ViState) -> bool {
+        let idx = vi.tx.idx;
+        if vi.phase != ViPhase::Connected
+            || vi.tx.frag == 0
+            || idx.wrapping_add(1) != vi.sq.tail
+            || vi.tx.off != 0
+            || vi.tx.psn != vi.tx.sent_hi
+            || has_side_work(vi)
+            || vi.sack.pending()
+            || vi.tx.rnr_until.is_some()
+            || (vi.reliable() && vi.tx.in_flight() + 1 >= self.window)
+        {
+            return false;
+        }
+        let e = vi.sq.get(idx);
+        !(e.pre_status != 0 || e.awaits_response() || e.nframes != 0 || e.len > vi.tx.frag || (e.control & control::QFENCE != 0 && vi.tx.reads_outstanding != 0))
     }
 
     /// Fixes `vi`'s path for its connection, if not yet done (asked with
