@@ -583,7 +583,7 @@ impl Context {
     /// (A descriptor that passed validation is a send, an RDMA write, an
     /// RDMA read or an atomic; the last two take the general path.)
     #[inline(always)]
-    pub(super) fn one_message_ready(&self, vi: &mut ViState) -> bool {
+    pub(super) fn one_message_ready(&self, vi: &ViState) -> bool {
         let idx = vi.tx.idx;
         if vi.phase != ViPhase::Connected
             || vi.tx.frag == 0
