@@ -128,6 +128,10 @@ fn recv_notify_hands_over_the_pool_descriptor_a_message_took() {
     }
     let smac = server.mac();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    // The client sends only once the server has checked that the armed
+    // notification refuses `recv_done`: a message that came earlier would
+    // have fired (and so disarmed) it already.
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let client = thread::spawn(move || {
         let n = nic("srq-notify", Config::default());
         let ptag = n.create_ptag().unwrap();
@@ -138,6 +142,7 @@ fn recv_notify_hands_over_the_pool_descriptor_a_message_took() {
         src.write(0, &m).unwrap();
         let mut d = Descriptor::new(&n, ptag, 1).unwrap();
         d.set_op(Op::SendRecv, &[(&src, 0..m.len())], None, false).unwrap();
+        go_rx.recv_timeout(T.unwrap()).expect("the server's go");
         vi.post_send(d).unwrap();
         vi.send_wait(T).unwrap().check_ok().unwrap();
         // Stay connected until the server has the message.
@@ -150,6 +155,7 @@ fn recv_notify_hands_over_the_pool_descriptor_a_message_took() {
     let (tx, rx) = std::sync::mpsc::channel();
     vi.recv_notify(move |d| tx.send(d).unwrap()).unwrap();
     assert_eq!(vi.recv_done().unwrap_err().code, VipReturn::InvalidState, "the armed notification owns the next completion");
+    go_tx.send(()).unwrap();
     let d = rx.recv_timeout(T.unwrap()).expect("the notification came");
     d.check_ok().unwrap();
     assert!(addrs.contains(&d.addr()), "a descriptor of the pool");
