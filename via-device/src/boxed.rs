@@ -2,7 +2,9 @@
 //! into the receiver's ring as a 40-byte header and its payload instead
 //! of a VIA frame ([`BoxRepr`]), and completes at the sender once the
 //! receiver placed it, which the receiver says in a word of shared memory
-//! ([`PlacedWord`]) instead of an ACK frame.
+//! ([`PlacedWord`]) instead of an ACK frame, and again in the header of
+//! each boxed message it sends back ([`BoxRepr::placed`]): a reply
+//! completes the sends it answers without that word being read.
 //!
 //! A device that can carry them (the shared-memory wire, alone or in a
 //! composite) answers [`crate::FrameDevice::box_route`] for a peer with a
@@ -19,9 +21,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const BOX_HEADER_LEN: usize = 40;
 
 /// The header's flags: the message carries immediate data; an
-/// acknowledgement of the receiver's framed stream.
+/// acknowledgement of the receiver's framed stream; the count of the
+/// receiver's own boxed messages the sender placed.
 const IMMEDIATE: u16 = 1;
 const ACK: u16 = 2;
+const PLACED: u16 = 4;
 
 /// A boxed message's header: who sent it (the connection's words, checked
 /// by the receiver as a frame's are), to which VI, and what it carries.
@@ -30,7 +34,8 @@ const ACK: u16 = 2;
 /// endpoint 8..12, source VI 12..14, flags 14..16, connection generation
 /// 16..20, immediate data 20..24, payload length 24..28, the sender's
 /// port on the wire 28..30 (written by its device), reserved 30..32, the
-/// acknowledged PSN 32..36, reserved 36..40.
+/// acknowledged PSN 32..36, the count of the receiver's boxed messages
+/// placed 36..40.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BoxRepr {
     pub src_mac: MacAddr,
@@ -45,6 +50,11 @@ pub struct BoxRepr {
     /// The PSN the sender expects next of the receiver's framed stream
     /// (an ACK carried, as a reliable VI's frames carry one).
     pub ack: Option<u32>,
+    /// How many of the receiver's boxed messages on this connection the
+    /// sender placed (wrapping): what its [`PlacedWord`] says, carried so
+    /// that a reply completes the receiver's sends without that word's
+    /// cache line crossing between the cores.
+    pub placed: Option<u32>,
 }
 
 /// Where the sending device writes its port into an emitted header.
@@ -60,7 +70,7 @@ impl BoxRepr {
         out[6..8].copy_from_slice(&self.dst_vi.to_le_bytes());
         out[8..12].copy_from_slice(&self.src_ep.to_le_bytes());
         out[12..14].copy_from_slice(&self.src_vi.to_le_bytes());
-        let flags = if self.imm.is_some() { IMMEDIATE } else { 0 } | if self.ack.is_some() { ACK } else { 0 };
+        let flags = if self.imm.is_some() { IMMEDIATE } else { 0 } | if self.ack.is_some() { ACK } else { 0 } | if self.placed.is_some() { PLACED } else { 0 };
         out[14..16].copy_from_slice(&flags.to_le_bytes());
         out[16..20].copy_from_slice(&self.generation.to_le_bytes());
         out[20..24].copy_from_slice(&self.imm.unwrap_or(0).to_le_bytes());
@@ -68,7 +78,7 @@ impl BoxRepr {
         out[28..30].copy_from_slice(&self.src_port.to_le_bytes());
         out[30..32].copy_from_slice(&[0, 0]);
         out[32..36].copy_from_slice(&self.ack.unwrap_or(0).to_le_bytes());
-        out[36..40].copy_from_slice(&[0; 4]);
+        out[36..40].copy_from_slice(&self.placed.unwrap_or(0).to_le_bytes());
     }
 
     /// The header and payload of a received boxed message; None when the
@@ -82,7 +92,7 @@ impl BoxRepr {
         let flags = u16_at(14);
         let len = u32_at(24);
         let payload = &b[BOX_HEADER_LEN..];
-        if flags & !(IMMEDIATE | ACK) != 0 || payload.len() != len as usize {
+        if flags & !(IMMEDIATE | ACK | PLACED) != 0 || payload.len() != len as usize {
             return None;
         }
         let repr = BoxRepr {
@@ -95,6 +105,7 @@ impl BoxRepr {
             len,
             src_port: u16_at(BOX_PORT_OFFSET),
             ack: (flags & ACK != 0).then(|| u32_at(32)),
+            placed: (flags & PLACED != 0).then(|| u32_at(36)),
         };
         Some((repr, payload))
     }
@@ -157,14 +168,14 @@ mod tests {
 
     #[test]
     fn a_header_reads_back_as_written() {
-        let h = BoxRepr { src_mac: MacAddr([2, 0, 0, 0, 0, 9]), dst_vi: 7, src_ep: 0x0102_0304, src_vi: 3, generation: 99, imm: Some(0xdead_beef), len: 5, src_port: 12, ack: Some(77) };
+        let h = BoxRepr { src_mac: MacAddr([2, 0, 0, 0, 0, 9]), dst_vi: 7, src_ep: 0x0102_0304, src_vi: 3, generation: 99, imm: Some(0xdead_beef), len: 5, src_port: 12, ack: Some(77), placed: Some(0xffff_fffe) };
         let mut b = [0u8; BOX_HEADER_LEN + 5];
         h.emit((&mut b[..BOX_HEADER_LEN]).try_into().unwrap());
         b[BOX_HEADER_LEN..].copy_from_slice(b"hello");
         let (back, payload) = BoxRepr::parse(&b).unwrap();
         assert_eq!(back, h);
         assert_eq!(payload, b"hello");
-        let bare = BoxRepr { imm: None, ack: None, ..h };
+        let bare = BoxRepr { imm: None, ack: None, placed: None, ..h };
         bare.emit((&mut b[..BOX_HEADER_LEN]).try_into().unwrap());
         assert_eq!(BoxRepr::parse(&b).unwrap().0, bare);
     }

@@ -1,6 +1,7 @@
 //! Sends between processes of one host's shared-memory wire go boxed
-//! (`engine::boxed`): a 32-byte header and the payload in the receiver's
-//! ring, completed once the receiver says it placed them. These tests pin
+//! (`engine::boxed`): a 40-byte header and the payload in the receiver's
+//! ring, completed once the receiver says it placed them (in a reply's
+//! header, or in a word of shared memory). These tests pin
 //! what VIA keeps on that path: the bytes and immediate data arrive; a
 //! reliable send completes only once placed (not when it entered the
 //! ring); one that meets no receive is flushed; and a framed operation
@@ -192,4 +193,60 @@ fn the_accepting_side_boxes_only_once_it_heard_its_peer() {
     b.vi.post_send(b.desc(0..64, None)).unwrap();
     assert_eq!(b.count("tx_boxed"), 1);
     a.vi.recv_wait(T).unwrap().check_ok().unwrap();
+}
+
+/// In a ping-pong each boxed message says in its header what its sender
+/// placed of the other's, so every send completes by the reply it got,
+/// and no placed word is read (each read pulls the word's cache line
+/// away from the receiver about to store it).
+#[test]
+fn a_reply_completes_the_send_it_answers_without_reading_the_placed_word() {
+    let w = wire("reply");
+    let (mut a, mut b) = pair(&w, Reliability::ReliableDelivery);
+    a.vi.post_recv(a.desc(0..64, None)).unwrap();
+    b.vi.post_recv(b.desc(0..64, None)).unwrap();
+    for i in 0..100 {
+        a.vi.post_send(a.desc(64..128, None)).unwrap();
+        let r = b.vi.recv_wait(T).unwrap();
+        r.check_ok().unwrap();
+        b.vi.post_recv(r).unwrap();
+        if i > 0 {
+            // b's previous send was answered by this ping.
+            b.vi.send_done().unwrap().expect("b's send, completed by a's ping").check_ok().unwrap();
+        }
+        b.vi.post_send(b.desc(64..128, None)).unwrap();
+        let r = a.vi.recv_wait(T).unwrap();
+        r.check_ok().unwrap();
+        a.vi.post_recv(r).unwrap();
+        a.vi.send_done().unwrap().expect("a's send, completed by b's pong").check_ok().unwrap();
+    }
+    assert_eq!((a.count("tx_boxed"), b.count("tx_boxed")), (100, 100));
+    assert_eq!((a.count("placed_reads"), b.count("placed_reads")), (0, 0), "a placed word was read");
+    // b's last send was answered by nothing: waiting for it reads the word.
+    b.vi.send_wait(T).unwrap().check_ok().unwrap();
+    assert!(b.count("placed_reads") > 0);
+}
+
+/// A send nobody polls for still completes, with rounds of progress
+/// alone: its notification comes (progress reads the placed word a
+/// little after the send went out).
+#[test]
+fn a_boxed_send_nobody_polls_for_completes_by_progress() {
+    let w = wire("notified");
+    let (mut a, mut b) = pair(&w, Reliability::ReliableDelivery);
+    b.vi.post_recv(b.desc(0..64, None)).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    a.vi.send_notify(move |d| tx.send(d.status()).unwrap()).unwrap();
+    a.vi.post_send(a.desc(0..64, None)).unwrap();
+    b.vi.recv_wait(T).unwrap().check_ok().unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        assert!(start.elapsed() < T.unwrap(), "the send's notification never came");
+        a.nic.progress();
+        if let Ok(s) = rx.try_recv() {
+            break s;
+        }
+    };
+    assert_eq!(status & (status::DONE | status::ERROR_MASK), status::DONE, "completed without error: {status:#x}");
+    assert!(a.count("placed_reads") > 0, "completed by the placed word");
 }

@@ -42,7 +42,7 @@ pub(super) const BOX_VIS: usize = 2048;
 /// Each port's placed words ([`Segment::placed`]), after the ports.
 const PLACED_BYTES: usize = PORTS * BOX_VIS * 8;
 const SEGMENT_BYTES: usize = HEADER_BYTES + PORTS * PORT_BYTES + PLACED_BYTES;
-const MAGIC: u64 = u64::from_le_bytes(*b"VIASHM05");
+const MAGIC: u64 = u64::from_le_bytes(*b"VIASHM06");
 
 /// Port states.
 pub(super) const FREE: u32 = 0;

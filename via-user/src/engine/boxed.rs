@@ -1,8 +1,9 @@
 //! Boxed sends: a one-frame send to a process on this host's
 //! shared-memory wire goes into its ring as a boxed message
-//! (`via_device::boxed`: a 32-byte header and the payload) instead of a
-//! sequenced frame, and completes when the receiver says, in a word of
-//! shared memory, that it placed it.
+//! (`via_device::boxed`: a 40-byte header and the payload) instead of a
+//! sequenced frame, and completes when the receiver says that it placed
+//! it: in the header of a boxed message it sends back, or in a word of
+//! shared memory, read only when no reply said ([`SETTLE_AFTER_NS`]).
 //!
 //! What it leaves out is what a ring in memory does not need: no packet
 //! sequence number, no ACK either way, no header template of 78 bytes,
@@ -35,6 +36,23 @@ use crate::usermem;
 use crate::vi::{Reliability, ViPhase, ViState};
 use via_device::{BoxRepr, FrameDevice, PlacedWord, BOX_HEADER_LEN};
 use via_wire::seq_le;
+
+/// How long boxed sends may be out before a round of progress reads
+/// their placed words.
+///
+/// The word is read as rarely as the sends' completions allow, because
+/// each read pulls its cache line from the receiver, which must take it
+/// back to store its next count: in a 64 B ping-pong over the wire
+/// (two processes, `via-pingpong`), reading it in every round of
+/// progress and at every poll cost 8-10 % of the one-way time. So a
+/// reply says in its header what was placed ([`BoxRepr::placed`]: a
+/// ping-pong never reads the word); a poll for a completed send
+/// (`VipSendDone`, `VipSendWait`, `VipCQDone`) reads it from its second
+/// look that finds none ([`Context::box_poll_looks`]); and rounds of
+/// progress read it once this long after the first send went out, and
+/// this often after, which bounds how late a completion shows to whoever
+/// learns of it otherwise (a notification, the descriptor's status word).
+pub(super) const SETTLE_AFTER_NS: u64 = 2_000;
 
 impl Context {
     /// Fixes whether `vi`'s connection sends boxed (with its fragment
@@ -78,7 +96,10 @@ impl Context {
         // It carries the ACK of the peer's framed stream, as a frame would.
         let ack = reliable.then_some(vi.rx.expected);
         let mut header = [0u8; BOX_HEADER_LEN];
-        BoxRepr { src_mac: self.mac, dst_vi: peer.vi, src_ep: self.ep, src_vi: vi.id, generation: peer.generation, imm, len: e.len, src_port: 0, ack }.emit(&mut header);
+        // And what we placed of the peer's boxed sends (reliable ones
+        // complete by it).
+        let placed = reliable.then_some(vi.rx.boxes_placed);
+        BoxRepr { src_mac: self.mac, dst_vi: peer.vi, src_ep: self.ep, src_vi: vi.id, generation: peer.generation, imm, len: e.len, src_port: 0, ack, placed }.emit(&mut header);
         // SAFETY: the segment was checked against the registration table
         // at post and nothing was deregistered since (its epoch stands);
         // the device copies it before the engine lock is released.
@@ -105,6 +126,10 @@ impl Context {
         if reliable {
             vi.acks.carried();
             vi.tx.boxes_out += 1;
+            self.box_polls = 0;
+            if self.boxes_out == 0 {
+                self.settle_at = now.after_nanos(SETTLE_AFTER_NS);
+            }
             self.boxes_out += 1;
             // A peer that never places it is given up on as frames are.
             if let Some(t) = vi.rtx.on_sent(None, now) {
@@ -117,12 +142,30 @@ impl Context {
         Some(true)
     }
 
+    /// Should a poll for a completed send that found none read the placed
+    /// words of the boxed sends out? Not the first since the last boxed
+    /// send went (an application that reaps right after it sends, as a
+    /// ping-pong's server does, would pull the word's line from the
+    /// receiver about to store it: [`SETTLE_AFTER_NS`]); every one after.
+    #[inline]
+    pub(super) fn box_poll_looks(&mut self) -> bool {
+        self.box_polls = self.box_polls.saturating_add(1);
+        self.box_polls > 1
+    }
+
     /// Completes `vi`'s sends in order while they can: boxed ones the
     /// peer says it placed, framed ones acknowledged. A framed send
     /// after boxed ones waits for them (its ACK may come first).
     pub(super) fn settle_boxes(&mut self, vi: &mut ViState, now: Time) {
         let Some(route) = vi.tx.boxes else { return };
+        self.counters.placed_reads += 1;
         let Some(placed) = vi.peer.as_ref().and_then(|p| route.placed.placed(p.generation)) else { return };
+        self.settle_boxes_upto(vi, placed, now);
+    }
+
+    /// [`Context::settle_boxes`] with the count the peer placed as it said
+    /// it (in its placed word, or in the header of a boxed message).
+    fn settle_boxes_upto(&mut self, vi: &mut ViState, placed: u32, now: Time) {
         let mut settled = false;
         while vi.tx.boxes_out != 0 && vi.sq.done != vi.sq.tail {
             let e = vi.sq.get(vi.sq.done);
@@ -139,6 +182,7 @@ impl Context {
             }
             let len = e.len;
             vi.tx.boxes_out -= 1;
+            self.boxes_out = self.boxes_out.saturating_sub(1);
             self.complete_next(vi, Queue::Send, len, 0, None);
             settled = true;
         }
@@ -221,11 +265,15 @@ impl Core {
         if let Some(ack) = h.ack.filter(|&a| a != vi.tx.una && vi.reliable()) {
             cx.on_ack(vi, ack, false, None, now);
         }
+        if let Some(n) = h.placed.filter(|_| vi.tx.boxes_out != 0) {
+            cx.settle_boxes_upto(vi, n, now);
+        }
         cx.place_boxed(vi, &h, payload, placed);
     }
 
     /// [`Context::settle_boxes`] for every VI with boxed sends out; the
-    /// count of those left is taken again (a flush drops a VI's own).
+    /// count of those left is taken again (a flush drops a VI's own), and
+    /// rounds of progress look again no sooner than [`SETTLE_AFTER_NS`].
     #[inline(never)]
     pub(super) fn settle_all_boxes(&mut self, now: Time) {
         let Core { vis, cx } = self;
@@ -235,5 +283,6 @@ impl Core {
             left += vi.tx.boxes_out;
         }
         cx.boxes_out = left;
+        cx.settle_at = now.after_nanos(SETTLE_AFTER_NS);
     }
 }

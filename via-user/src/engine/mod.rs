@@ -169,6 +169,9 @@ pub struct Counters {
     /// (`engine::boxed`).
     pub tx_boxed: u64,
     pub rx_boxed: u64,
+    /// Reads of a placed word: what completes boxed sends when no reply
+    /// said (`engine::boxed`).
+    pub placed_reads: u64,
     pub rx_malformed: u64,
     pub rx_not_for_us: u64,
     pub rx_no_vi: u64,
@@ -238,6 +241,7 @@ impl Counters {
             ("tx_ring_full", self.tx_ring_full),
             ("tx_boxed", self.tx_boxed),
             ("rx_boxed", self.rx_boxed),
+            ("placed_reads", self.placed_reads),
             ("rx_malformed", self.rx_malformed),
             ("rx_not_for_us", self.rx_not_for_us),
             ("rx_no_vi", self.rx_no_vi),
@@ -332,8 +336,13 @@ pub struct Context {
     /// Earliest armed VI timer (a lower bound; re-derived when reached).
     pub timer_at: Option<Time>,
     /// Boxed sends out on all VIs, or more (`engine::boxed`): while not
-    /// 0, each round of progress looks whether their peers placed them.
+    /// 0, a round of progress at `settle_at` or later looks whether their
+    /// peers placed them.
     pub boxes_out: u32,
+    pub settle_at: Time,
+    /// Polls for a completed send that found none since the last boxed
+    /// send (`engine::boxed`): the second one reads the placed words.
+    pub box_polls: u32,
     pub counters: Counters,
     /// The clock, read at most about once a microsecond ([`Clock`]).
     pub clock: Clock,
@@ -424,6 +433,8 @@ impl Engine {
             outbox: Outbox::default(),
             timer_at: None,
             boxes_out: 0,
+            settle_at: Time::default(),
+            box_polls: 0,
             counters: Counters::default(),
             clock: Clock::default(),
             async_errors: Vec::new(),
@@ -517,7 +528,7 @@ impl Engine {
                 break;
             }
         }
-        if core.cx.boxes_out != 0 {
+        if core.cx.boxes_out != 0 && now >= core.cx.settle_at {
             core.settle_all_boxes(now);
         }
         core.run_timers(now);

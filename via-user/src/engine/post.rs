@@ -349,21 +349,35 @@ impl Core {
     /// and the serial of the VI that answered (a wait notices by it that
     /// the VI was replaced under the same number).
     pub fn done(&mut self, id: u16, q: Queue) -> Result<(u64, Option<usize>)> {
-        // (Boxed sends their peers placed complete in rounds of progress,
-        // which a poll that finds nothing runs: `engine::boxed`.)
-        let vi = self.vi_mut(id)?;
+        let Core { vis, cx } = self;
+        let vi = vi_at(vis, id).ok_or_else(|| super::no_vi(id))?;
         let wq = match q {
             Queue::Send => &mut vi.sq,
             Queue::Recv => &mut vi.rq,
         };
-        Ok((vi.serial, wq.pop_completed().map(|e| e.desc)))
+        let mut d = wq.pop_completed().map(|e| e.desc);
+        if d.is_none() && q == Queue::Send && vi.tx.boxes_out != 0 && cx.box_poll_looks() {
+            // Polled again for a send and none done: did the peer place
+            // the boxed ones out? (`engine::boxed`.)
+            let now = cx.clock.now();
+            cx.settle_boxes(vi, now);
+            d = vi.sq.pop_completed().map(|e| e.desc);
+        }
+        Ok((vi.serial, d))
     }
 
     /// `VipCQDone`: the oldest completion of CQ `cq` as (VI, is receive
     /// queue), and the CQ's serial.
     pub fn cq_done(&mut self, cq: u16) -> Result<(u64, Option<(u16, bool)>)> {
-        let cq = self.cq_mut(cq)?;
-        Ok((cq.serial, cq.pop()))
+        let c = self.cq_mut(cq)?;
+        let (serial, mut next) = (c.serial, c.pop());
+        if next.is_none() && self.cx.boxes_out != 0 && self.cx.box_poll_looks() {
+            // As `done`: boxed sends out may have been placed.
+            let now = self.cx.clock.now();
+            self.settle_all_boxes(now);
+            next = self.cq_mut(cq)?.pop();
+        }
+        Ok((serial, next))
     }
 }
 
