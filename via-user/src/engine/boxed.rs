@@ -271,6 +271,20 @@ impl Core {
         cx.place_boxed(vi, &h, payload, placed);
     }
 
+    /// A poll for a completed send of VI `id` found none while boxed sends
+    /// are out: on a repeated poll, did the peer place them? The oldest
+    /// completed send if so.
+    #[inline(never)]
+    pub(super) fn done_boxed(&mut self, id: u16) -> Option<usize> {
+        let (cx, vi) = self.split(id)?;
+        if vi.tx.boxes_out == 0 || !cx.box_poll_looks() {
+            return None;
+        }
+        let now = cx.clock.now();
+        cx.settle_boxes(vi, now);
+        vi.sq.pop_completed().map(|e| e.desc)
+    }
+
     /// [`Context::settle_boxes`] for every VI with boxed sends out; the
     /// count of those left is taken again (a flush drops a VI's own), and
     /// rounds of progress look again no sooner than [`SETTLE_AFTER_NS`].

@@ -349,21 +349,20 @@ impl Core {
     /// and the serial of the VI that answered (a wait notices by it that
     /// the VI was replaced under the same number).
     pub fn done(&mut self, id: u16, q: Queue) -> Result<(u64, Option<usize>)> {
-        let Core { vis, cx } = self;
-        let vi = vi_at(vis, id).ok_or_else(|| super::no_vi(id))?;
+        let vi = self.vi_mut(id)?;
         let wq = match q {
             Queue::Send => &mut vi.sq,
             Queue::Recv => &mut vi.rq,
         };
-        let mut d = wq.pop_completed().map(|e| e.desc);
-        if d.is_none() && q == Queue::Send && vi.tx.boxes_out != 0 && cx.box_poll_looks() {
-            // Polled again for a send and none done: did the peer place
-            // the boxed ones out? (`engine::boxed`.)
-            let now = cx.clock.now();
-            cx.settle_boxes(vi, now);
-            d = vi.sq.pop_completed().map(|e| e.desc);
+        if let Some(e) = wq.pop_completed() {
+            return Ok((vi.serial, Some(e.desc)));
         }
-        Ok((vi.serial, d))
+        let serial = vi.serial;
+        if q == Queue::Send && vi.tx.boxes_out != 0 {
+            // A poll for a send found none while boxed sends are out.
+            return Ok((serial, self.done_boxed(id)));
+        }
+        Ok((serial, None))
     }
 
     /// `VipCQDone`: the oldest completion of CQ `cq` as (VI, is receive
