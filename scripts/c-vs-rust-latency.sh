@@ -2,7 +2,8 @@
 # The C ABI's cost: the C ping-pong of tests/c/twohost.c (64 bytes through
 # libvipl; once with VipRecvWait, once through a CQ) against the Rust
 # via-pingpong making the same calls (64 bytes, reliable delivery; RecvWait,
-# and --recv-cq: CQWait then RecvDone) between the same two test hosts, in
+# and --recv-cq: CQWait then RecvDone; in both, completed sends reaped with
+# SendDone after the round trip was timed) between the same two test hosts, in
 # alternating rounds (C first in odd rounds, Rust first in even ones),
 # server pinned to CPU 0 and client to CPU 1. Prints
 # each round and the medians of the per-round ratios.
@@ -23,7 +24,8 @@ ip link set "$va" netns "$a"; ip link set "$vb" netns "$b"
 ip -n "$a" link set "$va" up; ip -n "$b" link set "$vb" up
 export LD_LIBRARY_PATH="$target"
 
-# $1: the C scenario (pingwait: RecvWait like the Rust loop; pingpong: a CQ).
+# $1: the C scenario (pingwait: RecvWait like the Rust loop; pingrcq: receives
+# through a CQ, sends reaped with SendDone, like the Rust loop with --recv-cq).
 c_round() {
     exec 3< <(ip netns exec "$a" taskset -c 0 "$work/twohost" server "$1" "/dev/via_$va")
     local mac; read -r _ mac <&3
@@ -46,9 +48,9 @@ for i in $(seq 1 "$rounds"); do
     # Which of the pair runs first alternates: a machine that drifts
     # within a round favours neither.
     if [ $((i % 2)) -eq 1 ]; then
-        w="$(c_round pingwait)"; r="$(rust_round)"; c="$(c_round pingpong)"; q="$(rust_round --recv-cq)"
+        w="$(c_round pingwait)"; r="$(rust_round)"; c="$(c_round pingrcq)"; q="$(rust_round --recv-cq)"
     else
-        r="$(rust_round)"; w="$(c_round pingwait)"; q="$(rust_round --recv-cq)"; c="$(c_round pingpong)"
+        r="$(rust_round)"; w="$(c_round pingwait)"; q="$(rust_round --recv-cq)"; c="$(c_round pingrcq)"
     fi
     ws+=("$w"); rs+=("$r"); cs+=("$c"); qs+=("$q")
     wr+=("$(echo "$w $r" | awk '{printf "%.4f", $1/$2}')"); cr+=("$(echo "$c $q" | awk '{printf "%.4f", $1/$2}')")

@@ -4,7 +4,8 @@
  * Both print "READY <mac>" first; for the peer scenario the server then
  * reads the client's MAC from stdin.
  * Scenarios: pingpong (a CQ-driven ping-pong, prints its latency), pingwait
- * (the same with RecvWait, the shape of the Rust via-pingpong), rdmaimm
+ * (the same with RecvWait, the shape of the Rust via-pingpong), pingrcq
+ * (receives through a CQ, the shape of via-pingpong --recv-cq), rdmaimm
  * (RDMA write with immediate data), reject (a refused connection), peer
  * (the peer-to-peer model). Exits 0 only if every check held. Plain VIA 1.0
  * C, as existing programs are written. */
@@ -92,24 +93,43 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Waits for the next receive with VipRecvWait, reaping completed sends
- * with VipSendDone (the shape of the Rust via-pingpong's loop). */
-static VIP_DESCRIPTOR *wait_recv(VIP_VI_HANDLE vi, int *sends) {
+/* Waits for the next receive with VipRecvWait. */
+static VIP_DESCRIPTOR *wait_recv(VIP_VI_HANDLE vi) {
     VIP_DESCRIPTOR *d;
     OK(VipRecvWait(vi, TIMEOUT, &d));
-    VIP_DESCRIPTOR *s;
-    while (VipSendDone(vi, &s) == VIP_SUCCESS) (*sends)++;
     return d;
 }
 
-/* A 64-byte ping-pong; `use_cq`: completions through a CQ (CQWait, then
- * Done), else VipRecvWait. */
-static int pingpong(int server, const unsigned char *peer, int use_cq) {
+/* Waits on `cq`, which only the receive queue of `vi` uses, for its next
+ * receive: CQWait, then RecvDone. */
+static VIP_DESCRIPTOR *cq_recv_only(VIP_CQ_HANDLE cq, VIP_VI_HANDLE vi) {
+    VIP_VI_HANDLE who;
+    VIP_BOOLEAN rq;
+    OK(VipCQWait(cq, TIMEOUT, &who, &rq));
+    if (who != vi || !rq) { fprintf(stderr, "twohost: the CQ gave another VI or a send\n"); exit(1); }
+    VIP_DESCRIPTOR *d;
+    OK(VipRecvDone(vi, &d));
+    return d;
+}
+
+/* How a ping-pong waits for its receives. */
+enum wait_mode {
+    WAIT_RECV,    /* VipRecvWait; sends reaped with VipSendDone */
+    WAIT_CQ,      /* both queues on a CQ: CQWait, then Done */
+    WAIT_RECV_CQ, /* the receive queue on a CQ (CQWait, then RecvDone); sends reaped with VipSendDone */
+};
+
+/* A 64-byte ping-pong. WAIT_RECV and WAIT_RECV_CQ make the calls of the
+ * Rust via-pingpong's loop (without and with --recv-cq), in the same
+ * places: sends are reaped after the round trip's time was taken. */
+static int pingpong(int server, const unsigned char *peer, enum wait_mode mode) {
     enum { ITERS = 10000, WARM = 1000, SIZE = 64 };
     char la[64], ra[64];
     VIP_CQ_HANDLE cq = NULL;
-    if (use_cq) OK(VipCreateCQ(nic, 64, &cq));
-    VIP_VI_HANDLE vi = make_vi(VIP_SERVICE_RELIABLE_DELIVERY, 0, cq);
+    if (mode != WAIT_RECV) OK(VipCreateCQ(nic, 64, &cq));
+    VIP_VI_ATTRIBUTES va = {VIP_SERVICE_RELIABLE_DELIVERY, 65536, NULL, ptag, 0, VIP_FALSE};
+    VIP_VI_HANDLE vi;
+    OK(VipCreateVi(nic, &va, mode == WAIT_CQ ? cq : NULL, cq, &vi));
     for (int i = 0; i < 8; i++) OK(VipPostRecv(vi, fill(i, VIP_CONTROL_OP_SENDRECV, BUF, i), mh));
     if (server) {
         VIP_CONN_HANDLE conn;
@@ -133,7 +153,7 @@ static int pingpong(int server, const unsigned char *peer, int use_cq) {
         if (!server) OK(VipPostSend(vi, fill(slot, VIP_CONTROL_OP_SENDRECV, SIZE, 8), mh));
         if (taken) OK(VipPostRecv(vi, taken, mh));
         taken = NULL;
-        VIP_DESCRIPTOR *r = use_cq ? cq_recv(cq, vi, &sends) : wait_recv(vi, &sends);
+        VIP_DESCRIPTOR *r = mode == WAIT_CQ ? cq_recv(cq, vi, &sends) : mode == WAIT_RECV_CQ ? cq_recv_only(cq, vi) : wait_recv(vi);
         if (i >= WARM) samples[i - WARM] = (now_us() - t0) / 2; /* one-way: half the round trip */
         if (r->CS.Length != SIZE) { fprintf(stderr, "twohost: got %u bytes\n", r->CS.Length); return 1; }
         if (server) {
@@ -141,6 +161,10 @@ static int pingpong(int server, const unsigned char *peer, int use_cq) {
             OK(VipPostRecv(vi, r, mh));
         } else {
             taken = r;
+        }
+        if (mode != WAIT_CQ) {
+            VIP_DESCRIPTOR *s;
+            while (VipSendDone(vi, &s) == VIP_SUCCESS) sends++;
         }
         if (i + 1 - sends >= 8) { fprintf(stderr, "twohost: sends are not completing\n"); return 1; }
     }
@@ -282,8 +306,9 @@ int main(int argc, char **argv) {
         parse_mac(line, peer);
     }
     int rc;
-    if (!strcmp(argv[2], "pingpong")) rc = pingpong(server, peer, 1);
-    else if (!strcmp(argv[2], "pingwait")) rc = pingpong(server, peer, 0);
+    if (!strcmp(argv[2], "pingpong")) rc = pingpong(server, peer, WAIT_CQ);
+    else if (!strcmp(argv[2], "pingwait")) rc = pingpong(server, peer, WAIT_RECV);
+    else if (!strcmp(argv[2], "pingrcq")) rc = pingpong(server, peer, WAIT_RECV_CQ);
     else if (!strcmp(argv[2], "rdmaimm")) rc = rdmaimm(server, peer);
     else if (!strcmp(argv[2], "reject")) rc = reject(server, peer);
     else if (!strcmp(argv[2], "peer")) rc = peer_model(server, peer);

@@ -186,6 +186,12 @@ fn c_pingpong_with_recv_wait_across_two_hosts() {
 }
 
 #[test]
+fn c_pingpong_with_receives_through_a_cq_across_two_hosts() {
+    let out = two_hosts("pingrcq");
+    assert!(out.contains("LATENCY_US"), "{out}");
+}
+
+#[test]
 fn c_rdma_write_with_immediate_data() {
     let out = two_hosts("rdmaimm");
     assert!(out.contains("OK rdmaimm"), "{out}");
