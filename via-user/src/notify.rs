@@ -111,7 +111,7 @@ impl Notifier {
             let targets: Vec<NotifyTarget> = lock(&self.callbacks).keys().copied().collect();
             for t in targets {
                 let got = match t {
-                    NotifyTarget::Send(vi) => e.core.done(vi, Queue::Send).ok().and_then(|(_, d)| d).map(Notice::Descriptor),
+                    NotifyTarget::Send(vi) => e.core.send_done(vi).ok().and_then(|(_, d)| d).map(Notice::Descriptor),
                     NotifyTarget::Recv(vi) => e.core.done(vi, Queue::Recv).ok().and_then(|(_, d)| d).map(Notice::Descriptor),
                     NotifyTarget::Cq(cq) => e.core.cq_done(cq).ok().and_then(|(_, c)| c).map(|(vi, r)| Notice::Completion(vi, r)),
                 };

@@ -38,13 +38,6 @@ fn still_the_same<T>(began_on: &mut Option<u64>, now: Result<(u64, Option<T>)>, 
     }
 }
 
-fn queue(send: bool) -> Queue {
-    if send {
-        Queue::Send
-    } else {
-        Queue::Recv
-    }
-}
 
 /// A NIC addressed by numbers: the id-level calls. Get one with
 /// [`Nic::raw`]; it is the same NIC (a view, no second handle).
@@ -238,7 +231,11 @@ impl RawNic {
     /// `VipSendDone` / `VipRecvDone`: the address of the oldest completed
     /// descriptor.
     pub fn vi_done(&self, id: u16, send: bool) -> Result<Option<usize>> {
-        self.0.poll(|e| e.core.done(id, queue(send)).map(|(_, d)| d))
+        if send {
+            self.0.poll(|e| e.core.send_done(id).map(|(_, d)| d))
+        } else {
+            self.0.poll(|e| e.core.done(id, Queue::Recv).map(|(_, d)| d))
+        }
     }
 
     /// `VipSendWait` / `VipRecvWait` (None: no limit). A disconnect by
@@ -247,7 +244,12 @@ impl RawNic {
     pub fn vi_wait(&self, id: u16, send: bool, timeout: Option<Duration>) -> Result<usize> {
         let what = if send { "SendWait" } else { "RecvWait" };
         let mut began_on = None;
-        self.0.wait(timeout, what, |e| still_the_same(&mut began_on, e.core.done(id, queue(send)), "the VI was destroyed while this thread waited on it"))
+        let gone = "the VI was destroyed while this thread waited on it";
+        if send {
+            self.0.wait(timeout, what, |e| still_the_same(&mut began_on, e.core.send_done(id), gone))
+        } else {
+            self.0.wait(timeout, what, |e| still_the_same(&mut began_on, e.core.done(id, Queue::Recv), gone))
+        }
     }
 
     /// `VipConnectRequest` from VI `id` to the server at `mac` waiting on

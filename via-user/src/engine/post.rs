@@ -354,15 +354,20 @@ impl Core {
             Queue::Send => &mut vi.sq,
             Queue::Recv => &mut vi.rq,
         };
-        if let Some(e) = wq.pop_completed() {
-            return Ok((vi.serial, Some(e.desc)));
-        }
-        let serial = vi.serial;
-        if q == Queue::Send && vi.tx.boxes_out != 0 {
-            // A poll for a send found none while boxed sends are out.
+        Ok((vi.serial, wq.pop_completed().map(|e| e.desc)))
+    }
+
+    /// [`Core::done`] of the send queue as the application polls it
+    /// (`VipSendDone`, `VipSendWait`): a repeated poll that finds none
+    /// while boxed sends are out reads whether the peer placed them
+    /// (`engine::boxed`).
+    #[inline]
+    pub fn send_done(&mut self, id: u16) -> Result<(u64, Option<usize>)> {
+        let (serial, d) = self.done(id, Queue::Send)?;
+        if d.is_none() && self.cx.boxes_out != 0 {
             return Ok((serial, self.done_boxed(id)));
         }
-        Ok((serial, None))
+        Ok((serial, d))
     }
 
     /// `VipCQDone`: the oldest completion of CQ `cq` as (VI, is receive
