@@ -29,7 +29,7 @@
 
 use super::post::Queue;
 use super::receive::{Payload, PlaceError};
-use super::{AsyncError, AsyncErrorKind, Context, Core};
+use super::{Context, Core};
 use crate::clock::Time;
 use crate::descriptor::status;
 use crate::usermem;
@@ -206,23 +206,18 @@ impl Context {
             self.counters.rx_bad_offset += u64::from(reliable);
             vi.rx.msg = None;
         }
-        if vi.rq.done == vi.rq.tail && !self.refill_from_srq(vi) {
-            self.counters.rx_no_receive_posted += 1;
+        if !self.has_receive(vi) {
             if reliable {
                 // Not placed: the count does not cover it, so the sender
                 // flushes it when the Disconnect comes.
-                self.async_errors.push(AsyncError { vi: vi.id, kind: AsyncErrorKind::RecvQueueEmpty });
-                self.break_connection(vi);
+                self.no_receive_breaks(vi);
             }
             return;
         }
-        let e = vi.rq.get(vi.rq.done);
         let len = payload.len() as u32;
-        let mut bits = 0;
-        if len > e.len || len > vi.attrs.max_transfer_size {
-            bits = status::LENGTH_ERROR;
-            self.counters.length_errors += 1;
-        } else {
+        let mut bits = self.length_error(vi, len);
+        if bits == 0 {
+            let e = vi.rq.get(vi.rq.done);
             let payload = Payload::Inline(payload);
             let placed = self.copy_whole(e, payload).unwrap_or_else(|| self.scatter(e, vi.attrs.ptag, &mut (e.seg0, 0), payload));
             if let Err(PlaceError::Protection | PlaceError::SourceGone) = placed {

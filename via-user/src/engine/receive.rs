@@ -551,8 +551,7 @@ impl Context {
             }
         }
         if kind == Kind::Data || m.imm.is_some() {
-            if vi.rq.done == vi.rq.tail && !self.refill_from_srq(vi) {
-                self.counters.rx_no_receive_posted += 1;
+            if !self.has_receive(vi) {
                 if reliable && self.config.rnr {
                     // Receiver not ready: not taken (the next frame
                     // expected is this one again), and the sender told.
@@ -565,21 +564,47 @@ impl Context {
                 if reliable {
                     // Not delivered: the Disconnect's ACK must not cover it.
                     vi.rx.expected = m.first_psn;
-                    self.async_errors.push(AsyncError { vi: vi.id, kind: AsyncErrorKind::RecvQueueEmpty });
-                    self.break_connection(vi);
+                    self.no_receive_breaks(vi);
                     return None;
                 }
                 m.rdma = None;
                 return Some(m); // unreliable: the message is dropped and counted
             }
-            let e = vi.rq.get(vi.rq.done);
             m.entry = Some(vi.rq.done);
-            if kind == Kind::Data && (m.msg_len > e.len || m.msg_len > vi.attrs.max_transfer_size) {
-                m.error = status::LENGTH_ERROR;
-                self.counters.length_errors += 1;
+            if kind == Kind::Data {
+                m.error = self.length_error(vi, m.msg_len);
             }
         }
         Some(m)
+    }
+
+    /// Is a receive posted for `vi`'s next message (drawn from its shared
+    /// receive queue if it uses one)? Counted when not.
+    #[inline(always)]
+    pub(super) fn has_receive(&mut self, vi: &mut ViState) -> bool {
+        if vi.rq.done == vi.rq.tail && !self.refill_from_srq(vi) {
+            self.counters.rx_no_receive_posted += 1;
+            return false;
+        }
+        true
+    }
+
+    /// A message met no receive on reliable `vi`: RECVQ_EMPTY, and the
+    /// connection breaks (the sender's send is flushed).
+    pub(super) fn no_receive_breaks(&mut self, vi: &mut ViState) {
+        self.async_errors.push(AsyncError { vi: vi.id, kind: AsyncErrorKind::RecvQueueEmpty });
+        self.break_connection(vi);
+    }
+
+    /// LENGTH_ERROR (counted) when a message of `len` bytes is longer
+    /// than `vi`'s next receive or its MaxTransferSize, else 0.
+    #[inline(always)]
+    pub(super) fn length_error(&mut self, vi: &ViState, len: u32) -> u32 {
+        if len > vi.rq.get(vi.rq.done).len || len > vi.attrs.max_transfer_size {
+            self.counters.length_errors += 1;
+            return status::LENGTH_ERROR;
+        }
+        0
     }
 
     /// Places an in-sequence fragment of a send or RDMA write; false when
