@@ -339,6 +339,9 @@ pub struct Context {
     /// 0, a round of progress at `settle_at` or later looks whether their
     /// peers placed them.
     pub boxes_out: u32,
+    /// When a round of progress next reads the placed words of the boxed
+    /// sends out ([`boxed::SETTLE_AFTER_NS`] after it last did, or after
+    /// the first went out).
     pub settle_at: Time,
     /// Polls for a completed send that found none since the last boxed
     /// send (`engine::boxed`): the second one reads the placed words.

@@ -376,7 +376,7 @@ impl Core {
         let c = self.cq_mut(cq)?;
         let (serial, mut next) = (c.serial, c.pop());
         if next.is_none() && self.cx.boxes_out != 0 && self.cx.box_poll_looks() {
-            // As `done`: boxed sends out may have been placed.
+            // As `send_done`: boxed sends out may have been placed.
             let now = self.cx.clock.now();
             self.settle_all_boxes(now);
             next = self.cq_mut(cq)?.pop();
