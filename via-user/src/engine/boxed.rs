@@ -47,11 +47,12 @@ use via_wire::seq_le;
 /// progress and at every poll cost 8-10 % of the one-way time. So a
 /// reply says in its header what was placed ([`BoxRepr::placed`]: a
 /// ping-pong never reads the word); a poll for a completed send
-/// (`VipSendDone`, `VipSendWait`, `VipCQDone`) reads it from its second
-/// look that finds none ([`Context::box_poll_looks`]); and rounds of
-/// progress read it once this long after the first send went out, and
-/// this often after, which bounds how late a completion shows to whoever
-/// learns of it otherwise (a notification, the descriptor's status word).
+/// (`VipSendDone`, `VipSendWait`, `VipCQDone`, and an armed
+/// notification's look after each round) reads it from its second look
+/// that finds none ([`Context::box_poll_looks`]); and rounds of progress
+/// read it once this long after the first send went out, and this often
+/// after, which bounds how late a completion shows to a program that
+/// polls nothing (it watches the descriptor's status word).
 pub(super) const SETTLE_AFTER_NS: u64 = 2_000;
 
 impl Context {
