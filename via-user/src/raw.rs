@@ -38,7 +38,6 @@ fn still_the_same<T>(began_on: &mut Option<u64>, now: Result<(u64, Option<T>)>, 
     }
 }
 
-
 /// A NIC addressed by numbers: the id-level calls. Get one with
 /// [`Nic::raw`]; it is the same NIC (a view, no second handle).
 #[repr(transparent)]

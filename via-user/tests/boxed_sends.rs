@@ -17,14 +17,8 @@ use via_softnic as _;
 
 const T: Option<Duration> = Some(Duration::from_secs(10));
 
-/// Removes the wire's segment when the test ends, passed or failed.
-struct Wire(String);
-
-impl Drop for Wire {
-    fn drop(&mut self) {
-        via_softnic::shm::remove_wire(&self.0);
-    }
-}
+mod common;
+use common::Wire;
 
 struct End {
     nic: Nic,
@@ -69,7 +63,7 @@ fn pair(wire: &Wire, reliability: Reliability) -> (End, End) {
 }
 
 fn wire(name: &str) -> Wire {
-    Wire(format!("boxed-{name}-{}-{}", std::process::id(), via_softnic::shm::unguessable_suffix().unwrap()))
+    Wire::new(&format!("boxed-{name}"))
 }
 
 #[test]

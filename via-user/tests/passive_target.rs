@@ -15,14 +15,8 @@ use via_softnic as _;
 
 const T: Option<Duration> = Some(Duration::from_secs(10));
 
-/// Removes the wire's segment when the test ends, passed or failed.
-struct Wire(String);
-
-impl Drop for Wire {
-    fn drop(&mut self) {
-        via_softnic::shm::remove_wire(&self.0);
-    }
-}
+mod common;
+use common::Wire;
 
 fn nic(wire: &str) -> Nic {
     // Spin 1 ms; no progress thread: only the waiting thread serves.
@@ -45,7 +39,7 @@ fn rung(nic: &Nic) -> u64 {
 
 #[test]
 fn a_target_serving_reads_from_its_wait_does_not_sleep_between_them() {
-    let wire = Wire(format!("passive-{}-{}", std::process::id(), via_softnic::shm::unguessable_suffix().unwrap()));
+    let wire = Wire::new("passive");
     let (reader, target) = (nic(&wire.0), nic(&wire.0));
     let attrs = |ptag| ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: 4096, ptag, enable_rdma_write: false, enable_rdma_read: true };
     let (pr, pt) = (reader.create_ptag().unwrap(), target.create_ptag().unwrap());

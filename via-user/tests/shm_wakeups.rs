@@ -11,6 +11,9 @@ use via_user::{Descriptor, MemAttributes, MemoryRegion, Nic, Reliability, Vi, Vi
 // The software drivers (shared memory), registered by linking them.
 use via_softnic as _;
 
+mod common;
+use common::Wire;
+
 const T: Option<Duration> = Some(Duration::from_secs(10));
 const MESSAGES: usize = 2000;
 
@@ -62,15 +65,6 @@ impl End {
     }
 }
 
-/// Removes the wire's segment when the test ends, passed or failed.
-struct Wire(String);
-
-impl Drop for Wire {
-    fn drop(&mut self) {
-        via_softnic::shm::remove_wire(&self.0);
-    }
-}
-
 #[test]
 fn a_spinning_ping_pong_rings_no_doorbell() {
     // Waits that spin throughout, however slow the machine, and no
@@ -78,7 +72,7 @@ fn a_spinning_ping_pong_rings_no_doorbell() {
     // rung is one rung for nothing. (This test binary has this one test.)
     std::env::set_var("VIA_SPIN_US", "30000000");
     std::env::set_var("VIA_PROGRESS_THREAD", "0");
-    let wire = Wire(format!("wakeups-{}-{}", std::process::id(), via_softnic::shm::unguessable_suffix().unwrap()));
+    let wire = Wire::new("wakeups");
     let (mut a, mut b) = (End::new(&wire.0), End::new(&wire.0));
     for e in [&mut a, &mut b] {
         for k in 0..4 {
