@@ -111,6 +111,44 @@ impl BoxRepr {
     }
 }
 
+/// A connection's boxed-message header with its constant words written
+/// once (source MAC, endpoint and VI, destination VI, generation), as a
+/// frame's [`via_wire`]-style header template is: each message fills in
+/// only what changes ([`BoxTemplate::header`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BoxTemplate([u8; BOX_HEADER_LEN]);
+
+impl Default for BoxTemplate {
+    fn default() -> BoxTemplate {
+        BoxTemplate([0; BOX_HEADER_LEN])
+    }
+}
+
+impl BoxTemplate {
+    /// The template of `conn`'s connection (its per-message fields are
+    /// not kept).
+    pub fn new(conn: &BoxRepr) -> BoxTemplate {
+        let mut h = [0u8; BOX_HEADER_LEN];
+        BoxRepr { imm: None, len: 0, src_port: 0, ack: None, placed: None, ..*conn }.emit(&mut h);
+        BoxTemplate(h)
+    }
+
+    /// The header of a message of `len` bytes with `imm`, `ack` and
+    /// `placed`: what [`BoxRepr::emit`] writes for the connection's
+    /// words with these.
+    #[inline]
+    pub fn header(&self, imm: Option<u32>, len: u32, ack: Option<u32>, placed: Option<u32>) -> [u8; BOX_HEADER_LEN] {
+        let mut out = self.0;
+        let flags = if imm.is_some() { IMMEDIATE } else { 0 } | if ack.is_some() { ACK } else { 0 } | if placed.is_some() { PLACED } else { 0 };
+        out[14..16].copy_from_slice(&flags.to_le_bytes());
+        out[20..24].copy_from_slice(&imm.unwrap_or(0).to_le_bytes());
+        out[24..28].copy_from_slice(&len.to_le_bytes());
+        out[32..36].copy_from_slice(&ack.unwrap_or(0).to_le_bytes());
+        out[36..40].copy_from_slice(&placed.unwrap_or(0).to_le_bytes());
+        out
+    }
+}
+
 /// A word of shared memory in which the receiver of a connection's boxed
 /// messages says how many it placed: the connection's generation in the
 /// high 32 bits, the count (wrapping) in the low 32. Only that receiver
@@ -178,6 +216,17 @@ mod tests {
         let bare = BoxRepr { imm: None, ack: None, placed: None, ..h };
         bare.emit((&mut b[..BOX_HEADER_LEN]).try_into().unwrap());
         assert_eq!(BoxRepr::parse(&b).unwrap().0, bare);
+    }
+
+    #[test]
+    fn a_template_writes_what_emit_writes() {
+        let conn = BoxRepr { src_mac: MacAddr([2, 0, 0, 0, 0, 9]), dst_vi: 7, src_ep: 0x0102_0304, src_vi: 3, generation: 99, ..BoxRepr::default() };
+        let t = BoxTemplate::new(&BoxRepr { imm: Some(1), len: 9, ack: Some(2), placed: Some(3), ..conn });
+        for (imm, len, ack, placed) in [(None, 0, None, None), (Some(0xdead_beef), 64, Some(77), Some(0xffff_fffe)), (Some(0), 1, None, Some(5)), (None, 65_000, Some(0), None)] {
+            let mut want = [0u8; BOX_HEADER_LEN];
+            BoxRepr { imm, len, ack, placed, ..conn }.emit(&mut want);
+            assert_eq!(t.header(imm, len, ack, placed), want, "imm {imm:?} len {len} ack {ack:?} placed {placed:?}");
+        }
     }
 
     #[test]

@@ -34,7 +34,7 @@ use crate::clock::Time;
 use crate::descriptor::status;
 use crate::usermem;
 use crate::vi::{Reliability, ViPhase, ViState};
-use via_device::{BoxRepr, FrameDevice, PlacedWord, BOX_HEADER_LEN};
+use via_device::{BoxRepr, BoxTemplate, FrameDevice, PlacedWord};
 use via_wire::seq_le;
 
 /// How long boxed sends may be out before a round of progress reads
@@ -64,8 +64,9 @@ impl Context {
         let eligible = self.auth.is_none() && !self.config.rnr && vi.attrs.reliability != Reliability::ReliableReception;
         let generation = vi.peer.as_ref().map_or(0, |p| p.generation);
         vi.tx.boxes = if eligible { dev.box_route(head, vi.id) } else { None };
-        if let Some(r) = &vi.tx.boxes {
+        if let (Some(r), Some(peer)) = (&vi.tx.boxes, &vi.peer) {
             r.placed.set(generation, 0);
+            vi.tx.box_head = BoxTemplate::new(&BoxRepr { src_mac: self.mac, dst_vi: peer.vi, src_ep: self.ep, src_vi: vi.id, generation, ..BoxRepr::default() });
         }
     }
 
@@ -92,15 +93,13 @@ impl Context {
             return None;
         }
         let Some(&[seg]) = e.checked_segments(epoch) else { return None };
-        let peer = vi.peer.as_ref()?;
         let imm = (e.control & crate::descriptor::control::IMMEDIATE != 0).then_some(e.imm);
-        // It carries the ACK of the peer's framed stream, as a frame would.
-        let ack = reliable.then_some(vi.rx.expected);
-        let mut header = [0u8; BOX_HEADER_LEN];
-        // And what we placed of the peer's boxed sends (reliable ones
+        // It carries the ACK of the peer's framed stream, as a frame would,
+        // and what we placed of the peer's boxed sends (reliable ones
         // complete by it).
+        let ack = reliable.then_some(vi.rx.expected);
         let placed = reliable.then_some(vi.rx.boxes_placed);
-        BoxRepr { src_mac: self.mac, dst_vi: peer.vi, src_ep: self.ep, src_vi: vi.id, generation: peer.generation, imm, len: e.len, src_port: 0, ack, placed }.emit(&mut header);
+        let header = vi.tx.box_head.header(imm, e.len, ack, placed);
         // SAFETY: the segment was checked against the registration table
         // at post and nothing was deregistered since (its epoch stands);
         // the device copies it before the engine lock is released.

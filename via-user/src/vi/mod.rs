@@ -217,6 +217,9 @@ pub struct Sender {
     /// Where this connection's sends may go boxed (fixed with `frag`: a
     /// peer on this host's shared-memory wire, `engine::boxed`).
     pub boxes: Option<via_device::BoxRoute>,
+    /// The connection's words of its boxed messages' headers (fixed with
+    /// `boxes`).
+    pub box_head: via_device::BoxTemplate,
     /// Boxed messages sent on the connection (the last one's number).
     pub boxes_sent: u32,
     /// A frame or boxed message of the peer's came on this connection:
