@@ -132,6 +132,8 @@ impl WqEntry {
 
 /// A VI's send or receive queue.
 pub struct WorkQueue {
+    /// A power of two of entries, never resized: `mask` is its length
+    /// less one, so an index masked with it is always inside (`slot`).
     slots: Box<[WqEntry]>,
     mask: u32,
     pub head: u32,
@@ -169,9 +171,29 @@ impl WorkQueue {
         if self.len() == self.slots.len() {
             return false;
         }
-        self.slots[(self.tail & self.mask) as usize] = e;
+        *self.slot_mut(self.tail) = e;
         self.tail = self.tail.wrapping_add(1);
         true
+    }
+
+    /// The entry at queue index `idx` (masked: any index names one).
+    #[inline(always)]
+    fn slot(&self, idx: u32) -> &WqEntry {
+        let i = (idx & self.mask) as usize;
+        debug_assert!(i < self.slots.len());
+        // SAFETY: `slots` has `mask + 1` entries from `new` on and is never
+        // resized, so `idx & mask` is inside it (the bounds check the
+        // compiler cannot drop cost a compare and a branch at every one
+        // of the dozen lookups of a message).
+        unsafe { self.slots.get_unchecked(i) }
+    }
+
+    #[inline(always)]
+    fn slot_mut(&mut self, idx: u32) -> &mut WqEntry {
+        let i = (idx & self.mask) as usize;
+        debug_assert!(i < self.slots.len());
+        // SAFETY: as in `slot`.
+        unsafe { self.slots.get_unchecked_mut(i) }
     }
 
     /// The slot the next post fills, if the queue has room: the entry is
@@ -181,7 +203,7 @@ impl WorkQueue {
         if self.len() == self.slots.len() {
             return None;
         }
-        Some(&mut self.slots[(self.tail & self.mask) as usize])
+        Some(self.slot_mut(self.tail))
     }
 
     /// Makes the entry built in [`WorkQueue::vacant`] the newest posted.
@@ -191,12 +213,14 @@ impl WorkQueue {
         self.tail = self.tail.wrapping_add(1);
     }
 
+    #[inline]
     pub fn get(&self, idx: u32) -> &WqEntry {
-        &self.slots[(idx & self.mask) as usize]
+        self.slot(idx)
     }
 
+    #[inline]
     pub fn get_mut(&mut self, idx: u32) -> &mut WqEntry {
-        &mut self.slots[(idx & self.mask) as usize]
+        self.slot_mut(idx)
     }
 
     /// Takes the oldest posted entry out, complete or not (a shared
@@ -211,14 +235,16 @@ impl WorkQueue {
         Some(e)
     }
 
-    /// Hands back the oldest completed entry.
-    pub fn pop_completed(&mut self) -> Option<WqEntry> {
+    /// Hands back the oldest completed entry (a reference: the caller
+    /// wants its descriptor's address, not a copy of the whole entry).
+    #[inline]
+    pub fn pop_completed(&mut self) -> Option<&WqEntry> {
         if self.head == self.done {
             return None;
         }
-        let e = *self.get(self.head);
+        let at = self.head;
         self.head = self.head.wrapping_add(1);
-        Some(e)
+        Some(self.slot(at))
     }
 }
 
