@@ -82,32 +82,132 @@ impl BoxRepr {
     }
 
     /// The header and payload of a received boxed message; None when the
-    /// bytes are not one (too short, a length that disagrees, unknown
-    /// flags).
-    #[inline]
+    /// bytes are not one (see [`BoxView::new_checked`]).
     pub fn parse(b: &[u8]) -> Option<(BoxRepr, &[u8])> {
-        let h: &[u8; BOX_HEADER_LEN] = b.get(..BOX_HEADER_LEN)?.try_into().ok()?;
-        let u16_at = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
-        let u32_at = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
-        let flags = u16_at(14);
-        let len = u32_at(24);
-        let payload = &b[BOX_HEADER_LEN..];
-        if flags & !(IMMEDIATE | ACK | PLACED) != 0 || payload.len() != len as usize {
+        let v = BoxView::new_checked(b)?;
+        let repr = BoxRepr {
+            src_mac: v.src_mac(),
+            dst_vi: v.dst_vi(),
+            src_ep: v.src_ep(),
+            src_vi: v.src_vi(),
+            generation: v.generation(),
+            imm: v.imm(),
+            len: v.len(),
+            src_port: v.src_port(),
+            ack: v.ack(),
+            placed: v.placed(),
+        };
+        Some((repr, v.payload()))
+    }
+}
+
+/// A received boxed message read in place, field by field as asked (the
+/// receive path reads the destination VI, the connection's words and
+/// what the flags say, and builds no [`BoxRepr`]).
+#[derive(Clone, Copy, Debug)]
+pub struct BoxView<'a> {
+    h: &'a [u8; BOX_HEADER_LEN],
+    payload: &'a [u8],
+}
+
+impl<'a> BoxView<'a> {
+    /// A view of `b` if it is a boxed message: a whole header, no unknown
+    /// flag, and a payload as long as the header says.
+    #[inline]
+    pub fn new_checked(b: &'a [u8]) -> Option<BoxView<'a>> {
+        let (h, payload) = b.split_first_chunk::<BOX_HEADER_LEN>()?;
+        let v = BoxView { h, payload };
+        if v.flags() & !(IMMEDIATE | ACK | PLACED) != 0 || payload.len() != v.len() as usize {
             return None;
         }
-        let repr = BoxRepr {
-            src_mac: MacAddr(h[0..6].try_into().unwrap()),
-            dst_vi: u16_at(6),
-            src_ep: u32_at(8),
-            src_vi: u16_at(12),
-            generation: u32_at(16),
-            imm: (flags & IMMEDIATE != 0).then(|| u32_at(20)),
-            len,
-            src_port: u16_at(BOX_PORT_OFFSET),
-            ack: (flags & ACK != 0).then(|| u32_at(32)),
-            placed: (flags & PLACED != 0).then(|| u32_at(36)),
-        };
-        Some((repr, payload))
+        Some(v)
+    }
+
+    #[inline]
+    fn u16_at(&self, i: usize) -> u16 {
+        u16::from_le_bytes([self.h[i], self.h[i + 1]])
+    }
+
+    #[inline]
+    fn u32_at(&self, i: usize) -> u32 {
+        u32::from_le_bytes([self.h[i], self.h[i + 1], self.h[i + 2], self.h[i + 3]])
+    }
+
+    #[inline]
+    fn flags(&self) -> u16 {
+        self.u16_at(14)
+    }
+
+    pub fn src_mac(&self) -> MacAddr {
+        MacAddr([self.h[0], self.h[1], self.h[2], self.h[3], self.h[4], self.h[5]])
+    }
+
+    #[inline]
+    pub fn dst_vi(&self) -> u16 {
+        self.u16_at(6)
+    }
+
+    pub fn src_ep(&self) -> u32 {
+        self.u32_at(8)
+    }
+
+    pub fn src_vi(&self) -> u16 {
+        self.u16_at(12)
+    }
+
+    #[inline]
+    pub fn generation(&self) -> u32 {
+        self.u32_at(16)
+    }
+
+    /// Was it sent on the connection from `mac`'s endpoint `ep`, VI `vi`,
+    /// generation `generation` (its connection's words, compared whole)?
+    #[inline]
+    pub fn is_from(&self, mac: MacAddr, ep: u32, vi: u16, generation: u32) -> bool {
+        let [a, b, c, d, e, f] = mac.0;
+        let [p, q, r, s] = ep.to_le_bytes();
+        let [x, y] = vi.to_le_bytes();
+        // Bytes 0..6 and 8..14 (skipping the destination VI at 6..8), as
+        // one word each, then the generation at 16..20.
+        let want0 = u64::from_le_bytes([a, b, c, d, e, f, 0, 0]);
+        let want1 = u64::from_le_bytes([p, q, r, s, x, y, 0, 0]);
+        let got0 = u64::from_le_bytes(self.h[0..8].try_into().unwrap()) & 0xffff_ffff_ffff;
+        let got1 = u64::from_le_bytes(self.h[8..16].try_into().unwrap()) & 0xffff_ffff_ffff;
+        got0 == want0 && got1 == want1 && self.generation() == generation
+    }
+
+    #[inline]
+    pub fn imm(&self) -> Option<u32> {
+        (self.flags() & IMMEDIATE != 0).then(|| self.u32_at(20))
+    }
+
+    #[inline]
+    pub fn len(&self) -> u32 {
+        self.u32_at(24)
+    }
+
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn src_port(&self) -> u16 {
+        self.u16_at(BOX_PORT_OFFSET)
+    }
+
+    #[inline]
+    pub fn ack(&self) -> Option<u32> {
+        (self.flags() & ACK != 0).then(|| self.u32_at(32))
+    }
+
+    #[inline]
+    pub fn placed(&self) -> Option<u32> {
+        (self.flags() & PLACED != 0).then(|| self.u32_at(36))
+    }
+
+    #[inline]
+    pub fn payload(&self) -> &'a [u8] {
+        self.payload
     }
 }
 
@@ -216,6 +316,23 @@ mod tests {
         let bare = BoxRepr { imm: None, ack: None, placed: None, ..h };
         bare.emit((&mut b[..BOX_HEADER_LEN]).try_into().unwrap());
         assert_eq!(BoxRepr::parse(&b).unwrap().0, bare);
+    }
+
+    #[test]
+    fn a_view_says_whom_a_message_is_from() {
+        let h = BoxRepr { src_mac: MacAddr([2, 0, 0, 0, 0, 9]), dst_vi: 7, src_ep: 0x0102_0304, src_vi: 3, generation: 99, len: 1, ..BoxRepr::default() };
+        let mut b = [0u8; BOX_HEADER_LEN + 1];
+        h.emit((&mut b[..BOX_HEADER_LEN]).try_into().unwrap());
+        let v = BoxView::new_checked(&b).unwrap();
+        assert!(v.is_from(h.src_mac, h.src_ep, h.src_vi, h.generation));
+        assert!(!v.is_from(MacAddr([2, 0, 0, 0, 0, 8]), h.src_ep, h.src_vi, h.generation), "another MAC");
+        assert!(!v.is_from(h.src_mac, h.src_ep + 1, h.src_vi, h.generation), "another endpoint");
+        assert!(!v.is_from(h.src_mac, h.src_ep, h.src_vi + 1, h.generation), "another VI");
+        assert!(!v.is_from(h.src_mac, h.src_ep, h.src_vi, h.generation + 1), "another connection");
+        // The destination VI and the flags are not the sender's words.
+        b[6] = 8;
+        b[14] = 1;
+        assert!(BoxView::new_checked(&b).unwrap().is_from(h.src_mac, h.src_ep, h.src_vi, h.generation));
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub mod pci;
 pub mod registry;
 pub mod watch;
 
-pub use boxed::{BoxRepr, BoxRoute, BoxTemplate, PlacedWord, BOX_HEADER_LEN};
+pub use boxed::{BoxRepr, BoxRoute, BoxTemplate, BoxView, PlacedWord, BOX_HEADER_LEN};
 pub use eventfd::EventFd;
 pub use registry::{drivers, open_device, DeviceOpener, Driver, HostRoute, DRIVERS};
 pub use watch::{RxWatch, RxWatches};

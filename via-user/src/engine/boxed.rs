@@ -34,7 +34,7 @@ use crate::clock::Time;
 use crate::descriptor::status;
 use crate::usermem;
 use crate::vi::{Reliability, ViPhase, ViState};
-use via_device::{BoxRepr, BoxTemplate, FrameDevice, PlacedWord};
+use via_device::{BoxRepr, BoxTemplate, BoxView, FrameDevice, PlacedWord};
 use via_wire::seq_le;
 
 /// How long boxed sends may be out before a round of progress reads
@@ -198,7 +198,8 @@ impl Context {
     /// next receive, as a one-frame send is placed, and tells the sender
     /// in `placed`. A message that meets no receive breaks a reliable
     /// connection, and is dropped on an unreliable one.
-    fn place_boxed(&mut self, vi: &mut ViState, h: &BoxRepr, payload: &[u8], placed: PlacedWord) {
+    fn place_boxed(&mut self, vi: &mut ViState, h: &BoxView<'_>, placed: PlacedWord) {
+        let payload = h.payload();
         let reliable = vi.reliable();
         if vi.rx.msg.is_some() {
             // Boxed messages go only behind acknowledged frames, so a
@@ -225,10 +226,10 @@ impl Context {
             }
         }
         let done = if bits == status::LENGTH_ERROR { 0 } else { len };
-        self.complete_next(vi, Queue::Recv, done, bits, h.imm);
+        self.complete_next(vi, Queue::Recv, done, bits, h.imm());
         vi.rx.boxes_placed = vi.rx.boxes_placed.wrapping_add(1);
         if reliable {
-            placed.set(h.generation, vi.rx.boxes_placed);
+            placed.set(h.generation(), vi.rx.boxes_placed);
         }
     }
 }
@@ -238,15 +239,15 @@ impl Core {
     /// whose receiver says in `placed` what it placed.
     #[inline(never)]
     pub(super) fn on_boxed(&mut self, bytes: &[u8], placed: PlacedWord, now: Time) {
-        let Some((h, payload)) = BoxRepr::parse(bytes) else {
+        let Some(h) = BoxView::new_checked(bytes) else {
             self.cx.counters.rx_malformed += 1;
             return;
         };
-        let Some((cx, vi)) = self.split(h.dst_vi) else {
+        let Some((cx, vi)) = self.split(h.dst_vi()) else {
             self.cx.counters.rx_no_vi += 1;
             return;
         };
-        let ours = vi.phase == ViPhase::Connected && vi.peer.as_ref().is_some_and(|p| p.mac == h.src_mac && p.ep == h.src_ep && p.vi == h.src_vi && p.generation == h.generation);
+        let ours = vi.phase == ViPhase::Connected && vi.peer.as_ref().is_some_and(|p| h.is_from(p.mac, p.ep, p.vi, p.generation));
         if !ours {
             cx.counters.rx_stale += 1;
             return;
@@ -257,13 +258,13 @@ impl Core {
             return;
         }
         cx.counters.rx_boxed += 1;
-        if let Some(ack) = h.ack.filter(|&a| a != vi.tx.una && vi.reliable()) {
+        if let Some(ack) = h.ack().filter(|&a| a != vi.tx.una && vi.reliable()) {
             cx.on_ack(vi, ack, false, None, now);
         }
-        if let Some(n) = h.placed.filter(|_| vi.tx.boxes_out != 0) {
+        if let Some(n) = h.placed().filter(|_| vi.tx.boxes_out != 0) {
             cx.settle_boxes_upto(vi, n, now);
         }
-        cx.place_boxed(vi, &h, payload, placed);
+        cx.place_boxed(vi, &h, placed);
     }
 
     /// A poll for a completed send of VI `id` found none while boxed sends
