@@ -53,7 +53,9 @@ pub(crate) fn atomic_code(control: u16) -> Option<u32> {
 /// none of an atomic (checked at every post).
 #[derive(Default)]
 pub struct Kept {
-    records: Vec<Option<KeptRecord>>,
+    /// Made at the first record kept (a NIC that never posts has none);
+    /// indexed by [`slot`], which is always inside it.
+    records: Option<Box<[Option<KeptRecord>; KEPT]>>,
 }
 
 #[derive(Clone, Copy)]
@@ -112,7 +114,7 @@ impl Kept {
     /// said (see the type's doc).
     #[inline(always)]
     fn find(&self, addr: usize, handle: u32, on: &PostedOn, epoch: u64) -> Option<&WqEntry> {
-        let r = self.records.get(slot(addr))?.as_ref()?;
+        let r = self.records.as_ref()?[slot(addr)].as_ref()?;
         let e = &r.entry;
         if e.desc != addr || e.desc_handle != handle || e.checked_epoch != epoch || r.on != *on {
             return None;
@@ -135,8 +137,8 @@ impl Kept {
         }
         // Records are kept only with their segments checked, at most
         // INLINE_SEGMENTS of them (`keep`).
-        let n = usize::from(e.segs - e.seg0);
-        for (i, &want) in r.image.segs[..n].iter().enumerate() {
+        let n = usize::from(e.segs - e.seg0).min(INLINE_SEGMENTS);
+        for (i, &want) in r.image.segs.iter().enumerate().take(n) {
             // SAFETY: as above; seg0 + i < segs.
             if unsafe { usermem::read_segment_word(addr, usize::from(e.seg0) + i) } != want {
                 return None;
@@ -148,10 +150,8 @@ impl Kept {
     /// Records what validation found for the descriptor in `e`, whose
     /// checked segments are `segs`.
     fn keep(&mut self, e: &WqEntry, segs: &[CheckedSegment], on: PostedOn) {
-        if self.records.is_empty() {
-            self.records = vec![None; KEPT];
-        }
-        self.records[slot(e.desc)] = Some(KeptRecord { entry: *e, on, image: Image::of(e, segs) });
+        let records = self.records.get_or_insert_with(|| Box::new([None; KEPT]));
+        records[slot(e.desc)] = Some(KeptRecord { entry: *e, on, image: Image::of(e, segs) });
     }
 }
 
