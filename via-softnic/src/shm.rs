@@ -548,7 +548,7 @@ impl ShmDevice {
     /// Slot `tail` is then outside head..tail, so its owner does not read
     /// it (its sequence word says tail + 1 - SLOTS or less), and no other
     /// sender writes it while we hold the lock.
-    #[inline]
+    #[inline(always)]
     fn reserve(&mut self, r: Route) -> Reserved {
         let c = self.seg.control(r.port);
         loop {
@@ -582,7 +582,7 @@ impl ShmDevice {
     /// Publishes slot `tail` of port `r`'s ring, written since
     /// [`Self::reserve`] took it, lets the lock go, and rings the owner's
     /// doorbell if a thread of it sleeps.
-    #[inline]
+    #[inline(always)]
     fn publish(&mut self, r: Route, tail: u64) {
         let c = self.seg.control(r.port);
         // Published: the owner, polling this slot, takes it.
