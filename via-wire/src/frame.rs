@@ -407,6 +407,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
     }
     /// The payload, exactly `payload_len` bytes (Ethernet padding
     /// dropped); empty for a frame whose payload was lent.
+    #[inline(always)]
     pub fn payload(&self) -> &[u8] {
         let n = self.payload_len() as usize;
         self.buf.as_ref().get(FRAME_HEADER_LEN..FRAME_HEADER_LEN + n).unwrap_or(&[])
