@@ -603,7 +603,7 @@ impl ShmDevice {
 
     /// Rings the doorbells of the ports that found our ring full (we just
     /// made room: the head was stored SeqCst, which with this SeqCst look
-    /// pairs with a full sender's mark and look at the head in `append`).
+    /// pairs with a full sender's mark and look at the head in `reserve`).
     fn wake_blocked(&mut self) {
         let c = self.seg.control(self.port);
         if c.blocked.load(Ordering::SeqCst) == 0 {

@@ -145,6 +145,10 @@ impl WorkQueue {
     /// A queue holding at least `depth` descriptors.
     pub fn new(depth: usize) -> Self {
         let cap = depth.max(2).next_power_of_two();
+        // `mask` must name every slot and no more (`slot`'s unchecked
+        // index): a depth past what a u32 index masks is refused here
+        // (the engine's queues hold at most a few thousand).
+        assert!(cap <= 1 << 31, "a work queue of {depth} entries");
         WorkQueue { slots: vec![WqEntry::default(); cap].into_boxed_slice(), mask: cap as u32 - 1, head: 0, done: 0, tail: 0 }
     }
 
