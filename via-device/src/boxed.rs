@@ -212,9 +212,9 @@ impl<'a> BoxView<'a> {
 }
 
 /// A connection's boxed-message header with its constant words written
-/// once (source MAC, endpoint and VI, destination VI, generation), as a
-/// frame's [`via_wire`]-style header template is: each message fills in
-/// only what changes ([`BoxTemplate::header`]).
+/// once (source MAC, endpoint and VI, destination VI, generation), as
+/// via-wire's `HeaderTemplate` is for a connection's frames: each message
+/// fills in only what changes ([`BoxTemplate::header`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BoxTemplate([u8; BOX_HEADER_LEN]);
 
