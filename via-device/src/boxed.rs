@@ -70,15 +70,10 @@ impl BoxRepr {
         out[6..8].copy_from_slice(&self.dst_vi.to_le_bytes());
         out[8..12].copy_from_slice(&self.src_ep.to_le_bytes());
         out[12..14].copy_from_slice(&self.src_vi.to_le_bytes());
-        let flags = if self.imm.is_some() { IMMEDIATE } else { 0 } | if self.ack.is_some() { ACK } else { 0 } | if self.placed.is_some() { PLACED } else { 0 };
-        out[14..16].copy_from_slice(&flags.to_le_bytes());
         out[16..20].copy_from_slice(&self.generation.to_le_bytes());
-        out[20..24].copy_from_slice(&self.imm.unwrap_or(0).to_le_bytes());
-        out[24..28].copy_from_slice(&self.len.to_le_bytes());
         out[28..30].copy_from_slice(&self.src_port.to_le_bytes());
         out[30..32].copy_from_slice(&[0, 0]);
-        out[32..36].copy_from_slice(&self.ack.unwrap_or(0).to_le_bytes());
-        out[36..40].copy_from_slice(&self.placed.unwrap_or(0).to_le_bytes());
+        write_message_words(out, self.imm, self.len, self.ack, self.placed);
     }
 
     /// The header and payload of a received boxed message; None when the
@@ -99,6 +94,19 @@ impl BoxRepr {
         };
         Some((repr, v.payload()))
     }
+}
+
+/// Writes the words that change from message to message (the flags,
+/// immediate data, length, ACK and placed count) into header `out`: what
+/// [`BoxRepr::emit`] writes of them and [`BoxTemplate::header`] fills in.
+#[inline(always)]
+fn write_message_words(out: &mut [u8; BOX_HEADER_LEN], imm: Option<u32>, len: u32, ack: Option<u32>, placed: Option<u32>) {
+    let flags = if imm.is_some() { IMMEDIATE } else { 0 } | if ack.is_some() { ACK } else { 0 } | if placed.is_some() { PLACED } else { 0 };
+    out[14..16].copy_from_slice(&flags.to_le_bytes());
+    out[20..24].copy_from_slice(&imm.unwrap_or(0).to_le_bytes());
+    out[24..28].copy_from_slice(&len.to_le_bytes());
+    out[32..36].copy_from_slice(&ack.unwrap_or(0).to_le_bytes());
+    out[36..40].copy_from_slice(&placed.unwrap_or(0).to_le_bytes());
 }
 
 /// A received boxed message read in place, field by field as asked (the
@@ -239,12 +247,7 @@ impl BoxTemplate {
     #[inline]
     pub fn header(&self, imm: Option<u32>, len: u32, ack: Option<u32>, placed: Option<u32>) -> [u8; BOX_HEADER_LEN] {
         let mut out = self.0;
-        let flags = if imm.is_some() { IMMEDIATE } else { 0 } | if ack.is_some() { ACK } else { 0 } | if placed.is_some() { PLACED } else { 0 };
-        out[14..16].copy_from_slice(&flags.to_le_bytes());
-        out[20..24].copy_from_slice(&imm.unwrap_or(0).to_le_bytes());
-        out[24..28].copy_from_slice(&len.to_le_bytes());
-        out[32..36].copy_from_slice(&ack.unwrap_or(0).to_le_bytes());
-        out[36..40].copy_from_slice(&placed.unwrap_or(0).to_le_bytes());
+        write_message_words(&mut out, imm, len, ack, placed);
         out
     }
 }

@@ -62,11 +62,11 @@ impl Context {
     /// what the peer placed.
     pub(super) fn fix_box_route(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, head: &[u8]) {
         let eligible = self.auth.is_none() && !self.config.rnr && vi.attrs.reliability != Reliability::ReliableReception;
-        let generation = vi.peer.as_ref().map_or(0, |p| p.generation);
         vi.tx.boxes = if eligible { dev.box_route(head, vi.id) } else { None };
+        // (`fix_frag` fixes a path only for a VI with a peer.)
         if let (Some(r), Some(peer)) = (&vi.tx.boxes, &vi.peer) {
-            r.placed.set(generation, 0);
-            vi.tx.box_head = BoxTemplate::new(&BoxRepr { src_mac: self.mac, dst_vi: peer.vi, src_ep: self.ep, src_vi: vi.id, generation, ..BoxRepr::default() });
+            r.placed.set(peer.generation, 0);
+            vi.tx.box_head = BoxTemplate::new(&BoxRepr { src_mac: self.mac, dst_vi: peer.vi, src_ep: self.ep, src_vi: vi.id, generation: peer.generation, ..BoxRepr::default() });
         }
     }
 
