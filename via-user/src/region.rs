@@ -270,6 +270,17 @@ impl Descriptor {
         unsafe { std::ptr::read_volatile(self.addr() as *const descriptor::ControlSegment) }
     }
 
+    /// The field of the control segment at `offset` (`offset_of!`), read
+    /// alone: a whole-segment volatile read copies all 32 bytes to use 4.
+    #[inline(always)]
+    fn cs_field<T: Copy>(&self, offset: usize) -> T {
+        debug_assert!(offset + std::mem::size_of::<T>() <= std::mem::size_of::<descriptor::ControlSegment>());
+        // SAFETY: the control segment is the first 32 bytes of our region
+        // (aligned to DESCRIPTOR_ALIGNMENT), and `offset` is one of its
+        // fields' (the callers pass `offset_of!` with the field's type).
+        unsafe { std::ptr::read_volatile((self.addr() + offset) as *const T) }
+    }
+
     /// Fills in a send/receive descriptor over `segments` (region, byte
     /// range), with optional immediate data.
     pub fn set(&mut self, segments: &[(&MemoryRegion, Range<usize>)], imm: Option<u32>) -> Result<()> {
@@ -352,12 +363,12 @@ impl Descriptor {
 
     /// The `Control` field (operation and flags) as last set.
     pub fn control(&self) -> u16 {
-        self.cs().control
+        self.cs_field::<u16>(std::mem::offset_of!(descriptor::ControlSegment, control))
     }
 
     /// The raw `Status` field.
     pub fn status(&self) -> u32 {
-        self.cs().status
+        self.cs_field::<u32>(std::mem::offset_of!(descriptor::ControlSegment, status))
     }
 
     /// Has the descriptor completed (successfully or not)?
@@ -372,12 +383,12 @@ impl Descriptor {
 
     /// `Length`: bytes received (receive) or sent (send).
     pub fn length(&self) -> u32 {
-        self.cs().length
+        self.cs_field::<u32>(std::mem::offset_of!(descriptor::ControlSegment, length))
     }
 
     /// The `ImmediateData` field as posted (what a send carries).
     pub fn immediate_data_sent(&self) -> u32 {
-        self.cs().immediate_data
+        self.cs_field::<u32>(std::mem::offset_of!(descriptor::ControlSegment, immediate_data))
     }
 
     /// Immediate data, when the status says it arrived.
