@@ -39,6 +39,11 @@ pub struct Vi {
     /// A notification armed while its queue was empty: it takes the next
     /// descriptor posted there.
     on_post: [Option<DescriptorCallback>; 2],
+    /// Per queue: a notification was set up there and may still stand, so
+    /// posts and completions look at `armed` and `on_post`; false while
+    /// none was since they last found both clear (a plain flag: the calls
+    /// of a VI that never asks for notifications test one byte).
+    noticing: [bool; 2],
     /// The shared receive queue's descriptors, when the VI draws its
     /// receives from one (they are handed back from there).
     pool: Option<crate::srq_api::PoolDescriptors>,
@@ -56,7 +61,7 @@ fn qi(q: Queue) -> usize {
 impl Vi {
     /// Owns VI `id` of `nic`, just created.
     pub(crate) fn owning(nic: &Nic, id: u16) -> Vi {
-        Vi { nic: nic.clone(), id, owned: true, sent: VecDeque::new(), received: VecDeque::new(), armed: Default::default(), on_post: [None, None], pool: None }
+        Vi { nic: nic.clone(), id, owned: true, sent: VecDeque::new(), received: VecDeque::new(), armed: Default::default(), on_post: [None, None], noticing: [false; 2], pool: None }
     }
 
     /// Draws this VI's receives from `srq` (an extension): allowed while
@@ -195,8 +200,9 @@ impl Vi {
     }
 
     /// Keeps `d`, just posted on `q`, until the engine hands it back.
+    #[inline]
     fn keep(&mut self, d: Descriptor, q: Queue) {
-        match self.on_post[qi(q)].take() {
+        match self.noticing[qi(q)].then(|| self.on_post[qi(q)].take()).flatten() {
             Some(f) => self.arm(q, d, f), // its queue was empty: this is the next to complete
             None => self.list(q).push_back(d),
         }
@@ -254,6 +260,7 @@ impl Vi {
         if self.armed[qi(q)].load(Ordering::Acquire) || self.on_post[qi(q)].is_some() {
             return Err(ViaError::state(format!("a notification is already armed on the {q:?} queue")));
         }
+        self.noticing[qi(q)] = true;
         if let (Queue::Recv, Some(pool)) = (q, self.pool.clone()) {
             // Which of the pool's descriptors completes next is known only
             // when a message takes one: the notice names it.
@@ -277,9 +284,13 @@ impl Vi {
         Ok(())
     }
 
-    fn check_unarmed(&self, q: Queue) -> Result<()> {
-        if self.armed[qi(q)].load(Ordering::Acquire) || self.on_post[qi(q)].is_some() {
-            return Err(ViaError::state(format!("a notification armed on the {q:?} queue owns its next completion")));
+    #[inline]
+    fn check_unarmed(&mut self, q: Queue) -> Result<()> {
+        if self.noticing[qi(q)] {
+            if self.armed[qi(q)].load(Ordering::Acquire) || self.on_post[qi(q)].is_some() {
+                return Err(ViaError::state(format!("a notification armed on the {q:?} queue owns its next completion")));
+            }
+            self.noticing[qi(q)] = false;
         }
         Ok(())
     }
