@@ -399,13 +399,11 @@ impl Descriptor {
 
     /// `Ok` when the descriptor completed without error; otherwise an
     /// error naming the status bits.
+    #[inline]
     pub fn check_ok(&self) -> Result<()> {
         let s = self.status();
-        if s & status::DONE == 0 {
-            return Err(ViaError::not_done());
-        }
-        if s & status::ERROR_MASK != 0 {
-            return Err(ViaError::new(crate::VipReturn::DescriptorError, format!("descriptor completed with status {s:#x} ({})", status_names(s))));
+        if s & (status::DONE | status::ERROR_MASK) != status::DONE {
+            return Err(not_ok(s));
         }
         Ok(())
     }
@@ -415,6 +413,17 @@ impl std::fmt::Debug for Descriptor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Descriptor {{ addr: {:#x}, status: {:#x}, length: {} }}", self.addr(), self.status(), self.length())
     }
+}
+
+/// Why a descriptor with status `s` is not a clean completion (the cold
+/// half of [`Descriptor::check_ok`]).
+#[cold]
+#[inline(never)]
+fn not_ok(s: u32) -> ViaError {
+    if s & status::DONE == 0 {
+        return ViaError::not_done();
+    }
+    ViaError::new(crate::VipReturn::DescriptorError, format!("descriptor completed with status {s:#x} ({})", status_names(s)))
 }
 
 /// Names of the error bits in a status word.
