@@ -106,6 +106,11 @@ impl FrameDevice for QueueDevice {
         // SAFETY: the count lives in the wire, which the device holds.
         w.push(unsafe { RxWatch::u64(&self.rx.pushed, pushed) });
     }
+    /// One look, as a TPACKET ring's or a NIC's next slot is looked at
+    /// (the trait's default collects the watches to say it).
+    fn rx_pending(&self) -> Option<bool> {
+        Some(self.rx.pushed.load(Ordering::Acquire) != self.rx.popped.load(Ordering::Relaxed))
+    }
 }
 
 /// How the two ends ping-pong.
