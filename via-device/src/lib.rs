@@ -384,11 +384,12 @@ pub trait FrameDevice: Send {
         w.blind();
     }
 
-    /// Would a receive find a frame now? None when the device cannot say
-    /// (it reports no watched words). What [`FrameDevice::rx_watch`]
-    /// says, without collecting the words: a device with words overrides
-    /// it with the one look (a poll that finds nothing complete asks it
-    /// before it runs a round).
+    /// Would a receive find a frame now? None when the device cannot say.
+    /// By default what [`FrameDevice::rx_watch`] says, the words collected;
+    /// a device that can look at its ring in one load overrides it with
+    /// that look (a poll that finds nothing complete asks it before it
+    /// runs a round). The VFIO NICs answer it though they report no words
+    /// for waits to spin on.
     fn rx_pending(&self) -> Option<bool> {
         let mut w = RxWatches::default();
         self.rx_watch(&mut w);

@@ -28,9 +28,9 @@ use crate::desc::{self, RxDone, DESC_LEN};
 use crate::regs::{self, ctrl, eerd, int, rctl, tctl};
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
-use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, RxWatch, RxWatches, Sleep, TxFrame};
+use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, Sleep, TxFrame};
 use via_vfio::{pci_cmd, spin_until, DmaMemory, IommuMappings, NicCounters, Registers, VfioDevice, PAGE};
 
 /// Transmit descriptors: a zero-copy frame takes one for its header and one
@@ -547,23 +547,11 @@ impl FrameDevice for E1000eDevice {
         (self.desc_status(RX_RING_OFF, self.rx_next).1 & desc::rx::DD == 0).then(Sleep::default)
     }
 
-    /// The next receive descriptor's status dword: the NIC sets DD when it
-    /// has written a frame back there, so a waiter spins on that one load
-    /// in our memory instead of rounds of progress, and a poll that finds
-    /// nothing complete skips its round while DD is clear.
-    fn rx_watch(&self, w: &mut RxWatches) {
-        // SAFETY: the status dword of descriptor `rx_next` is a 4-byte
-        // aligned word of our DMA memory, which lives as long as the
-        // device; the NIC writes it back by DMA, we only load it.
-        let word = unsafe { &*self.desc_ptr(RX_RING_OFF, self.rx_next).add(3).cast::<AtomicU32>() };
-        let now = word.load(Ordering::Acquire);
-        if u32::from_le(now) & desc::rx::DD != 0 {
-            w.ready();
-        }
-        // SAFETY: as above: the word stays mapped while the device lives.
-        w.push(unsafe { RxWatch::u32(word, desc::rx::DD.to_le(), now) });
-    }
-
+    /// Is a frame there? The next receive descriptor's status dword says:
+    /// the NIC sets DD once it wrote a frame back there. One load of our
+    /// memory, so a poll that finds nothing complete skips its round of
+    /// progress. (No watched word for waits to spin on, `rx_watch`, as
+    /// for the tulip: its waits look in rounds.)
     fn rx_pending(&self) -> Option<bool> {
         Some(self.desc_status(RX_RING_OFF, self.rx_next).1 & desc::rx::DD != 0)
     }

@@ -17,9 +17,8 @@
 //! is the device's wait descriptor; they are acknowledged and let through
 //! again only before a sleep (`prepare_sleep`), so a spinning process takes
 //! one interrupt, not one per frame, and no system call per empty look.
-//! Between rounds a waiter watches the next receive descriptor's OWN bit
-//! (`rx_watch`): a load of our memory, where a look at the device is a
-//! round of progress.
+//! A poll that finds nothing complete asks the next receive descriptor's
+//! OWN bit (`rx_pending`, a load of our memory) before it runs a round.
 
 use crate::desc::{self, Desc, RxDone, DESC_LEN, OWN};
 use crate::regs::{self, op_mode, status};
@@ -27,9 +26,9 @@ use crate::setup;
 use crate::srom::{self, Csr9};
 use std::io;
 use std::os::fd::RawFd;
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{fence, Ordering};
 use std::time::Duration;
-use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, RxWatch, RxWatches, Sleep, TxFrame};
+use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, Sleep, TxFrame};
 use via_vfio::{pci_cmd, spin_until, DmaMemory, IommuMappings, NicCounters, Registers, VfioDevice};
 
 /// Receive descriptors (frames the NIC can take while the process is busy).
@@ -411,23 +410,13 @@ impl FrameDevice for TulipDevice {
         (self.desc_status(RX_RING_OFF, self.rx_next) & OWN != 0).then(Sleep::default)
     }
 
-    /// The next receive descriptor's RDES0: the NIC clears its OWN bit when
-    /// it has written a frame there (§4.2.1), so a waiter spins on that one
-    /// load in our memory instead of rounds of progress, and a poll that
-    /// finds nothing complete skips its round while OWN stands.
-    fn rx_watch(&self, w: &mut RxWatches) {
-        // SAFETY: RDES0 of descriptor `rx_next` is a 4-byte aligned word
-        // of our DMA memory, which lives as long as the device; the NIC
-        // writes it by DMA, we only load it.
-        let word = unsafe { &*self.desc_ptr(RX_RING_OFF, self.rx_next).cast::<AtomicU32>() };
-        let now = word.load(Ordering::Acquire);
-        if u32::from_le(now) & OWN == 0 {
-            w.ready();
-        }
-        // SAFETY: as above: the word stays mapped while the device lives.
-        w.push(unsafe { RxWatch::u32(word, OWN.to_le(), now) });
-    }
-
+    /// Is a frame there? The next receive descriptor's RDES0 says: the NIC
+    /// clears its OWN bit once it wrote a frame there (§4.2.1). One load of
+    /// our memory, so a poll that finds nothing complete skips its round
+    /// of progress. (The tulip reports no watched word for waits to spin
+    /// on, `rx_watch`: under TCG that held back the rounds that also tend
+    /// the NIC, DESIGN-NOTES "Tried and dropped (2026-11-26)"; its waits
+    /// look in rounds.)
     fn rx_pending(&self) -> Option<bool> {
         Some(self.desc_status(RX_RING_OFF, self.rx_next) & OWN == 0)
     }

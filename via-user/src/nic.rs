@@ -231,9 +231,9 @@ impl Nic {
         // 32 B remote read 28 against 11 us).
         let mut active: Option<Time> = None;
         // Only where a look costs a load (a device that reports watched
-        // words): a blind device's look is a whole round of progress (a
-        // test device's, say), so its waits keep to the spin from their
-        // start.
+        // words): a blind device's look is a whole round at the device
+        // (the tulip's in a guest: exits to the hypervisor), so its waits
+        // keep to the spin from their start.
         let mut watchable: Option<bool> = None;
         // Rounds still to spin because frames arrived without completing
         // the wait: the rest of a message comes right behind its first

@@ -49,7 +49,7 @@
 mod killed;
 mod memlock;
 mod stuck;
-mod watched;
+mod pending;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -772,7 +772,7 @@ fn all_checks(given: &Given) -> Vec<Check> {
         check("memlock_too_low_names_the_limit", 2, memlock::memlock_too_low_names_the_limit),
         check("via_agent_unbinds_and_binds", 2, via_agent_unbinds_and_binds),
         check("sleeping_waits_wake_on_interrupts", 2, sleeping_waits_wake_on_interrupts),
-        check("the_next_frame_moves_the_watched_word", 2, watched::the_next_frame_moves_the_watched_word),
+        check("a_poll_asks_the_ring_if_a_frame_is_there", 2, pending::a_poll_asks_the_ring_if_a_frame_is_there),
         check("pingpong_send_receive_reliable", 2, |d| pingpong(d, &[])),
         check("pingpong_send_receive_unreliable", 2, |d| pingpong(d, &["--reliability", "unreliable"])),
         check("pingpong_rdma_write", 2, |d| pingpong(d, &["--rdma", "write"])),
