@@ -456,7 +456,7 @@ impl FrameDevice for E1000eDevice {
             }
             self.put_desc(RX_RING_OFF, i, self.iova_of(off), 0);
             returned = Some(i);
-            self.rx_next = (i + 1) % self.layout.rx_ring;
+            self.rx_next = if i + 1 == self.layout.rx_ring { 0 } else { i + 1 }; // (no division per frame)
         }
         if let Some(i) = returned {
             // The buffers go back to the NIC: the tail now stands on the
