@@ -48,8 +48,8 @@
 
 mod killed;
 mod memlock;
-mod stuck;
 mod pending;
+mod stuck;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
