@@ -180,6 +180,7 @@ impl RawNic {
 
     /// `VipPostSend` (`send`) / `VipPostRecv` of the descriptor at `addr`
     /// in the memory registered as `handle`.
+    #[inline(always)]
     pub fn vi_post(&self, id: u16, addr: usize, handle: u32, send: bool) -> Result<()> {
         let mut e = self.0.lock();
         if send {
@@ -229,6 +230,7 @@ impl RawNic {
 
     /// `VipSendDone` / `VipRecvDone`: the address of the oldest completed
     /// descriptor.
+    #[inline(always)]
     pub fn vi_done(&self, id: u16, send: bool) -> Result<Option<usize>> {
         if send {
             self.0.poll(|e| e.core.send_done(id).map(|(_, d)| d))

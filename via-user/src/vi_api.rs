@@ -193,6 +193,7 @@ impl Vi {
         r
     }
 
+    #[inline(always)]
     fn post(&mut self, d: Descriptor, q: Queue) -> Result<()> {
         self.raw().vi_post(self.id, d.addr(), d.handle(), q == Queue::Send)?;
         self.keep(d, q);
@@ -307,12 +308,14 @@ impl Vi {
         self.notify(Queue::Recv, f)
     }
 
+    #[inline(always)]
     fn done(&mut self, q: Queue) -> Result<Option<Descriptor>> {
         self.check_unarmed(q)?;
         let r = self.raw().vi_done(self.id, q == Queue::Send)?;
         Ok(r.map(|a| self.take(q, a)))
     }
 
+    #[inline(always)]
     fn wait(&mut self, q: Queue, timeout: Option<Duration>) -> Result<Descriptor> {
         self.check_unarmed(q)?;
         let a = self.raw().vi_wait(self.id, q == Queue::Send, timeout)?;
