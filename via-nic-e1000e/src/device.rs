@@ -201,6 +201,12 @@ impl E1000eDevice {
         (word, status)
     }
 
+    /// Has the NIC written a frame back into the next receive descriptor
+    /// (its status dword's DD bit set)? What a sleep and a poll look at.
+    fn frame_waiting(&self) -> bool {
+        self.desc_status(RX_RING_OFF, self.rx_next).1 & desc::rx::DD != 0
+    }
+
     /// Waits until `done` holds of the registers, or fails naming `what`.
     fn wait_for(&self, what: &str, done: impl Fn(&Registers) -> bool) -> io::Result<()> {
         if spin_until(NIC_TIMEOUT, || done(&self.regs)) {
@@ -544,7 +550,7 @@ impl FrameDevice for E1000eDevice {
         self.rearm_interrupt();
         // A frame written back before the acknowledgement above raised no
         // interrupt the sleeper will see: take it instead of sleeping.
-        (self.desc_status(RX_RING_OFF, self.rx_next).1 & desc::rx::DD == 0).then(Sleep::default)
+        (!self.frame_waiting()).then(Sleep::default)
     }
 
     /// Is a frame there? The next receive descriptor's status dword says:
@@ -553,7 +559,7 @@ impl FrameDevice for E1000eDevice {
     /// progress. (No watched word for waits to spin on, `rx_watch`, as
     /// for the tulip: its waits look in rounds.)
     fn rx_pending(&self) -> Option<bool> {
-        Some(self.desc_status(RX_RING_OFF, self.rx_next).1 & desc::rx::DD != 0)
+        Some(self.frame_waiting())
     }
 }
 

@@ -170,6 +170,12 @@ impl TulipDevice {
         s
     }
 
+    /// Has the NIC written a frame into the next receive descriptor (its
+    /// RDES0 OWN bit clear, §4.2.1)? What a sleep and a poll look at.
+    fn frame_waiting(&self) -> bool {
+        self.desc_status(RX_RING_OFF, self.rx_next) & OWN == 0
+    }
+
     /// Reset, station address, rings, setup frame, interrupts, start
     /// (the bring-up order of the 21143 HRM §4.3 and the Linux driver).
     fn bring_up(&mut self) -> io::Result<()> {
@@ -407,7 +413,7 @@ impl FrameDevice for TulipDevice {
         self.rearm_interrupt();
         // A frame that landed before the acknowledgement above raised no
         // interrupt the sleeper will see: take it instead of sleeping.
-        (self.desc_status(RX_RING_OFF, self.rx_next) & OWN != 0).then(Sleep::default)
+        (!self.frame_waiting()).then(Sleep::default)
     }
 
     /// Is a frame there? The next receive descriptor's RDES0 says: the NIC
@@ -418,7 +424,7 @@ impl FrameDevice for TulipDevice {
     /// the NIC, DESIGN-NOTES "Tried and dropped (2026-11-26)"; its waits
     /// look in rounds.)
     fn rx_pending(&self) -> Option<bool> {
-        Some(self.desc_status(RX_RING_OFF, self.rx_next) & OWN == 0)
+        Some(self.frame_waiting())
     }
 }
 
