@@ -41,7 +41,8 @@
 //! - with `VIA_GUEST_ONLY=bench` (`qemu/run.sh --only bench`): VIA against
 //!   raw frames on the same two NICs, latency and bandwidth, naming their
 //!   kinds (`--env VIA_GUEST_BENCH_STATS=1`: the VIA client's counters too;
-//!   `--env VIA_GUEST_BENCH_ONE=raw` or `=via`: that transport alone).
+//!   `--env VIA_GUEST_BENCH_ONE=raw` or `=via`: that transport alone, a
+//!   stream of `VIA_GUEST_BENCH_MESSAGES` messages, 20,000 unless set).
 //!
 //! A check that runs for 110 s is reported with the state of every thread
 //! of the suite and its children, and fails (`stuck.rs`).
@@ -467,10 +468,12 @@ fn bench_via_against_raw(devs: &[String]) -> Result<(), String> {
     // The kinds the figures are of, client to server: "tulip-e1000e".
     let on = format!("{}-{}", kind_of(&devs[1]), kind_of(&devs[0]));
     // VIA_GUEST_BENCH_ONE=raw|via: that transport alone, 20,000 messages
-    // of 1436 bytes one way (for an instruction profile of the guest,
-    // qemu/profile-guest.sh), no ratios.
+    // of 1436 bytes one way (VIA_GUEST_BENCH_MESSAGES: another count, for
+    // a stream long enough to profile from the host), for an instruction
+    // profile of the guest (qemu/profile-guest.sh); no ratios.
     if let Ok(one) = std::env::var("VIA_GUEST_BENCH_ONE") {
-        let rows = pingpong_json(devs, &["--sizes", "64", "--iters", "20", "--bw-sizes", "1436", "--bw-iters", "20000", "--transport", &one])?;
+        let n = std::env::var("VIA_GUEST_BENCH_MESSAGES").unwrap_or_else(|_| "20000".into());
+        let rows = pingpong_json(devs, &["--sizes", "64", "--iters", "20", "--bw-sizes", "1436", "--bw-iters", &n, "--transport", &one])?;
         println!("  bench {on} {one} alone: {rows:?}");
         return Ok(());
     }
