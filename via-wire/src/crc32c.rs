@@ -1,8 +1,17 @@
 //! CRC-32C (Castagnoli), the frame checksum for devices that cannot vouch
 //! for what they deliver (a software NIC has no Ethernet FCS check): the
-//! SSE4.2 `crc32` instruction where the CPU has it, a table otherwise.
+//! SSE4.2 `crc32` instruction where the CPU has it and it is fast, eight
+//! tables otherwise ("slicing by 8": eight bytes a step, loads and XORs).
 //! Incremental: `finish(update(update(START, a), b))` is the CRC of `a`
 //! followed by `b`.
+//!
+//! Which of the two a process uses is decided once, at its first CRC, by
+//! timing both over 4 KiB ([`Implementation::chosen`]): a CPU that says it
+//! has SSE4.2 may still run `crc32` slowly. QEMU's TCG emulates it one bit
+//! at a time (64 steps an instruction), so in a TCG guest the instruction
+//! took several times the tables' time and every VIA frame on an emulated
+//! NIC paid for it twice (sender and receiver). `VIA_CRC32C=sse42` or
+//! `=tables` decides instead (both give the same CRC).
 //!
 //! The instruction takes 3 cycles and can start every cycle, so one
 //! running CRC uses a third of it. Pieces of [`ROUND`] bytes and more
@@ -14,6 +23,8 @@
 //! tables ([`ShiftTables`]) built at compile time. Same results, about
 //! 2.5x the speed on 56 KiB (`cargo bench -p via-wire --bench
 //! crc32c`).
+
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// The state before any bytes.
 pub const START: u32 = !0;
@@ -115,33 +126,110 @@ static LONG: LaneShifts = LaneShifts::for_lane(LANE);
 static SHORT: LaneShifts = LaneShifts::for_lane(SHORT_LANE);
 
 /// Feeds `bytes` into the running state `crc`.
+#[inline]
 pub fn update(crc: u32, bytes: &[u8]) -> u32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("sse4.2") {
-            // SAFETY: the CPU has SSE4.2 (checked just above).
-            return unsafe {
-                if bytes.len() < SHORT_ROUND {
-                    update_sse42(crc, bytes) // a header, a short payload: no lanes to cut
-                } else {
-                    update_sse42_three_lanes(crc, bytes)
-                }
-            };
-        }
+    match Implementation::chosen() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: chosen only where the CPU has SSE4.2.
+        Implementation::Sse42 => unsafe { update_sse42_any(crc, bytes) },
+        _ => update_slices(crc, bytes),
     }
-    update_table(crc, bytes)
+}
+
+/// [`update`] through `imp` whatever was chosen (through the tables where
+/// `imp` cannot run here): for benchmarks and checks that time both.
+pub fn update_with(imp: Implementation, crc: u32, bytes: &[u8]) -> u32 {
+    match imp {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has SSE4.2 (checked in the guard).
+        Implementation::Sse42 if has_sse42() => unsafe { update_sse42_any(crc, bytes) },
+        _ => update_slices(crc, bytes),
+    }
 }
 
 /// [`update`] with one running CRC only: the baseline of the benchmark.
 pub fn update_one_lane(crc: u32, bytes: &[u8]) -> u32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("sse4.2") {
-            // SAFETY: the CPU has SSE4.2 (checked just above).
-            return unsafe { update_sse42(crc, bytes) };
+    match Implementation::chosen() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: chosen only where the CPU has SSE4.2.
+        Implementation::Sse42 => unsafe { update_sse42(crc, bytes) },
+        _ => update_slices(crc, bytes),
+    }
+}
+
+/// How this process computes CRCs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Implementation {
+    /// The SSE4.2 `crc32` instruction, three lanes side by side.
+    Sse42,
+    /// Eight tables, eight bytes a step.
+    Tables,
+}
+
+/// [`Implementation::chosen`]'s answer once known: 0 not yet, else the
+/// implementation's code.
+static CHOSEN: AtomicU8 = AtomicU8::new(0);
+
+impl Implementation {
+    /// The implementation of this process: `VIA_CRC32C` (`sse42` or
+    /// `tables`) if set and possible here, else the faster of the two over
+    /// 4 KiB, timed at the first call (the best of five tries each).
+    #[inline]
+    pub fn chosen() -> Implementation {
+        match CHOSEN.load(Ordering::Relaxed) {
+            1 => Implementation::Sse42,
+            2 => Implementation::Tables,
+            _ => Self::choose(),
         }
     }
-    update_table(crc, bytes)
+
+    #[cold]
+    #[inline(never)]
+    fn choose() -> Implementation {
+        let asked = std::env::var("VIA_CRC32C").ok();
+        let chosen = match asked.as_deref() {
+            Some("tables") => Implementation::Tables,
+            _ if !has_sse42() => Implementation::Tables,
+            Some("sse42") => Implementation::Sse42,
+            _ => {
+                let data = [0x5au8; 4096];
+                // SAFETY: the CPU has SSE4.2 (checked above).
+                let sse42 = best_of_five(|| unsafe { update_sse42_any(START, &data) });
+                let tables = best_of_five(|| update_slices(START, &data));
+                if sse42 <= tables {
+                    Implementation::Sse42
+                } else {
+                    Implementation::Tables
+                }
+            }
+        };
+        CHOSEN.store(if chosen == Implementation::Sse42 { 1 } else { 2 }, Ordering::Relaxed);
+        chosen
+    }
+}
+
+/// Does this CPU say it has the SSE4.2 `crc32` instruction?
+pub fn has_sse42() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("sse4.2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The shortest of five timings of `f`.
+fn best_of_five(f: impl Fn() -> u32) -> std::time::Duration {
+    (0..5)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            std::hint::black_box(f());
+            t.elapsed()
+        })
+        .min()
+        .unwrap_or_default()
 }
 
 /// The CRC of everything fed in.
@@ -159,6 +247,61 @@ fn update_table(mut crc: u32, bytes: &[u8]) -> u32 {
         crc = TABLE[((crc ^ b as u32) & 0xff) as usize] ^ (crc >> 8);
     }
     crc
+}
+
+/// `SLICES[k][b]`: the state change of byte `b` followed by `k` zero
+/// bytes, so that eight bytes are one lookup in each table.
+static SLICES: [[u32; 256]; 8] = {
+    let mut t = [[0u32; 256]; 8];
+    t[0] = TABLE;
+    let mut k = 1;
+    while k < 8 {
+        let mut i = 0;
+        while i < 256 {
+            let prev = t[k - 1][i];
+            t[k][i] = (prev >> 8) ^ TABLE[(prev & 0xff) as usize];
+            i += 1;
+        }
+        k += 1;
+    }
+    t
+};
+
+/// Eight bytes a step through [`SLICES`], the rest a byte at a time.
+fn update_slices(mut crc: u32, bytes: &[u8]) -> u32 {
+    let t = &SLICES;
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        let lo = u32::from_le_bytes([w[0], w[1], w[2], w[3]]) ^ crc;
+        let hi = u32::from_le_bytes([w[4], w[5], w[6], w[7]]);
+        crc = t[7][(lo & 0xff) as usize]
+            ^ t[6][(lo >> 8 & 0xff) as usize]
+            ^ t[5][(lo >> 16 & 0xff) as usize]
+            ^ t[4][(lo >> 24) as usize]
+            ^ t[3][(hi & 0xff) as usize]
+            ^ t[2][(hi >> 8 & 0xff) as usize]
+            ^ t[1][(hi >> 16 & 0xff) as usize]
+            ^ t[0][(hi >> 24) as usize];
+    }
+    update_table(crc, words.remainder())
+}
+
+/// The instruction's path for any length: one lane for a header or a
+/// short payload, three lanes past [`SHORT_ROUND`].
+///
+/// # Safety
+/// The CPU must have SSE4.2.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+unsafe fn update_sse42_any(crc: u32, bytes: &[u8]) -> u32 {
+    // SAFETY: the caller's.
+    unsafe {
+        if bytes.len() < SHORT_ROUND {
+            update_sse42(crc, bytes)
+        } else {
+            update_sse42_three_lanes(crc, bytes)
+        }
+    }
 }
 
 /// Long lanes while a [`ROUND`] is left, then short ones, then the rest
@@ -246,6 +389,26 @@ mod tests {
         let whole = checksum(&data);
         assert_eq!(finish(update(update(START, &data[..333]), &data[333..])), whole);
         assert_eq!(finish(update_table(START, &data)), whole, "table and instruction agree");
+        assert_eq!(finish(update_slices(START, &data)), whole, "eight tables and one agree");
+    }
+
+    #[test]
+    fn eight_tables_agree_with_one_at_every_length_and_state() {
+        let data: Vec<u8> = (0..200u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+        for len in 0..data.len() {
+            for start in [START, 0, 0x1234_5678] {
+                assert_eq!(update_slices(start, &data[..len]), update_table(start, &data[..len]), "length {len}, state {start:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_choice_is_made_once_and_kept() {
+        let first = Implementation::chosen();
+        assert_eq!(Implementation::chosen(), first);
+        if !has_sse42() {
+            assert_eq!(first, Implementation::Tables, "no instruction to choose");
+        }
     }
 
     #[test]
@@ -258,11 +421,19 @@ mod tests {
                 let want = update_table(start, &data[..len]);
                 assert_eq!(update(start, &data[..len]), want, "length {len}, state {start:#x}");
                 assert_eq!(update_one_lane(start, &data[..len]), want, "length {len}, state {start:#x}");
+                #[cfg(target_arch = "x86_64")]
+                if has_sse42() {
+                    // SAFETY: the CPU has SSE4.2. (Tested whichever `update` chose.)
+                    assert_eq!(unsafe { update_sse42_any(start, &data[..len]) }, want, "length {len}, state {start:#x}");
+                }
+                assert_eq!(update_slices(start, &data[..len]), want, "length {len}, state {start:#x}");
             }
         }
         // Unaligned starts: the lanes read words from any address.
         for off in 1..8 {
-            assert_eq!(update(START, &data[off..off + 2 * ROUND]), update_table(START, &data[off..off + 2 * ROUND]), "offset {off}");
+            let want = update_table(START, &data[off..off + 2 * ROUND]);
+            assert_eq!(update(START, &data[off..off + 2 * ROUND]), want, "offset {off}");
+            assert_eq!(update_slices(START, &data[off..off + 2 * ROUND]), want, "offset {off}");
         }
     }
 

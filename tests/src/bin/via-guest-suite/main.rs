@@ -47,6 +47,7 @@
 //! A check that runs for 110 s is reported with the state of every thread
 //! of the suite and its children, and fails (`stuck.rs`).
 
+mod checksum;
 mod killed;
 mod memlock;
 mod pending;
@@ -776,6 +777,7 @@ fn all_checks(given: &Given) -> Vec<Check> {
         check("via_agent_unbinds_and_binds", 2, via_agent_unbinds_and_binds),
         check("sleeping_waits_wake_on_interrupts", 2, sleeping_waits_wake_on_interrupts),
         check("a_poll_asks_the_ring_if_a_frame_is_there", 2, pending::a_poll_asks_the_ring_if_a_frame_is_there),
+        check("the_frame_checksum_takes_the_faster_way_here", 0, checksum::the_frame_checksum_takes_the_faster_way_here),
         check("pingpong_send_receive_reliable", 2, |d| pingpong(d, &[])),
         check("pingpong_send_receive_unreliable", 2, |d| pingpong(d, &["--reliability", "unreliable"])),
         check("pingpong_rdma_write", 2, |d| pingpong(d, &["--rdma", "write"])),
