@@ -9,8 +9,8 @@
 //! timing both over 4 KiB ([`Implementation::chosen`]): a CPU that says it
 //! has SSE4.2 may still run `crc32` slowly. QEMU's TCG emulates it one bit
 //! at a time (64 steps an instruction), so in a TCG guest the instruction
-//! took several times the tables' time and every VIA frame on an emulated
-//! NIC paid for it twice (sender and receiver). `VIA_CRC32C=sse42` or
+//! took several times the tables' time, and a software NIC there would
+//! pay for it on every frame at both ends. `VIA_CRC32C=sse42` or
 //! `=tables` decides instead (both give the same CRC).
 //!
 //! The instruction takes 3 cycles and can start every cycle, so one
@@ -186,7 +186,13 @@ impl Implementation {
     #[cold]
     #[inline(never)]
     fn choose() -> Implementation {
-        let asked = std::env::var("VIA_CRC32C").ok();
+        let asked = std::env::var("VIA_CRC32C").ok().filter(|v| !v.is_empty());
+        match asked.as_deref() {
+            None | Some("tables") => {}
+            Some("sse42") if has_sse42() => {}
+            Some("sse42") => eprintln!("VIA_CRC32C=sse42: this CPU has no SSE4.2; the CRC uses the tables"),
+            Some(other) => eprintln!("VIA_CRC32C={other}: expected sse42 or tables; the CRC uses the faster of the two, timed"),
+        }
         let chosen = match asked.as_deref() {
             Some("tables") => Implementation::Tables,
             _ if !has_sse42() => Implementation::Tables,
