@@ -136,7 +136,8 @@ impl RawNic {
 
     /// VI `id`'s sequenced streams in words, for diagnostics (what a
     /// stalled connection waits on): the sender's position, oldest
-    /// unacknowledged and highest PSN sent, receiver-not-ready back-off;
+    /// unacknowledged and highest PSN sent, receiver-not-ready back-off,
+    /// the retransmission timer and its timeouts since the peer's last progress;
     /// the receiver's expected PSN, frames held past a gap, whether a
     /// message is being reassembled; both queues' cursors.
     pub fn vi_transport_state(&self, id: u16) -> Result<String> {
@@ -150,7 +151,7 @@ impl RawNic {
             Some(u) => format!("{:?} ago", now.since(u)),
         };
         Ok(format!(
-            "tx psn {} una {} sent_hi {} idx {} off {} rnr_until {} rnr_refusals {} retransmission timer {} engine timer {} {:?}; rx expected {} held {} reassembling {} rnr_owed {} {:?}; sq done {} tail {}; rq done {} tail {}",
+            "tx psn {} una {} sent_hi {} idx {} off {} rnr_until {} rnr_refusals {} retransmission timer {} (retries {}) engine timer {} {:?}; rx expected {} held {} reassembling {} rnr_owed {} {:?}; sq done {} tail {}; rq done {} tail {}",
             t.psn,
             t.una,
             t.sent_hi,
@@ -159,6 +160,7 @@ impl RawNic {
             when(t.rnr_until),
             t.rnr_refusals,
             when(v.rtx.deadline()),
+            v.rtx.retries(),
             when(e.core.timer_at),
             v.sack,
             r.expected,

@@ -419,3 +419,77 @@ fn a_descriptor_kept_under_other_vi_attributes_is_checked_again() {
     let r = b.recv_done().unwrap().expect("a receive longer than the VI's limit completes at once");
     assert!(r.errors() & status::LENGTH_ERROR != 0, "status {:#x}", r.status());
 }
+
+/// The loopback device, but the first `drop` Disconnect frames sent
+/// through it are lost on the way.
+struct LosesDisconnects {
+    inner: Box<dyn via_device::FrameDevice>,
+    drop: usize,
+}
+
+impl via_device::FrameDevice for LosesDisconnects {
+    fn mac(&self) -> via_user::MacAddr {
+        self.inner.mac()
+    }
+    fn mtu(&self) -> usize {
+        self.inner.mtu()
+    }
+    fn capabilities(&self) -> via_device::Capabilities {
+        self.inner.capabilities()
+    }
+    fn wait_fd(&self) -> std::os::fd::RawFd {
+        self.inner.wait_fd()
+    }
+    fn set_filter(&mut self, filter: via_device::RxFilter) -> std::io::Result<()> {
+        self.inner.set_filter(filter)
+    }
+    fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> std::io::Result<usize> {
+        self.inner.receive(budget, sink)
+    }
+    fn transmit(&mut self, frames: &[via_device::TxFrame<'_>]) -> std::io::Result<usize> {
+        const KIND_AT: usize = via_device::ETH_HEADER_LEN + 1;
+        const DISCONNECT: u8 = 22;
+        for (i, f) in frames.iter().enumerate() {
+            if self.drop > 0 && f.header.get(KIND_AT) == Some(&DISCONNECT) {
+                self.drop -= 1; // lost on the way
+                continue;
+            }
+            if self.inner.transmit(std::slice::from_ref(f))? == 0 {
+                return Ok(i);
+            }
+        }
+        Ok(frames.len())
+    }
+}
+
+/// A Disconnect is the last frame a peer hears from us, acknowledged and
+/// repeated by nothing, and the peer's VI has nothing outstanding to time
+/// out on: one lost Disconnect left it connected for good (MTTL's ranks
+/// waited for a send to a rank that had exited). With the first one lost,
+/// the peer must still see the connection end.
+#[test]
+fn a_disconnect_reaches_the_peer_when_its_first_frame_is_lost() {
+    let server = Host::new("lost-disc");
+    let dev = LosesDisconnects { inner: via_user::open_device("loop:lost-disc").unwrap(), drop: 1 };
+    let client_nic = Nic::with_device("loop:lost-disc", Box::new(dev), via_user::Config::default()).unwrap();
+    let client = Host { ptag: client_nic.create_ptag().unwrap(), nic: client_nic };
+    let smac = server.nic.mac();
+    let buf = server.region(4096);
+    let mut svi = server.vi(Reliability::ReliableDelivery);
+    svi.post_recv(server.desc(&buf, 0, 100)).unwrap();
+    let t = thread::spawn(move || {
+        let req = server.nic.connect_wait(b"ld", T).unwrap();
+        server.nic.accept(&req, &svi).unwrap();
+        // The client disconnects: the posted receive is flushed.
+        let r = svi.recv_wait(Some(Duration::from_secs(5)));
+        match r {
+            Ok(d) => assert_ne!(d.errors() & status::DESC_FLUSHED_ERROR, 0, "the receive completed without the flush"),
+            Err(e) => assert_ne!(e.code, VipReturn::Timeout, "the server never heard the disconnect: {e}"),
+        }
+        assert_eq!(svi.state(), ViPhase::Error);
+    });
+    let mut vi = client.vi(Reliability::ReliableDelivery);
+    connect(&client, &mut vi, smac, b"ld");
+    vi.disconnect().unwrap();
+    t.join().unwrap();
+}
