@@ -202,3 +202,39 @@ fn lost_rdma_read_response_is_asked_for_again() {
     let _ = done_tx.send(());
     t.join().unwrap();
 }
+
+/// A Disconnect is the last frame a peer hears from us, acknowledged and
+/// repeated by nothing, and the peer's VI has nothing outstanding to time
+/// out on: one lost Disconnect left it connected for good (MTTL's ranks
+/// waited for a send to a rank that had exited). With the first one lost,
+/// the peer must still see the connection end.
+#[test]
+fn a_disconnect_reaches_the_peer_when_its_first_frame_is_lost() {
+    let wire = "lost-disconnect";
+    let server = Nic::open(&format!("loop:{wire}")).unwrap();
+    let smac = server.mac();
+    let t = thread::spawn(move || {
+        let ptag = server.create_ptag().unwrap();
+        let a = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: 1 << 20, ptag, enable_rdma_write: false, enable_rdma_read: false };
+        let mut vi = server.create_vi(&a, None, None).unwrap();
+        let buf = MemoryRegion::new(&server, 4096, 4096, MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false }).unwrap();
+        let mut d = Descriptor::new(&server, ptag, 1).unwrap();
+        d.set(&[(&buf, 0..100)], None).unwrap();
+        vi.post_recv(d).unwrap();
+        let req = server.connect_wait(b"lossy", T).unwrap();
+        server.accept(&req, &vi).unwrap();
+        // The client disconnects: the posted receive is flushed.
+        match vi.recv_wait(Some(Duration::from_secs(5))) {
+            Ok(d) => assert_ne!(d.errors() & status::DESC_FLUSHED_ERROR, 0, "the receive completed without the flush"),
+            Err(e) => assert_ne!(e.code, via_user::VipReturn::Timeout, "the server never heard the disconnect: {e}"),
+        }
+        assert_eq!(vi.state(), via_user::ViPhase::Error);
+    });
+    let client = lossy_nic(wire, Kind::Disconnect, 0, 1);
+    let ptag = client.create_ptag().unwrap();
+    let a = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: 1 << 20, ptag, enable_rdma_write: false, enable_rdma_read: false };
+    let mut vi = client.create_vi(&a, None, None).unwrap();
+    vi.connect_retrying(smac, b"lossy", T.unwrap()).unwrap();
+    vi.disconnect().unwrap();
+    t.join().unwrap();
+}
