@@ -76,7 +76,7 @@ impl Context {
     /// full (it goes with the next doorbell), None when it must go as a
     /// frame.
     #[inline(never)]
-    pub(super) fn send_boxed(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, now: Time) -> Option<bool> {
+    pub(super) fn send_boxed(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, now: Option<Time>) -> Option<bool> {
         let route = vi.tx.boxes?;
         // Not before the peer is known to be connected (a boxed message
         // it took for stale would be lost: nothing is sent twice), nor
@@ -125,6 +125,7 @@ impl Context {
         self.counters.tx_boxed += 1;
         if reliable {
             vi.acks.carried();
+            let now = self.time(now);
             vi.tx.boxes_out += 1;
             self.box_polls = 0;
             if self.boxes_out == 0 {

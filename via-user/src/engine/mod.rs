@@ -544,8 +544,7 @@ impl Engine {
     /// full: then with later progress).
     pub fn post_send(&mut self, id: u16, addr: usize, handle: u32) -> Result<()> {
         if self.core.post_unrung(id, addr, handle, post::Queue::Send)? {
-            let now = self.core.clock.now();
-            self.transmit_now(id, now);
+            self.transmit_now(id);
         }
         Ok(())
     }

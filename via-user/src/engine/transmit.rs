@@ -61,15 +61,19 @@ impl Engine {
     /// Sends what VI `id` has to send, now, when nothing else is queued
     /// ahead of it (the common case after a post: the one VI, no error
     /// report that must precede its ACKs, no connection management); else
-    /// rings its doorbell and flushes everything in order.
-    pub(super) fn transmit_now(&mut self, id: u16, now: Time) {
+    /// rings its doorbell and flushes everything in order. The clock is
+    /// read once the frame or boxed message is on its way (for the timer
+    /// it arms), not before: a read is a counter read, ~10 ns in a VM,
+    /// that the message would otherwise wait for.
+    pub(super) fn transmit_now(&mut self, id: u16) {
         let Engine { dev, core, hdrs, specs, .. } = self;
         if core.nothing_queued() {
             if let Some((cx, vi)) = core.split(id) {
-                cx.transmit_vi(dev.as_mut(), vi, hdrs, specs, now);
+                cx.transmit_vi(dev.as_mut(), vi, hdrs, specs, None);
             }
             return;
         }
+        let now = core.clock.now();
         core.outbox.ring(id);
         self.flush_queued(now);
     }
@@ -123,7 +127,7 @@ impl Engine {
         core.outbox.take_rung(&mut ready);
         for &id in &ready {
             let Some((cx, vi)) = core.split(id) else { continue };
-            cx.transmit_vi(dev.as_mut(), vi, hdrs, specs, now);
+            cx.transmit_vi(dev.as_mut(), vi, hdrs, specs, Some(now));
         }
         core.ready = ready;
 
@@ -474,7 +478,9 @@ impl Context {
     /// transmit position while the window is open. Rings its doorbell
     /// again when the device took less than offered.
     #[inline(always)]
-    fn transmit_vi(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Time) {
+    /// (`now`: the time if the caller read it, else None: read when first
+    /// needed, after the device took what went, [`Context::time`].)
+    fn transmit_vi(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Option<Time>) {
         if vi.tx.frag == 0 {
             self.fix_frag(dev, vi);
         }
@@ -491,7 +497,8 @@ impl Context {
 
     /// [`Context::transmit_vi`] past the one-frame path: everything in
     /// batches, in order.
-    fn transmit_batches(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Time) {
+    fn transmit_batches(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Option<Time>) {
+        let now = self.time(now);
         while has_side_work(vi) {
             let n = self.build_side(vi, hdrs, specs);
             if n == 0 {
@@ -531,7 +538,7 @@ impl Context {
     /// frame, PSN, message number, ACK and timer). False when the general
     /// path must send.
     #[inline(always)]
-    fn send_one_frame(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Time) -> bool {
+    fn send_one_frame(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Option<Time>) -> bool {
         let idx = vi.tx.idx;
         let reliable = vi.reliable();
         if !self.one_message_ready(vi) {
@@ -563,6 +570,7 @@ impl Context {
         vi.tx.idx = idx.wrapping_add(1);
         if reliable {
             vi.acks.carried();
+            let now = self.time(now);
             if let Some(t) = vi.rtx.on_sent(Some(psn), now) {
                 self.arm(t);
             }
@@ -574,6 +582,15 @@ impl Context {
             }
         }
         true
+    }
+
+    /// `now` where the caller read it, else the clock, read now.
+    #[inline(always)]
+    pub(super) fn time(&mut self, now: Option<Time>) -> Time {
+        match now {
+            Some(t) => t,
+            None => self.clock.now(),
+        }
     }
 
     /// Is the next send of `vi` one whole message for the one-frame path
