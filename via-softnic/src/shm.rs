@@ -73,9 +73,11 @@ use via_device::boxed::{BOX_PORT_OFFSET, BOX_SRC_VI_OFFSET};
 use via_device::{BoxRoute, Capabilities, EventFd, FrameDevice, LentPayload, MacAddr, PlacedWord, RxFilter, RxMeta, RxWatch, RxWatches, Sleep, TxFrame, BOX_HEADER_LEN};
 
 mod members;
+mod payload_copy;
 mod segment;
 
 use members::Members;
+use payload_copy::{PayloadCopy, Policy, ReadTimer, Way};
 use segment::{alive, Segment, BOX_VIS, CLAIMED, FREE, LIVE, SLOT_BYTES, SLOT_PREFIX};
 
 /// Ports of a segment: processes attached at once.
@@ -92,6 +94,9 @@ const LENT: u64 = 1 << 63;
 /// The length word's flag for a boxed message (`via_device::boxed`): a
 /// header of its own and the payload, not a frame.
 const BOXED: u64 = 1 << 62;
+/// A frame's length word flag: its payload was written with streaming
+/// stores (`payload_copy`; the receiver times such frames apart).
+const STREAMED: u64 = 1 << 61;
 
 fn mac_word(m: MacAddr) -> u64 {
     let mut b = [0u8; 8];
@@ -184,6 +189,12 @@ pub struct ShmDevice {
     found_for: TargetKey,
     /// Payloads at least this long are lent (usize::MAX: never).
     lend_min: usize,
+    /// How large payloads are copied into a slot (through the cache or
+    /// around it).
+    payload_copy: PayloadCopy,
+    /// What taking large frames costs us, published in our port's
+    /// control block for the senders.
+    read_timer: ReadTimer,
     /// Where plain `receive` reads a lent frame in whole.
     scratch: Vec<u8>,
     /// The processes whose lent payloads and doorbells we use.
@@ -237,30 +248,34 @@ pub fn remove_wire(wire: &str) {
 
 /// Splits `<wire>[,lend=<bytes>|,lend=off]` into the wire's name and the
 /// lending threshold.
-fn parse_spec(spec: &str) -> io::Result<(&str, usize)> {
+fn parse_spec(spec: &str) -> io::Result<(&str, usize, Policy)> {
     let bad = |why: String| io::Error::new(io::ErrorKind::InvalidInput, format!("shm wire {spec:?}: {why}"));
     let (wire, opts) = spec.split_once(',').unwrap_or((spec, ""));
     if wire.is_empty() || wire.contains('/') {
         return Err(bad("want a non-empty name without '/'".into()));
     }
     let mut lend_min = usize::MAX; // lending is off unless asked for
+    let mut copy = Policy::Timed;
     for opt in opts.split(',').filter(|o| !o.is_empty()) {
-        lend_min = match opt.split_once('=') {
-            Some(("lend", "off")) => usize::MAX,
-            Some(("lend", n)) => n.parse().map_err(|_| bad(format!("lend={n}: want a byte count or off")))?,
-            _ => return Err(bad(format!("unknown option {opt:?} (known: lend=<bytes>|off)"))),
-        };
+        match opt.split_once('=') {
+            Some(("lend", "off")) => lend_min = usize::MAX,
+            Some(("lend", n)) => lend_min = n.parse().map_err(|_| bad(format!("lend={n}: want a byte count or off")))?,
+            Some(("copy", v)) => copy = Policy::parse(v).ok_or_else(|| bad(format!("copy={v}: want timed, cached or streaming")))?,
+            _ => return Err(bad(format!("unknown option {opt:?} (known: lend=<bytes>|off, copy=timed|cached|streaming)"))),
+        }
     }
-    Ok((wire, lend_min))
+    Ok((wire, lend_min, copy))
 }
 
 impl ShmDevice {
-    /// Attaches to the wire named by `spec` (`<wire>[,lend=<bytes>|off]`;
-    /// made on first use) as `identity`, or as a fresh locally
-    /// administered MAC. With `lend=<bytes>` lendable payloads of at least
-    /// that many bytes are lent rather than copied (module comment).
+    /// Attaches to the wire named by `spec`
+    /// (`<wire>[,lend=<bytes>|off][,copy=timed|cached|streaming]`; made
+    /// on first use) as `identity`, or as a fresh locally administered
+    /// MAC. With `lend=<bytes>` lendable payloads of at least that many
+    /// bytes are lent rather than copied (module comment); `copy=` says
+    /// how large payloads are copied into the ring (`payload_copy`).
     pub fn open(spec: &str, identity: Option<MacAddr>) -> io::Result<ShmDevice> {
-        let (wire, lend_min) = parse_spec(spec)?;
+        let (wire, lend_min, copy) = parse_spec(spec)?;
         let path = segment_path(wire);
         let seg = std::sync::Arc::new(Segment::open(&path).map_err(|e| io::Error::new(e.kind(), format!("opening the shared-memory segment {path}: {e}")))?);
         let pid = std::process::id();
@@ -293,6 +308,7 @@ impl ShmDevice {
         c.head.store(rx_head, Ordering::Release);
         c.head_seen.store(rx_head, Ordering::Relaxed);
         c.rung.store(0, Ordering::Release);
+        c.read_costs.clear();
         let generation = c.generation.fetch_add(1, Ordering::AcqRel).wrapping_add(1);
         c.sleepers.store(u64::from(generation) << 32, Ordering::Release);
         seg.unlock(port);
@@ -315,6 +331,8 @@ impl ShmDevice {
             targets: Vec::new(),
             found_for: TargetKey::default(),
             lend_min,
+            payload_copy: PayloadCopy::new(copy),
+            read_timer: ReadTimer::default(),
             scratch: Vec::new(),
             members: Members::new(),
             rx_frames: 0,
@@ -532,7 +550,7 @@ impl ShmDevice {
                 }
                 std::ptr::copy_nonoverlapping(rec.as_ptr().cast::<u8>(), s.add(8 + h.next_multiple_of(8)), 8 * (1 + 2 * frame.pieces));
             } else {
-                write_frame(frame, s);
+                write_frame(frame, s, &mut self.payload_copy, &self.seg.control(r.port).read_costs);
             }
         }
         self.publish(r, tail);
@@ -702,6 +720,14 @@ impl ShmDevice {
                             false
                         }
                     },
+                    Some((frame, None)) if frame.len() >= payload_copy::STREAM_MIN => {
+                        // Timed, by how it was written (`payload_copy`).
+                        let t0 = payload_copy::ticks();
+                        sink(frame, RxMeta { lent: None, vouched: true, boxed: None });
+                        let way = if word & STREAMED != 0 { Way::Streaming } else { Way::Cached };
+                        self.read_timer.note(way, payload_copy::ticks().wrapping_sub(t0), frame.len(), &c.read_costs);
+                        true
+                    }
                     Some((frame, None)) => {
                         sink(frame, RxMeta { lent: None, vouched: true, boxed: None });
                         true
@@ -790,7 +816,7 @@ fn placed_word_of(seg: &Segment, record: &[u8]) -> Option<PlacedWord> {
 /// while the result is in use.
 unsafe fn read_slot<'a>(s: *const u8, word: u64) -> Option<(&'a [u8], Option<LentPayload>)> {
     const ROOM: usize = SLOT_BYTES - (SLOT_PREFIX - 8);
-    let len = (word & !(LENT | BOXED)) as usize;
+    let len = (word & !(LENT | BOXED | STREAMED)) as usize;
     if !(ETH_HEADER_LEN..=ROOM - 8).contains(&len) {
         return None;
     }
@@ -925,6 +951,7 @@ impl FrameDevice for ShmDevice {
             ("shm_rx_frames", self.rx_frames),
             ("shm_tx_frames", self.tx_frames),
             ("shm_tx_lent", self.tx_lent),
+            ("shm_tx_streamed", self.payload_copy.streamed),
             ("shm_tx_boxed", self.tx_boxed),
             ("shm_rx_boxed", self.rx_boxed),
             ("shm_tx_ring_full", self.tx_ring_full),
@@ -987,7 +1014,7 @@ fn prefetch_frame(s: *const u8, word: u64) {
     {
         use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         const PREFETCH_LINES: usize = 4;
-        let end = (8 + (word & !LENT) as usize).min(SLOT_BYTES - (SLOT_PREFIX - 8)).min(64 * (1 + PREFETCH_LINES));
+        let end = (8 + (word & !(LENT | BOXED | STREAMED)) as usize).min(SLOT_BYTES - (SLOT_PREFIX - 8)).min(64 * (1 + PREFETCH_LINES));
         let mut at = 64 - (SLOT_PREFIX - 8); // the slot's second line
         while at < end {
             // SAFETY: a prefetch is a hint: it reads nothing into the
@@ -1012,7 +1039,7 @@ fn prefetch_frame(s: *const u8, word: u64) {
 /// `s` is a slot's length word with room for the frame after it, and
 /// nobody else reads or writes the slot meanwhile.
 #[inline]
-unsafe fn write_frame(frame: &TxFrame<'_>, s: *mut u8) {
+unsafe fn write_frame(frame: &TxFrame<'_>, s: *mut u8, copy: &mut PayloadCopy, read: &payload_copy::ReadCosts) {
     const IN_FIRST_LINE: usize = 64 - SLOT_PREFIX;
     let dst = s.wrapping_add(8);
     let h = frame.header;
@@ -1024,11 +1051,13 @@ unsafe fn write_frame(frame: &TxFrame<'_>, s: *mut u8) {
             // line's share; the pieces follow the header in turn.
             std::ptr::copy_nonoverlapping(h.as_ptr().add(IN_FIRST_LINE), dst.add(IN_FIRST_LINE), h.len() - IN_FIRST_LINE);
             let mut at = h.len();
+            let mut streamed = false;
             for p in frame.pieces() {
-                std::ptr::copy_nonoverlapping(p.as_ptr(), dst.add(at), p.len());
+                streamed |= copy.copy(p.as_ptr(), dst.add(at), p.len(), read);
                 at += p.len();
             }
-            std::ptr::copy_nonoverlapping((at as u64).to_le_bytes().as_ptr(), s, 8);
+            let word = at as u64 | if streamed { STREAMED } else { 0 };
+            std::ptr::copy_nonoverlapping(word.to_le_bytes().as_ptr(), s, 8);
             std::ptr::copy_nonoverlapping(h.as_ptr(), dst, IN_FIRST_LINE);
         } else {
             copy_frame_range(frame, IN_FIRST_LINE, usize::MAX, dst);

@@ -20,6 +20,7 @@
 //! whose magic the first member to look sets with a compare-and-swap. So
 //! there is no half-initialised state to wait for.
 
+use super::payload_copy::ReadCosts;
 use super::{ETH_HEADER_LEN, MTU, PORTS, SLOTS};
 use std::ffi::{CStr, CString};
 use std::io;
@@ -42,7 +43,7 @@ pub(super) const BOX_VIS: usize = 2048;
 /// Each port's placed words ([`Segment::placed`]), after the ports.
 const PLACED_BYTES: usize = PORTS * BOX_VIS * 8;
 const SEGMENT_BYTES: usize = HEADER_BYTES + PORTS * PORT_BYTES + PLACED_BYTES;
-const MAGIC: u64 = u64::from_le_bytes(*b"VIASHM06");
+const MAGIC: u64 = u64::from_le_bytes(*b"VIASHM07");
 
 /// Port states.
 pub(super) const FREE: u32 = 0;
@@ -96,10 +97,16 @@ pub(super) struct Control {
     _pad2: [u8; 40],
     /// Frames taken out (written by the owner alone, once per batch).
     pub head: AtomicU64,
+    _pad3: [u8; 56],
+    /// What taking a large frame costs the owner, by how it was written
+    /// (`payload_copy`: written now and then, read by senders as often).
+    pub read_costs: ReadCosts,
 }
 
-// The identity, the senders' and the owner's words on lines of their own.
-const _: () = assert!(std::mem::offset_of!(Control, lock) == 64 && std::mem::offset_of!(Control, head) == 128);
+// The identity, the senders' and the owner's words on lines of their own,
+// and the owner's copy costs on a fourth.
+const _: () = assert!(std::mem::offset_of!(Control, lock) == 64 && std::mem::offset_of!(Control, head) == 128 && std::mem::offset_of!(Control, read_costs) == 192);
+const _: () = assert!(std::mem::size_of::<Control>() <= CONTROL_BYTES);
 
 /// Does process `pid` exist?
 pub(super) fn alive(pid: u32) -> bool {

@@ -190,7 +190,7 @@ fn the_lending_threshold_is_set_by_name() {
     f.lendable = true;
     assert_eq!(a.transmit(&[f]).unwrap(), 1);
     assert!(a.stats().contains(&("shm_tx_lent", 0)));
-    for bad in [format!("{w},lend=x"), format!("{w},speed=1"), ",lend=off".into(), "a/b".into()] {
+    for bad in [format!("{w},lend=x"), format!("{w},speed=1"), format!("{w},copy=fast"), ",lend=off".into(), "a/b".into()] {
         let e = ShmDevice::open(&bad, None).err();
         assert!(e.is_some_and(|e| e.kind() == io::ErrorKind::InvalidInput), "{bad:?}");
     }
@@ -378,9 +378,14 @@ fn a_frame_written_to_a_slot_reads_back_whole() {
     // first line's share (every frame the engine builds) and the general
     // one for shorter ones: both, with no, one and several pieces, give
     // the frame's bytes and its length after the length word.
-    for header_len in [14, 47, 48, 78] {
+    // Short pieces, and pieces long enough to be copied the chosen way,
+    // each way.
+    let short: Vec<Vec<u8>> = vec![(100..137).collect(), (200..201).collect(), (50..90).collect()];
+    let long: Vec<Vec<u8>> = vec![(0..payload_copy::STREAM_MIN + 5).map(|i| (i % 251) as u8).collect(), (0..3).collect(), (0..payload_copy::STREAM_MIN).map(|i| (i % 13) as u8).collect()];
+    let ways = [Policy::Timed, Policy::Always(payload_copy::Way::Cached), Policy::Always(payload_copy::Way::Streaming)];
+    for (header_len, pieces, policy) in [14, 47, 48, 78].into_iter().flat_map(|h| [(&short, Policy::Timed)].into_iter().chain(ways.iter().map(|&w| (&long, w))).map(move |(p, w)| (h, p, w))) {
+        let mut copy = PayloadCopy::new(policy);
         let header: Vec<u8> = (0..header_len as u8).collect();
-        let pieces: Vec<Vec<u8>> = vec![(100..137).collect(), (200..201).collect(), (50..90).collect()];
         for n in 0..=pieces.len() {
             let mut f = TxFrame::new(&header);
             for p in &pieces[..n] {
@@ -391,10 +396,18 @@ fn a_frame_written_to_a_slot_reads_back_whole() {
             unsafe { f.copy_to(whole.as_mut_ptr()) };
             let mut slot = vec![0xeeu8; 8 + f.len() + 8];
             // SAFETY: the slot holds the length word, the frame and spare bytes.
-            unsafe { write_frame(&f, slot.as_mut_ptr()) };
-            assert_eq!(u64::from_le_bytes(slot[..8].try_into().unwrap()), f.len() as u64, "header {header_len}, {n} pieces");
+            let streamed_before = copy.streamed;
+            unsafe { write_frame(&f, slot.as_mut_ptr(), &mut copy, &payload_copy::ReadCosts::default()) };
+            let word = u64::from_le_bytes(slot[..8].try_into().unwrap());
+            assert_eq!(word & !STREAMED, f.len() as u64, "header {header_len}, {n} pieces");
+            assert_eq!(word & STREAMED != 0, copy.streamed > streamed_before, "the length word says it was streamed");
             assert_eq!(&slot[8..8 + f.len()], &whole[..], "header {header_len}, {n} pieces");
             assert!(slot[8 + f.len()..].iter().all(|&b| b == 0xee), "nothing past the frame");
+        }
+        // (A header shorter than the slot's first line, which no frame
+        // of the engine's has, takes the plain path of `copy_frame_range`.)
+        if policy == Policy::Always(payload_copy::Way::Streaming) && cfg!(target_arch = "x86_64") && header_len >= 64 - SLOT_PREFIX {
+            assert!(copy.streamed > 0, "the long pieces went streaming (header {header_len})");
         }
     }
 }
