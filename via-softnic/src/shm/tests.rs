@@ -1,5 +1,6 @@
 //! The shm device's unit tests: routing, full rings, filters and
-//! doorbells, lending, and which lent records and doorbells are refused.
+//! doorbells, lending, which lent records and doorbells are refused, and
+//! how large payloads are copied into the ring.
 
 use super::*;
 
@@ -468,5 +469,31 @@ fn a_boxed_message_reaches_its_port_with_the_senders_placed_word() {
     let big = vec![0u8; MTU + ETH_HEADER_LEN];
     assert_eq!(a.transmit_boxed(&route, &h, &big).unwrap_err().kind(), io::ErrorKind::InvalidInput);
     assert!(a.stats().contains(&("shm_tx_boxed", 2)));
+    remove_wire(&w);
+}
+
+#[test]
+fn large_payloads_streamed_into_the_ring_arrive_whole_and_their_receiver_times_them() {
+    let w = wire("stream");
+    let mut a = ShmDevice::open(&format!("{w},copy=streaming"), None).unwrap();
+    let mut b = ShmDevice::open(&w, None).unwrap();
+    let header = frame(b.mac(), 64, 0);
+    let payloads: Vec<Vec<u8>> = (0..20u8).map(|k| (0..payload_copy::STREAM_MIN + 3 + usize::from(k)).map(|i| i as u8 ^ k).collect()).collect();
+    for p in &payloads {
+        let mut f = TxFrame::new(&header);
+        assert!(f.push(p));
+        assert_eq!(a.transmit(&[f]).unwrap(), 1);
+        let got = recv_all(&mut b);
+        assert_eq!(got.len(), 1);
+        assert_eq!(&got[0][..64], &header[..]);
+        assert!(got[0][64..] == p[..], "a streamed payload of {} bytes arrived changed", p.len());
+    }
+    if cfg!(target_arch = "x86_64") {
+        assert!(a.stats().contains(&("shm_tx_streamed", 20)));
+        // What b says to its senders: streamed frames timed; none came
+        // through the cache.
+        let costs = b.seg.control(b.port).read_costs.load();
+        assert!(costs.get(Way::Streaming) > 0 && costs.get(Way::Cached) == 0, "{costs:?}");
+    }
     remove_wire(&w);
 }
