@@ -246,8 +246,9 @@ pub fn remove_wire(wire: &str) {
     let _ = std::fs::remove_file(segment_path(wire));
 }
 
-/// Splits `<wire>[,lend=<bytes>|,lend=off]` into the wire's name and the
-/// lending threshold.
+/// Splits `<wire>[,lend=<bytes>|,lend=off][,copy=timed|cached|streaming]`
+/// into the wire's name, the lending threshold and how large payloads are
+/// copied into the ring.
 fn parse_spec(spec: &str) -> io::Result<(&str, usize, Policy)> {
     let bad = |why: String| io::Error::new(io::ErrorKind::InvalidInput, format!("shm wire {spec:?}: {why}"));
     let (wire, opts) = spec.split_once(',').unwrap_or((spec, ""));

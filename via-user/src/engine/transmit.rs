@@ -477,9 +477,9 @@ impl Context {
     /// the holes selective repeat found, then its send queue from the
     /// transmit position while the window is open. Rings its doorbell
     /// again when the device took less than offered.
-    #[inline(always)]
     /// (`now`: the time if the caller read it, else None: read when first
     /// needed, after the device took what went, [`Context::time`].)
+    #[inline(always)]
     fn transmit_vi(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], now: Option<Time>) {
         if vi.tx.frag == 0 {
             self.fix_frag(dev, vi);
