@@ -465,6 +465,24 @@ fn a_boxed_message_reaches_its_port_with_the_senders_placed_word() {
     // Plain receive is for frames: a boxed message is not one.
     assert!(a.transmit_boxed(&route, &h, b"abc").unwrap());
     assert!(recv_all(&mut b).is_empty());
+    // A large payload goes the way the copy's choice says, streamed here,
+    // whole, and its receiver times it.
+    let mut s = ShmDevice::open(&format!("{w},copy=streaming"), None).unwrap();
+    let sroute = s.box_route(&frame(b.mac(), 64, 0), 6).unwrap();
+    let large: Vec<u8> = (0..payload_copy::STREAM_MIN + 9).map(|i| (i % 241) as u8).collect();
+    let mut lh = [0u8; BOX_HEADER_LEN];
+    BoxRepr { src_vi: 6, len: large.len() as u32, ..BoxRepr::default() }.emit(&mut lh);
+    for _ in 0..16 {
+        assert!(s.transmit_boxed(&sroute, &lh, &large).unwrap());
+        let mut got = Vec::new();
+        b.receive_lent(5, &mut |f, _| got.push(f.to_vec())).unwrap();
+        assert_eq!(got.len(), 1);
+        assert!(BoxRepr::parse(&got[0]).unwrap().1 == &large[..], "the streamed boxed payload arrived changed");
+    }
+    if cfg!(target_arch = "x86_64") {
+        assert!(s.stats().contains(&("shm_tx_streamed", 16)));
+        assert!(b.seg.control(b.port).read_costs.load().get(Way::Streaming) > 0);
+    }
     // Longer than a slot holds: refused, nothing written.
     let big = vec![0u8; MTU + ETH_HEADER_LEN];
     assert_eq!(a.transmit_boxed(&route, &h, &big).unwrap_err().kind(), io::ErrorKind::InvalidInput);
