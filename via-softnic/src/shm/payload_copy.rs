@@ -29,7 +29,10 @@
 //! whose slower end is the faster (the two ends work in a pipeline), and
 //! one in [`EXPLORE`] goes the other way, so that both ends' figures for
 //! it stay current. A way not yet timed at both ends is not chosen: the
-//! cache is used until the figures say otherwise.
+//! cache is used until the figures say otherwise. A sending device keeps
+//! one choice: sending to several ports, it goes by the figures of the
+//! port its last deciding copy went to (a choice kept per target port
+//! would be the cure, if mixed receivers ever mattered).
 //!
 //! `shm:<wire>,copy=cached|streaming` fixes the way (the default, `timed`,
 //! chooses). Streaming needs x86-64 (SSE2's `movntdq`, in every x86-64
