@@ -77,7 +77,7 @@ mod payload_copy;
 mod segment;
 
 use members::Members;
-use payload_copy::{PayloadCopy, Policy, ReadTimer, Way};
+use payload_copy::{PayloadCopy, Policy, ReadTimer};
 use segment::{alive, Segment, BOX_VIS, CLAIMED, FREE, LIVE, SLOT_BYTES, SLOT_PREFIX};
 
 /// Ports of a segment: processes attached at once.
@@ -97,6 +97,8 @@ const BOXED: u64 = 1 << 62;
 /// A frame's length word flag: its payload was written with streaming
 /// stores (`payload_copy`; the receiver times such frames apart).
 const STREAMED: u64 = 1 << 61;
+/// The length word's flags: what is left is the length.
+const LENGTH_FLAGS: u64 = LENT | BOXED | STREAMED;
 
 fn mac_word(m: MacAddr) -> u64 {
     let mut b = [0u8; 8];
@@ -721,16 +723,7 @@ impl ShmDevice {
                     Some((frame, None)) if word & BOXED != 0 => match placed_word_of(&self.seg, frame) {
                         Some(placed) => {
                             self.rx_boxed += 1;
-                            let meta = RxMeta { lent: None, vouched: true, boxed: Some(placed) };
-                            if frame.len() < payload_copy::STREAM_MIN {
-                                sink(frame, meta);
-                            } else {
-                                // Timed, by how it was written (`payload_copy`).
-                                let t0 = payload_copy::ticks();
-                                sink(frame, meta);
-                                let way = if word & STREAMED != 0 { Way::Streaming } else { Way::Cached };
-                                self.read_timer.note(way, payload_copy::ticks().wrapping_sub(t0), frame.len(), &c.read_costs);
-                            }
+                            self.read_timer.hand_over(word & STREAMED != 0, frame.len(), &c.read_costs, || sink(frame, RxMeta { lent: None, vouched: true, boxed: Some(placed) }));
                             true
                         }
                         None => {
@@ -738,16 +731,8 @@ impl ShmDevice {
                             false
                         }
                     },
-                    Some((frame, None)) if frame.len() >= payload_copy::STREAM_MIN => {
-                        // Timed, by how it was written (`payload_copy`).
-                        let t0 = payload_copy::ticks();
-                        sink(frame, RxMeta { lent: None, vouched: true, boxed: None });
-                        let way = if word & STREAMED != 0 { Way::Streaming } else { Way::Cached };
-                        self.read_timer.note(way, payload_copy::ticks().wrapping_sub(t0), frame.len(), &c.read_costs);
-                        true
-                    }
                     Some((frame, None)) => {
-                        sink(frame, RxMeta { lent: None, vouched: true, boxed: None });
+                        self.read_timer.hand_over(word & STREAMED != 0, frame.len(), &c.read_costs, || sink(frame, RxMeta { lent: None, vouched: true, boxed: None }));
                         true
                     }
                     Some((_, Some(lent))) if !self.members.trusts(&self.seg, lent.pid) => {
@@ -834,7 +819,7 @@ fn placed_word_of(seg: &Segment, record: &[u8]) -> Option<PlacedWord> {
 /// while the result is in use.
 unsafe fn read_slot<'a>(s: *const u8, word: u64) -> Option<(&'a [u8], Option<LentPayload>)> {
     const ROOM: usize = SLOT_BYTES - (SLOT_PREFIX - 8);
-    let len = (word & !(LENT | BOXED | STREAMED)) as usize;
+    let len = (word & !LENGTH_FLAGS) as usize;
     if !(ETH_HEADER_LEN..=ROOM - 8).contains(&len) {
         return None;
     }
@@ -1032,7 +1017,7 @@ fn prefetch_frame(s: *const u8, word: u64) {
     {
         use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         const PREFETCH_LINES: usize = 4;
-        let end = (8 + (word & !(LENT | BOXED | STREAMED)) as usize).min(SLOT_BYTES - (SLOT_PREFIX - 8)).min(64 * (1 + PREFETCH_LINES));
+        let end = (8 + (word & !LENGTH_FLAGS) as usize).min(SLOT_BYTES - (SLOT_PREFIX - 8)).min(64 * (1 + PREFETCH_LINES));
         let mut at = 64 - (SLOT_PREFIX - 8); // the slot's second line
         while at < end {
             // SAFETY: a prefetch is a hint: it reads nothing into the

@@ -129,6 +129,20 @@ pub(super) struct ReadTimer {
 }
 
 impl ReadTimer {
+    /// Hands a frame of `len` bytes up (`f`), timed if it is large, by how
+    /// it was written (`streamed`: its length word's flag); the figures
+    /// go to `to` now and then.
+    #[inline]
+    pub fn hand_over(&mut self, streamed: bool, len: usize, to: &ReadCosts, f: impl FnOnce()) {
+        if len < STREAM_MIN {
+            return f();
+        }
+        let t0 = ticks();
+        f();
+        let way = if streamed { Way::Streaming } else { Way::Cached };
+        self.note(way, ticks().wrapping_sub(t0), len, to);
+    }
+
     /// Adds the taking of a large frame of `len` bytes, written `w`, that
     /// took `ticks`; publishes to `to` now and then.
     pub fn note(&mut self, w: Way, ticks: u64, len: usize, to: &ReadCosts) {
@@ -239,7 +253,7 @@ fn streaming_available() -> bool {
 /// The time-stamp counter (0 where there is none: no way is then ever
 /// timed, and the cache stays chosen).
 #[inline]
-pub(super) fn ticks() -> u64 {
+fn ticks() -> u64 {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: RDTSC exists on every x86-64 processor and reads a register.
     return unsafe { core::arch::x86_64::_rdtsc() };

@@ -3,6 +3,7 @@
 //! how large payloads are copied into the ring.
 
 use super::*;
+use payload_copy::Way;
 
 fn frame(dst: MacAddr, len: usize, fill: u8) -> Vec<u8> {
     let mut f = vec![fill; len];
