@@ -143,15 +143,13 @@ impl Config {
         c
     }
 
-    /// Roughly how long retransmission tries before giving up.
+    /// How long retransmission tries before giving up, counted from the
+    /// peer's last progress: the backoff from the initial timeout through
+    /// the retry limit. The timer gives up then at the latest, however far
+    /// the round-trip estimate has raised its timeouts.
     pub fn connection_timeout(&self) -> Duration {
-        let mut t = Duration::ZERO;
-        let mut rto = self.rto_initial;
-        for _ in 0..=self.retry_limit {
-            t += rto;
-            rto = (rto * 2).min(self.rto_max);
-        }
-        t
+        let nanos = crate::vi::give_up_after(crate::clock::nanos_of(self.rto_initial), crate::clock::nanos_of(self.rto_max), self.retry_limit);
+        Duration::from_nanos(nanos)
     }
 }
 

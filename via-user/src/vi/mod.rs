@@ -9,7 +9,7 @@ mod retransmit;
 mod selective;
 
 pub use ack::{AckDue, AckScheduler};
-pub use retransmit::{Expiry, Retransmission};
+pub use retransmit::{give_up_after, Expiry, Retransmission};
 pub use selective::SelectiveRepeat;
 
 use crate::reorder::ReorderBuffer;

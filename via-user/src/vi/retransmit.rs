@@ -23,6 +23,10 @@ pub struct Retransmission {
     max: u64,
     /// Consecutive timeouts without progress.
     retries: u32,
+    /// When this run of timeouts gives up at the latest: the time the
+    /// backoff from the initial timeout would take ([`give_up_after`]),
+    /// counted from the start of the run (set at its first expiry).
+    give_up_at: Time,
     rtt: RttEstimator,
     /// The frame being timed: its PSN and when it went out.
     probe: Option<(u32, Time)>,
@@ -46,7 +50,7 @@ impl Retransmission {
     /// at most `max`.
     pub fn new(initial: Duration, max: Duration) -> Self {
         let (initial, max) = (nanos_of(initial), nanos_of(max));
-        Retransmission { at: None, rto: initial, settled: initial, initial, max, retries: 0, rtt: RttEstimator::default(), probe: None, nak_rewound: None }
+        Retransmission { at: None, rto: initial, settled: initial, initial, max, retries: 0, give_up_at: Time::default(), rtt: RttEstimator::default(), probe: None, nak_rewound: None }
     }
 
     /// When the timer expires, if it runs.
@@ -130,23 +134,49 @@ impl Retransmission {
     }
 
     /// The timer expired; `outstanding`: frames or reads are unanswered.
-    /// Past `limit` retries the connection is lost; otherwise the timeout
-    /// doubles (at most the largest) and the timer runs again.
+    /// Past `limit` retries, or once the time those retries take from the
+    /// initial timeout has passed since the peer last made progress, the
+    /// connection is lost; otherwise the timeout doubles (at most the
+    /// largest) and the timer runs again, no later than that time.
+    ///
+    /// The time bound keeps the configured connection timeout when the
+    /// estimate has raised the timeout (a loaded machine's round trips):
+    /// the count alone would stretch it by the same factor.
     pub fn on_expiry(&mut self, now: Time, outstanding: bool, limit: u32) -> Expiry {
         if !outstanding {
             self.at = None;
             return Expiry::Idle;
         }
+        if self.retries == 0 {
+            // The run began one timeout before this first expiry.
+            let started_plus_rto = self.at.unwrap_or(now);
+            self.give_up_at = started_plus_rto.after_nanos(give_up_after(self.initial, self.max, limit).saturating_sub(self.rto));
+        }
         self.retries += 1;
-        if self.retries > limit {
+        if self.retries > limit || now >= self.give_up_at {
             return Expiry::GiveUp;
         }
         self.rto = self.rto.saturating_mul(2).min(self.max);
-        self.at = Some(now.after_nanos(self.rto));
+        self.at = Some(now.after_nanos(self.rto).min(self.give_up_at));
         self.nak_rewound = None;
         self.probe = None; // what follows is sent twice (Karn)
         Expiry::Retry
     }
+}
+
+/// How long timeouts starting at `initial` (nanoseconds), doubling to at
+/// most `max`, take to pass `limit` retries: the connection timeout.
+pub fn give_up_after(initial: u64, max: u64, limit: u32) -> u64 {
+    let (mut total, mut rto) = (initial, initial);
+    for retry in 1..=u64::from(limit) {
+        rto = rto.saturating_mul(2).min(max);
+        if rto == max {
+            // This timeout and every further one is the largest.
+            return total.saturating_add(max.saturating_mul(u64::from(limit) + 1 - retry));
+        }
+        total = total.saturating_add(rto);
+    }
+    total
 }
 
 #[cfg(test)]
@@ -170,6 +200,57 @@ mod tests {
         assert_eq!(r.on_expiry(t1, true, 2), Expiry::GiveUp, "the third expiry is past 2 retries");
         assert_eq!(r.on_expiry(t1, false, 2), Expiry::Idle);
         assert_eq!(r.deadline(), None);
+    }
+
+    #[test]
+    fn the_connection_timeout_is_the_backoff_from_the_initial_timeout() {
+        let ns = |d: Duration| nanos_of(d);
+        assert_eq!(give_up_after(ns(2 * MS), ns(5 * MS), 2), ns(11 * MS), "2 + 4 + 5");
+        assert_eq!(give_up_after(ns(MS), ns(250 * MS), 8), ns(505 * MS), "1 + 2 + ... + 128, then 250");
+        assert_eq!(give_up_after(ns(9 * MS), ns(5 * MS), 1), ns(14 * MS), "the first timeout is the initial one even above the largest");
+        assert_eq!(give_up_after(ns(MS), ns(MS), 0), ns(MS));
+        assert!(give_up_after(ns(MS), ns(250 * MS), u32::MAX) > 0, "a huge limit neither loops for long nor overflows");
+    }
+
+    #[test]
+    fn a_raised_estimate_still_gives_up_at_the_connection_timeout() {
+        // Round trips of 20 ms (a loaded machine) raise the timeout to
+        // 20 ms + 4 deviations; the configured backoff is 1 + 2 + 4 + 8
+        // = 15 ms (initial 1 ms, 3 retries, at most 250 ms).
+        let t0 = Time::default() + Duration::from_secs(1);
+        let mut r = Retransmission::new(MS, 250 * MS);
+        r.on_sent(Some(0), t0);
+        r.on_acked(1, t0 + 20 * MS);
+        let start = t0 + 20 * MS;
+        let first = r.on_progress(start, true).expect("outstanding: running");
+        assert!(first >= start + 20 * MS, "the estimate raised the timeout");
+        assert_eq!(r.on_expiry(first, true, 3), Expiry::GiveUp, "the first expiry is already past the 15 ms the configured backoff takes");
+        // Without the raise, the count decides, at the same time.
+        let mut plain = Retransmission::new(MS, 250 * MS);
+        plain.on_sent(Some(0), t0);
+        let mut at = plain.deadline().unwrap();
+        for _ in 0..3 {
+            assert_eq!(plain.on_expiry(at, true, 3), Expiry::Retry);
+            at = plain.deadline().unwrap();
+        }
+        assert_eq!(at, t0 + 15 * MS, "the last timeout ends at the connection timeout");
+        assert_eq!(plain.on_expiry(at, true, 3), Expiry::GiveUp);
+    }
+
+    #[test]
+    fn a_later_timeout_is_cut_at_the_connection_timeout() {
+        // A 6 ms estimate against a 1 + 2 + 4 + 8 = 15 ms budget: the
+        // expiries come at 6 and 6 + 12 = 18 > 15, so the second is
+        // moved to 15 ms, where the timer gives up.
+        let t0 = Time::default() + Duration::from_secs(1);
+        let mut r = Retransmission::new(MS, 250 * MS);
+        r.on_sent(Some(0), t0);
+        r.on_acked(1, t0 + 2 * MS); // srtt 2 ms, deviation 1 ms: 6 ms
+        let start = t0 + 2 * MS;
+        let first = r.on_progress(start, true).unwrap();
+        assert_eq!(r.on_expiry(first, true, 3), Expiry::Retry);
+        assert_eq!(r.deadline(), Some(start + 15 * MS), "cut at the budget");
+        assert_eq!(r.on_expiry(start + 15 * MS, true, 3), Expiry::GiveUp, "gives up there, one retry short of the limit");
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The `deadpeer` scenario: a peer killed mid-transfer, then restarted.
 //!
-//! The server takes messages and reposts its receives; a message whose
+//! The server takes messages and reposts its receives (the test runs
+//! both in receiver-not-ready mode: the client sends without credits, and
+//! a server slow to repost refuses rather than breaks); a message whose
 //! immediate data has [`ECHO`] set is echoed back. The client streams 64
 //! KiB messages, eight in flight, and prints `STREAMING` once some have
 //! completed; the test then kills the server (SIGKILL: nothing is said on
@@ -88,7 +90,7 @@ fn client(a: &Args) {
         let d = vi.send_wait(Some(timeout * 4 + Duration::from_secs(10))).or_fail("a send should complete (in error once the peer is gone), not hang");
         if d.errors() != 0 {
             if d.errors() != status::TRANSPORT_ERROR {
-                fail(&format!("send {done}: the head send should fail with TRANSPORT_ERROR, got status {:#x}", d.status()));
+                fail(&format!("send {done}: the head send should fail with TRANSPORT_ERROR, got status {:#x}; asynchronous errors {:?}; {}", d.status(), s.nic.take_async_errors(), vi.transport_state()));
             }
             break Instant::now();
         }
