@@ -72,7 +72,9 @@ pub struct Config {
     /// Largest retransmission timeout after backoff.
     pub rto_max: Duration,
     /// Timeouts without progress before the connection is declared lost
-    /// (`VIA_RETRY_LIMIT`).
+    /// (`VIA_RETRY_LIMIT`); with the two timeouts above it also fixes the
+    /// time since the peer's last progress by which it is declared lost
+    /// at the latest ([`Config::connection_timeout`]).
     pub retry_limit: u32,
     /// How long an ACK may wait for a frame to ride on.
     pub ack_delay: Duration,
