@@ -274,8 +274,25 @@ impl Proc {
 }
 
 impl Drop for Proc {
+    /// Kills the process. When the test is failing (unwinding from a
+    /// panic), its stderr is shown too: the other side of a failed
+    /// exchange often says why (a peer's connection error, its counters).
     fn drop(&mut self) {
         self.kill();
+        if std::thread::panicking() {
+            if let Some(mut err) = self.child.as_mut().and_then(|c| c.stderr.take()) {
+                // What the pipe holds, without waiting: a process it
+                // started may still hold the pipe open.
+                // SAFETY: fcntl on a pipe fd we own.
+                unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&err), libc::F_SETFL, libc::O_NONBLOCK) };
+                let mut bytes = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut err, &mut bytes);
+                let text = String::from_utf8_lossy(&bytes);
+                if !text.trim().is_empty() {
+                    eprintln!("--- {}'s stderr, as the failing test ended it ---\n{}", self.name, text.trim_end());
+                }
+            }
+        }
     }
 }
 
