@@ -252,7 +252,7 @@ impl Nic {
         // clock's own reuse of a reading allows already (`crate::clock`);
         // the round after it reads the clock again.
         let mut seen_since: Option<Time> = None;
-        let mut round_at: Option<Time>;
+        let mut round_at: Time;
         loop {
             watches.clear();
             let sleep = {
@@ -264,7 +264,7 @@ impl Nic {
                     Some(t) => t,
                     None => e.core.clock.now(),
                 };
-                round_at = Some(now);
+                round_at = now;
                 let start = *start.get_or_insert(now);
                 let deadline = timeout.map(|t| start + t);
                 if self.shared.run_at(&mut e, now) {
@@ -312,7 +312,7 @@ impl Nic {
             match sleep {
                 None if watches.usable() => {
                     if watches.spin(WATCH_LOOKS) {
-                        seen_since = round_at;
+                        seen_since = Some(round_at);
                     }
                 }
                 None => std::hint::spin_loop(),
