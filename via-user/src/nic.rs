@@ -257,10 +257,16 @@ impl Nic {
             watches.clear();
             let sleep = {
                 let mut e = self.lock();
-                if let Some(v) = f(&mut e)? {
-                    return Ok(v); // already complete: no clock, no progress
+                // After a watched word changed, the round comes first: what
+                // changed it is a frame this thread has yet to take (another
+                // thread's round that took it leaves it to the look after).
+                let watched = seen_since.take();
+                if watched.is_none() {
+                    if let Some(v) = f(&mut e)? {
+                        return Ok(v); // already complete: no clock, no progress
+                    }
                 }
-                let now = match seen_since.take() {
+                let now = match watched {
                     Some(t) => t,
                     None => e.core.clock.now(),
                 };

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 use via_user::descriptor::status;
-use via_user::{Config, Descriptor, MemAttributes, MemoryRegion, Nic, Op, Reliability, Vi, ViAttributes};
+use via_user::{Config, Cq, Descriptor, MemAttributes, MemoryRegion, Nic, Op, Reliability, Vi, ViAttributes};
 // The software drivers (shared memory), registered by linking them.
 use via_softnic as _;
 
@@ -25,6 +25,8 @@ struct End {
     vi: Vi,
     mem: MemoryRegion,
     ptag: via_user::Ptag,
+    /// The CQ its sends complete on, if it has one.
+    send_cq: Option<Cq>,
 }
 
 impl End {
@@ -41,15 +43,21 @@ impl End {
 
 /// Two connected ends on wire `wire`: `a` connected to `b`.
 fn pair(wire: &Wire, reliability: Reliability) -> (End, End) {
+    pair_with(wire, reliability, false)
+}
+
+/// [`pair`], each end's sends completing on a CQ if `send_cqs`.
+fn pair_with(wire: &Wire, reliability: Reliability, send_cqs: bool) -> (End, End) {
     let end = || {
         let config = Config { progress_thread: false, ..Config::default() };
         let dev = via_softnic::ShmDevice::open(&wire.0, None).unwrap();
         let nic = Nic::with_device("shm", Box::new(dev), config).unwrap();
         let ptag = nic.create_ptag().unwrap();
         let attrs = ViAttributes { reliability, max_transfer_size: 4096, ptag, enable_rdma_write: true, enable_rdma_read: false };
-        let vi = nic.create_vi(&attrs, None, None).unwrap();
+        let send_cq = send_cqs.then(|| nic.create_cq(64).unwrap());
+        let vi = nic.create_vi(&attrs, send_cq.as_ref(), None).unwrap();
         let mem = MemoryRegion::new(&nic, 8192, 4096, MemAttributes { ptag, enable_rdma_write: true, enable_rdma_read: false }).unwrap();
-        End { nic, vi, mem, ptag }
+        End { nic, vi, mem, ptag, send_cq }
     };
     let (mut a, b) = (end(), end());
     let bmac = b.nic.mac();
@@ -219,6 +227,66 @@ fn a_reply_completes_the_send_it_answers_without_reading_the_placed_word() {
     // b's last send was answered by nothing: waiting for it reads the word.
     b.vi.send_wait(T).unwrap().check_ok().unwrap();
     assert!(b.count("placed_reads") > 0);
+}
+
+/// The receive path only notes what a reply says was placed; the send
+/// completes at the next look for it (a CQ poll, `SendDone`, our next
+/// send, or the round of progress under a poll), and none of those reads
+/// a placed word for it: a CQ poll right after the reply finds it, and so
+/// does the application's first `SendDone`.
+#[test]
+fn a_send_a_reply_said_was_placed_completes_at_the_first_look() {
+    let w = wire("told");
+    let (mut a, mut b) = pair_with(&w, Reliability::ReliableDelivery, true);
+    a.vi.post_recv(a.desc(0..64, None)).unwrap();
+    b.vi.post_recv(b.desc(0..64, None)).unwrap();
+    for i in 0..50 {
+        a.vi.post_send(a.desc(64..128, None)).unwrap();
+        let r = b.vi.recv_wait(T).unwrap();
+        b.vi.post_recv(r).unwrap();
+        if i > 0 {
+            // b's previous send, answered by this ping: its first SendDone.
+            b.vi.send_done().unwrap().expect("b's send, completed by a's ping").check_ok().unwrap();
+            b.send_cq.as_ref().unwrap().done().unwrap().expect("b's send on its CQ");
+        }
+        b.vi.post_send(b.desc(64..128, None)).unwrap();
+        let r = a.vi.recv_wait(T).unwrap();
+        a.vi.post_recv(r).unwrap();
+        // a's send, answered by the pong: the CQ's first poll has it.
+        let c = a.send_cq.as_ref().unwrap().done().unwrap().expect("a's send on its CQ at the first poll");
+        assert!(!c.recv_queue);
+        a.vi.send_done().unwrap().expect("a's send, completed by b's pong").check_ok().unwrap();
+    }
+    assert_eq!((a.count("placed_reads"), b.count("placed_reads")), (0, 0), "a placed word was read");
+}
+
+/// A send a reply said was placed completes as placed, not flushed, when
+/// the connection ends before the application looked for it (whether
+/// the disconnect's round of progress or the flush settles it).
+#[test]
+fn a_send_a_reply_said_was_placed_is_not_flushed_by_a_disconnect() {
+    let w = wire("told-flush");
+    let (mut a, mut b) = pair(&w, Reliability::ReliableDelivery);
+    a.vi.post_recv(a.desc(0..64, None)).unwrap();
+    b.vi.post_recv(b.desc(0..64, None)).unwrap();
+    // One exchange so that b boxes too (it has heard a).
+    a.vi.post_send(a.desc(64..128, None)).unwrap();
+    let r = b.vi.recv_wait(T).unwrap();
+    b.vi.post_recv(r).unwrap();
+    b.vi.post_send(b.desc(64..128, None)).unwrap();
+    let r = a.vi.recv_wait(T).unwrap();
+    a.vi.post_recv(r).unwrap();
+    a.vi.send_wait(T).unwrap().check_ok().unwrap();
+    // Then: a's send, b's reply saying it placed it, a's disconnect.
+    a.vi.post_send(a.desc(64..128, None)).unwrap();
+    b.vi.recv_wait(T).unwrap().check_ok().unwrap();
+    b.vi.send_wait(T).unwrap().check_ok().unwrap();
+    b.vi.post_send(b.desc(64..128, None)).unwrap();
+    a.vi.recv_wait(T).unwrap().check_ok().unwrap();
+    a.vi.disconnect().unwrap();
+    let d = a.vi.send_done().unwrap().expect("a's send, completed");
+    assert_eq!(d.status() & status::DESC_FLUSHED_ERROR, 0, "a placed send came back flushed: status {:#x}", d.status());
+    d.check_ok().unwrap();
 }
 
 /// A send nobody polls for still completes, by rounds of progress alone:

@@ -126,6 +126,9 @@ impl Context {
         if reliable {
             vi.acks.carried();
             let now = self.time(now);
+            // What the peer said it placed completes now, after the send
+            // is on its way (the receive path left it: `on_boxed`).
+            self.settle_told(vi, now);
             vi.tx.boxes_out += 1;
             self.box_polls = 0;
             if self.boxes_out == 0 {
@@ -159,9 +162,20 @@ impl Context {
     /// after boxed ones waits for them (its ACK may come first).
     pub(super) fn settle_boxes(&mut self, vi: &mut ViState, now: Time) {
         let Some(route) = vi.tx.boxes else { return };
+        vi.tx.placed_told = None; // the word says as much or more
         self.counters.placed_reads += 1;
         let Some(placed) = vi.peer.as_ref().and_then(|p| route.placed.placed(p.generation)) else { return };
         self.settle_boxes_upto(vi, placed, now);
+    }
+
+    /// Completes `vi`'s sends the peer said it placed in the header of a
+    /// boxed message ([`Sender::placed_told`](crate::vi::Sender)), if it said
+    /// more than was settled: no shared word is read.
+    #[inline]
+    pub(super) fn settle_told(&mut self, vi: &mut ViState, now: Time) {
+        if let Some(n) = vi.tx.placed_told.take() {
+            self.settle_boxes_upto(vi, n, now);
+        }
     }
 
     /// [`Context::settle_boxes`] with the count the peer placed as it said
@@ -262,8 +276,12 @@ impl Core {
         if let Some(ack) = h.ack().filter(|&a| a != vi.tx.una && vi.reliable()) {
             cx.on_ack(vi, ack, false, None, now);
         }
+        // What it placed of ours is noted, and settled off this path, at
+        // our next send, poll or flush (`Sender::placed_told`): the
+        // message the application waits for is placed first.
         if let Some(n) = h.placed().filter(|_| vi.tx.boxes_out != 0) {
-            cx.settle_boxes_upto(vi, n, now);
+            vi.tx.placed_told = Some(n);
+            cx.told_pending = true;
         }
         cx.place_boxed(vi, &h, placed);
     }
@@ -274,12 +292,31 @@ impl Core {
     #[inline(never)]
     pub(super) fn done_boxed(&mut self, id: u16) -> Option<usize> {
         let (cx, vi) = self.split(id)?;
+        if vi.tx.placed_told.is_some() {
+            // Said in a header already: no shared word to read.
+            let now = cx.clock.now();
+            cx.settle_told(vi, now);
+            if let Some(e) = vi.sq.pop_completed() {
+                return Some(e.desc);
+            }
+        }
         if vi.tx.boxes_out == 0 || !cx.box_poll_looks() {
             return None;
         }
         let now = cx.clock.now();
         cx.settle_boxes(vi, now);
         vi.sq.pop_completed().map(|e| e.desc)
+    }
+
+    /// [`Context::settle_told`] for every VI (a CQ poll that found none).
+    #[inline(never)]
+    pub(super) fn settle_all_told(&mut self) {
+        let Core { vis, cx } = self;
+        cx.told_pending = false;
+        let now = cx.clock.now();
+        for vi in vis.iter_mut().flatten().filter(|v| v.tx.placed_told.is_some()) {
+            cx.settle_told(vi, now);
+        }
     }
 
     /// [`Context::settle_boxes`] for every VI with boxed sends out; the
@@ -290,7 +327,12 @@ impl Core {
         let Core { vis, cx } = self;
         let mut left = 0;
         for vi in vis.iter_mut().flatten().filter(|v| v.tx.boxes_out != 0) {
-            cx.settle_boxes(vi, now);
+            // What a header said first: the word is read only for sends
+            // no reply has answered yet.
+            cx.settle_told(vi, now);
+            if vi.tx.boxes_out != 0 {
+                cx.settle_boxes(vi, now);
+            }
             left += vi.tx.boxes_out;
         }
         cx.boxes_out = left;

@@ -346,6 +346,9 @@ pub struct Context {
     /// Polls for a completed send that found none since the last boxed
     /// send (`engine::boxed`): the second one reads the placed words.
     pub box_polls: u32,
+    /// A VI may hold a placed count told and not yet settled
+    /// (`Sender::placed_told`): a CQ poll that finds nothing settles them.
+    pub told_pending: bool,
     pub counters: Counters,
     /// The clock, read at most about once a microsecond ([`Clock`]).
     pub clock: Clock,
@@ -438,6 +441,7 @@ impl Engine {
             boxes_out: 0,
             settle_at: Time::default(),
             box_polls: 0,
+            told_pending: false,
             counters: Counters::default(),
             clock: Clock::default(),
             async_errors: Vec::new(),

@@ -375,6 +375,11 @@ impl Core {
     pub fn cq_done(&mut self, cq: u16) -> Result<(u64, Option<(u16, bool)>)> {
         let c = self.cq_mut(cq)?;
         let (serial, mut next) = (c.serial, c.pop());
+        if next.is_none() && self.cx.told_pending {
+            // Placed counts said in headers and not yet settled.
+            self.settle_all_told();
+            next = self.cq_mut(cq)?.pop();
+        }
         if next.is_none() && self.cx.boxes_out != 0 && self.cx.box_poll_looks() {
             // As `send_done`: boxed sends out may have been placed.
             let now = self.cx.clock.now();
@@ -487,6 +492,11 @@ impl Context {
     /// Completes everything outstanding on both queues of `vi` with
     /// DESC_FLUSHED.
     pub fn flush_vi(&mut self, vi: &mut ViState) {
+        // Sends the peer said it placed complete as such, not flushed.
+        if vi.tx.placed_told.is_some() {
+            let now = self.clock.now();
+            self.settle_told(vi, now);
+        }
         for q in [Queue::Send, Queue::Recv] {
             loop {
                 let wq = if q == Queue::Send { &vi.sq } else { &vi.rq };
@@ -504,6 +514,7 @@ impl Context {
         vi.tx.reads_outstanding = 0;
         vi.tx.read_resume = false;
         vi.tx.boxes_out = 0;
+        vi.tx.placed_told = None;
         vi.served.jobs.clear();
     }
 }

@@ -228,6 +228,10 @@ pub struct Sender {
     /// Boxed sends not yet completed (reliable delivery: until the peer
     /// says it placed them).
     pub boxes_out: u32,
+    /// The count of our boxed sends the peer last said, in a boxed
+    /// message's header, that it placed, not yet settled: settled off the
+    /// receive path, at our next send, poll or flush (`engine::boxed`).
+    pub placed_told: Option<u32>,
 }
 
 impl Sender {
