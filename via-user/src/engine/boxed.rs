@@ -128,7 +128,7 @@ impl Context {
             let now = self.time(now);
             // What the peer said it placed completes now, after the send
             // is on its way (the receive path left it: `on_boxed`).
-            self.settle_told(vi, now);
+            self.settle_told(vi, Some(now));
             vi.tx.boxes_out += 1;
             self.box_polls = 0;
             if self.boxes_out == 0 {
@@ -165,14 +165,15 @@ impl Context {
         vi.tx.placed_told = None; // the word says as much or more
         self.counters.placed_reads += 1;
         let Some(placed) = vi.peer.as_ref().and_then(|p| route.placed.placed(p.generation)) else { return };
-        self.settle_boxes_upto(vi, placed, now);
+        self.settle_boxes_upto(vi, placed, Some(now));
     }
 
     /// Completes `vi`'s sends the peer said it placed in the header of a
     /// boxed message ([`Sender::placed_told`](crate::vi::Sender)), if it said
-    /// more than was settled: no shared word is read.
+    /// more than was settled: no shared word is read. The clock is read
+    /// (when `now` is None) only if something stays outstanding.
     #[inline]
-    pub(super) fn settle_told(&mut self, vi: &mut ViState, now: Time) {
+    pub(super) fn settle_told(&mut self, vi: &mut ViState, now: Option<Time>) {
         if let Some(n) = vi.tx.placed_told.take() {
             self.settle_boxes_upto(vi, n, now);
         }
@@ -180,7 +181,7 @@ impl Context {
 
     /// [`Context::settle_boxes`] with the count the peer placed as it said
     /// it (in its placed word, or in the header of a boxed message).
-    fn settle_boxes_upto(&mut self, vi: &mut ViState, placed: u32, now: Time) {
+    fn settle_boxes_upto(&mut self, vi: &mut ViState, placed: u32, now: Option<Time>) {
         let mut settled = false;
         while vi.tx.boxes_out != 0 && vi.sq.done != vi.sq.tail {
             let e = vi.sq.get(vi.sq.done);
@@ -204,7 +205,10 @@ impl Context {
         if settled {
             // Framed sends that waited behind them, then the timer.
             self.complete_acked(vi);
+            // The timer restarts from now if anything stays out, and
+            // stops otherwise (no clock needed then).
             let outstanding = vi.tx.outstanding();
+            let now = if outstanding { self.time(now) } else { now.unwrap_or_default() };
             self.restart_rto(vi, now, outstanding);
         }
     }
@@ -294,8 +298,7 @@ impl Core {
         let (cx, vi) = self.split(id)?;
         if vi.tx.placed_told.is_some() {
             // Said in a header already: no shared word to read.
-            let now = cx.clock.now();
-            cx.settle_told(vi, now);
+            cx.settle_told(vi, None);
             if let Some(e) = vi.sq.pop_completed() {
                 return Some(e.desc);
             }
@@ -313,9 +316,8 @@ impl Core {
     pub(super) fn settle_all_told(&mut self) {
         let Core { vis, cx } = self;
         cx.told_pending = false;
-        let now = cx.clock.now();
         for vi in vis.iter_mut().flatten().filter(|v| v.tx.placed_told.is_some()) {
-            cx.settle_told(vi, now);
+            cx.settle_told(vi, None);
         }
     }
 
@@ -329,7 +331,7 @@ impl Core {
         for vi in vis.iter_mut().flatten().filter(|v| v.tx.boxes_out != 0) {
             // What a header said first: the word is read only for sends
             // no reply has answered yet.
-            cx.settle_told(vi, now);
+            cx.settle_told(vi, Some(now));
             if vi.tx.boxes_out != 0 {
                 cx.settle_boxes(vi, now);
             }

@@ -493,10 +493,7 @@ impl Context {
     /// DESC_FLUSHED.
     pub fn flush_vi(&mut self, vi: &mut ViState) {
         // Sends the peer said it placed complete as such, not flushed.
-        if vi.tx.placed_told.is_some() {
-            let now = self.clock.now();
-            self.settle_told(vi, now);
-        }
+        self.settle_told(vi, None);
         for q in [Queue::Send, Queue::Recv] {
             loop {
                 let wq = if q == Queue::Send { &vi.sq } else { &vi.rq };
