@@ -469,6 +469,7 @@ impl ShmDevice {
     /// port); false if the ring is full. A port that changed hands since
     /// the route was found takes it into the void, as it would a frame.
     /// A message longer than a slot holds is refused with an error.
+    #[inline(always)]
     pub fn transmit_boxed(&mut self, route: &BoxRoute, header: &[u8; BOX_HEADER_LEN], payload: &[u8]) -> io::Result<bool> {
         if payload.len() > MTU + ETH_HEADER_LEN - BOX_HEADER_LEN {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("a boxed message of {} bytes; shm wire {:?} boxes at most {}", payload.len(), self.wire, MTU + ETH_HEADER_LEN - BOX_HEADER_LEN)));
@@ -704,6 +705,7 @@ impl ShmDevice {
 
     /// Hands up to `budget` frames to `sink`: lent payloads as such if
     /// `lent_ok`, read into whole frames otherwise.
+    #[inline(always)]
     fn take(&mut self, budget: usize, lent_ok: bool, sink: &mut dyn FnMut(&[u8], RxMeta<'_>)) -> io::Result<usize> {
         let c = self.seg.control(self.port);
         let mut head = self.rx_head;
