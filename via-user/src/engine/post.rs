@@ -511,7 +511,6 @@ impl Context {
         vi.tx.reads_outstanding = 0;
         vi.tx.read_resume = false;
         vi.tx.boxes_out = 0;
-        vi.tx.placed_told = None;
         vi.served.jobs.clear();
     }
 }
