@@ -435,103 +435,10 @@ fn a_frame_the_peer_held_and_then_refused_goes_again_at_the_timeout() {
     rig.inject(&data_to_b_acking(&rig, first.wrapping_add(2), &message(9, 50)));
     rig.b.engine.progress_at(rig.now);
     assert_eq!(rig.b.done(Queue::Recv), Some(10), "the data frame was taken");
-    // Its ACK is noted (settled off the receive path, below at the timer).
-    let tx = &rig.b.engine.core.vi(rig.b.vi).unwrap().tx;
-    assert_eq!(tx.ack_told.map_or(tx.una, |(ack, _)| ack), first.wrapping_add(2));
+    assert_eq!(rig.b.engine.core.vi(rig.b.vi).unwrap().tx.una, first.wrapping_add(2));
     seen_b(&mut rig);
     let deadline = rig.b.engine.core.vi(rig.b.vi).unwrap().rtx.deadline().expect("frames are outstanding: the timer runs");
     rig.b.engine.progress_at(deadline);
     let again: Vec<u32> = seen_b(&mut rig).iter().filter(|f| f.kind == Kind::Data).map(|f| f.psn.wrapping_sub(first)).collect();
     assert_eq!(again, vec![2], "the frame the peer refused, and not the one it holds");
-}
-
-// ---- what a data frame's ACK tells, settled off the receive path ----
-
-/// b sent one one-frame message from slot 0 and has a receive posted in
-/// slot 10; the peer's reply, acknowledging it, came and one round of
-/// progress took it. Returns the rig and the PSN b sent.
-fn b_got_a_reply_acking_its_send() -> (Rig, u32) {
-    let mut rig = tapped(Reliability::ReliableDelivery);
-    rig.b.post_recv(10, &[2048..2560]);
-    let (first, sent) = b_sends(&mut rig, &message(11, 100));
-    assert_eq!(sent.len(), 1);
-    rig.inject(&data_to_b_acking(&rig, first.wrapping_add(1), &message(12, 64)));
-    rig.b.engine.progress_at(rig.now);
-    assert_eq!(rig.b.done(Queue::Recv), Some(10), "the reply was placed");
-    (rig, first)
-}
-
-/// The round that places a reply leaves the completion of the send it
-/// acknowledges for later (the message the application waits for comes
-/// first), and the first poll for a completed send finds it.
-#[test]
-fn a_reply_s_ack_is_noted_and_the_first_poll_completes_the_send() {
-    let (mut rig, first) = b_got_a_reply_acking_its_send();
-    let vi = rig.b.vi;
-    assert_eq!(rig.b.done(Queue::Send), None, "not completed by the round that placed the reply");
-    assert_eq!(rig.b.engine.core.vi(vi).unwrap().tx.ack_told.map(|(a, _)| a), Some(first.wrapping_add(1)));
-    let (_, d) = rig.b.engine.core.send_done(vi).unwrap();
-    assert!(d.is_some(), "the first SendDone finds the send");
-    let (st, len, _) = rig.b.completion(0);
-    assert_eq!((st & status::ERROR_MASK, st & status::DONE != 0, len), (0, true, 100));
-    let v = rig.b.engine.core.vi(vi).unwrap();
-    assert_eq!((v.tx.una, v.tx.ack_told), (first.wrapping_add(1), None));
-    assert!(v.rtx.deadline().is_none(), "nothing outstanding: the timer stopped");
-}
-
-/// Our next send settles what the reply said, once its frame is out.
-#[test]
-fn the_next_send_completes_the_send_a_reply_acknowledged() {
-    let (mut rig, first) = b_got_a_reply_acking_its_send();
-    let (second, sent) = b_sends_from(&mut rig, 1, &message(13, 100));
-    assert_eq!((second, sent.len()), (first.wrapping_add(1), 1), "the next frame went");
-    assert_eq!(rig.b.done(Queue::Send), Some(0), "the first send completed after it");
-    assert_eq!(rig.b.done(Queue::Send), None, "the second waits for its ACK");
-    assert!(rig.b.engine.core.vi(rig.b.vi).unwrap().rtx.deadline().is_some(), "the timer runs for the second");
-}
-
-/// A reply's ACK noted in the round whose timer ran out is settled before
-/// the timer acts: nothing acknowledged is sent again.
-#[test]
-fn a_reply_s_ack_stops_the_timer_that_expires_in_its_round() {
-    let mut rig = tapped(Reliability::ReliableDelivery);
-    rig.b.post_recv(10, &[2048..2560]);
-    let (first, _) = b_sends(&mut rig, &message(14, 100));
-    let deadline = rig.b.engine.core.vi(rig.b.vi).unwrap().rtx.deadline().expect("the timer runs");
-    let before = rig.b.engine.core.counters;
-    rig.inject(&data_to_b_acking(&rig, first.wrapping_add(1), &message(15, 64)));
-    rig.b.engine.progress_at(deadline);
-    assert!(seen_b(&mut rig).iter().all(|f| f.kind != Kind::Data), "nothing sent again");
-    let c = rig.b.engine.core.counters;
-    assert_eq!((c.rto_expiries - before.rto_expiries, c.retransmits - before.retransmits), (0, 0));
-    assert_eq!(rig.b.done(Queue::Send), Some(0));
-    assert!(rig.b.engine.core.vi(rig.b.vi).unwrap().rtx.deadline().is_none(), "the timer stopped");
-}
-
-/// A send a reply acknowledged completes as delivered, not flushed, when
-/// the peer disconnects right after, in the same round, before anything
-/// looked for it.
-#[test]
-fn a_send_a_reply_acknowledged_is_not_flushed_by_a_disconnect() {
-    let mut rig = tapped(Reliability::ReliableDelivery);
-    rig.b.post_recv(10, &[2048..2560]);
-    let (first, _) = b_sends(&mut rig, &message(16, 100));
-    rig.inject(&data_to_b_acking(&rig, first.wrapping_add(1), &message(17, 64)));
-    // The peer's Disconnect, with no ACK of its own.
-    let h = HeaderRepr { kind: Kind::Disconnect as u8, ..from_peer(&rig.b) };
-    rig.inject(&frame_bytes(&h, &[]));
-    rig.b.engine.progress_at(rig.now);
-    assert_eq!(rig.b.done(Queue::Recv), Some(10), "the reply was placed");
-    assert_eq!(rig.b.done(Queue::Send), Some(0));
-    let (st, len, _) = rig.b.completion(0);
-    assert_eq!((st & status::ERROR_MASK, st & status::DONE != 0, len), (0, true, 100), "delivered, not flushed");
-}
-
-/// b sends `msg` from slot `slot` at once; as [`b_sends`].
-fn b_sends_from(rig: &mut Rig, slot: usize, msg: &[u8]) -> (u32, Vec<Seen>) {
-    seen_b(rig);
-    let first = b_next_psn(rig);
-    rig.b.post_send(slot, slot * 1024, msg, None);
-    rig.b.engine.ring_doorbell();
-    (first, seen_b(rig))
 }

@@ -78,8 +78,6 @@ impl Context {
     #[inline(never)]
     pub(super) fn send_boxed(&mut self, dev: &mut dyn FrameDevice, vi: &mut ViState, now: Option<Time>) -> Option<bool> {
         let route = vi.tx.boxes?;
-        // What a frame's ACK said, before the look at what is unacknowledged.
-        self.settle_ack_told(vi);
         // Not before the peer is known to be connected (a boxed message
         // it took for stale would be lost: nothing is sent twice), nor
         // past framed data not yet acknowledged (which may go again).
@@ -164,20 +162,26 @@ impl Context {
     /// after boxed ones waits for them (its ACK may come first).
     pub(super) fn settle_boxes(&mut self, vi: &mut ViState, now: Time) {
         let Some(route) = vi.tx.boxes else { return };
-        // A noted ACK first (framed sends between boxed ones complete by
-        // it); the word says as much as a noted count, or more.
-        self.settle_ack_told(vi);
-        if vi.tx.placed_told.take().is_some() {
-            self.told_vis = self.told_vis.saturating_sub(1);
-        }
+        vi.tx.placed_told = None; // the word says as much or more
         self.counters.placed_reads += 1;
         let Some(placed) = vi.peer.as_ref().and_then(|p| route.placed.placed(p.generation)) else { return };
         self.settle_boxes_upto(vi, placed, Some(now));
     }
 
+    /// Completes `vi`'s sends the peer said it placed in the header of a
+    /// boxed message ([`Sender::placed_told`](crate::vi::Sender)), if it said
+    /// more than was settled: no shared word is read. The clock is read
+    /// (when `now` is None) only if something stays outstanding.
+    #[inline]
+    pub(super) fn settle_told(&mut self, vi: &mut ViState, now: Option<Time>) {
+        if let Some(n) = vi.tx.placed_told.take() {
+            self.settle_boxes_upto(vi, n, now);
+        }
+    }
+
     /// [`Context::settle_boxes`] with the count the peer placed as it said
     /// it (in its placed word, or in the header of a boxed message).
-    pub(super) fn settle_boxes_upto(&mut self, vi: &mut ViState, placed: u32, now: Option<Time>) {
+    fn settle_boxes_upto(&mut self, vi: &mut ViState, placed: u32, now: Option<Time>) {
         let mut settled = false;
         while vi.tx.boxes_out != 0 && vi.sq.done != vi.sq.tail {
             let e = vi.sq.get(vi.sq.done);
@@ -280,7 +284,8 @@ impl Core {
         // our next send, poll or flush (`Sender::placed_told`): the
         // message the application waits for is placed first.
         if let Some(n) = h.placed().filter(|_| vi.tx.boxes_out != 0) {
-            cx.note_placed(vi, n);
+            vi.tx.placed_told = Some(n);
+            cx.told_pending = true;
         }
         cx.place_boxed(vi, &h, placed);
     }
@@ -291,7 +296,7 @@ impl Core {
     #[inline(never)]
     pub(super) fn done_boxed(&mut self, id: u16) -> Option<usize> {
         let (cx, vi) = self.split(id)?;
-        if vi.tx.has_told() {
+        if vi.tx.placed_told.is_some() {
             // Said in a header already: no shared word to read.
             cx.settle_told(vi, None);
             if let Some(e) = vi.sq.pop_completed() {
@@ -304,6 +309,16 @@ impl Core {
         let now = cx.clock.now();
         cx.settle_boxes(vi, now);
         vi.sq.pop_completed().map(|e| e.desc)
+    }
+
+    /// [`Context::settle_told`] for every VI (a CQ poll that found none).
+    #[inline(never)]
+    pub(super) fn settle_all_told(&mut self) {
+        let Core { vis, cx } = self;
+        cx.told_pending = false;
+        for vi in vis.iter_mut().flatten().filter(|v| v.tx.placed_told.is_some()) {
+            cx.settle_told(vi, None);
+        }
     }
 
     /// [`Context::settle_boxes`] for every VI with boxed sends out; the

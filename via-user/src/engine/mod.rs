@@ -24,7 +24,6 @@ mod rdma_target;
 mod receive;
 pub mod srq;
 mod timers;
-mod told;
 mod transmit;
 
 pub use connect::IncomingRequest;
@@ -347,11 +346,9 @@ pub struct Context {
     /// Polls for a completed send that found none since the last boxed
     /// send (`engine::boxed`): the second one reads the placed words.
     pub box_polls: u32,
-    /// VIs holding something their peers told about their sends and not
-    /// yet settled (`Sender::ack_told`, `Sender::placed_told`), or more:
-    /// while not 0, a round of progress or a poll that finds nothing
-    /// settles them ([`told`]).
-    pub told_vis: u32,
+    /// A VI may hold a placed count told and not yet settled
+    /// (`Sender::placed_told`): a CQ poll that finds nothing settles them.
+    pub told_pending: bool,
     pub counters: Counters,
     /// The clock, read at most about once a microsecond ([`Clock`]).
     pub clock: Clock,
@@ -444,7 +441,7 @@ impl Engine {
             boxes_out: 0,
             settle_at: Time::default(),
             box_polls: 0,
-            told_vis: 0,
+            told_pending: false,
             counters: Counters::default(),
             clock: Clock::default(),
             async_errors: Vec::new(),
@@ -512,7 +509,7 @@ impl Engine {
     /// nothing waits to go out and no timer is due; a poll that finds
     /// nothing complete then skips the round.
     pub fn quiet(&mut self, now: Time) -> bool {
-        if !(self.idle() && self.core.timers_quiet(now)) || self.core.cx.told_vis != 0 {
+        if !(self.idle() && self.core.timers_quiet(now)) {
             return false;
         }
         self.dev.rx_pending() == Some(false)
@@ -530,11 +527,6 @@ impl Engine {
     /// [`Engine::progress`] with the time already read.
     pub fn progress_at(&mut self, now: Time) -> bool {
         let Engine { dev, core, .. } = self;
-        // What earlier rounds noted of the peers' ACKs and placed counts
-        // (`told`): never the work of the round that brings a message.
-        if core.cx.told_vis != 0 {
-            core.settle_all_told();
-        }
         let mut got = 0;
         for _ in 0..4 {
             let n = dev.receive_lent(64, &mut |f, meta| core.on_frame(f, meta, now)).unwrap_or(0);
@@ -574,9 +566,7 @@ impl Engine {
         let vi_timers = c.timer_at.map(|t| c.clock.instant(t));
         // Control frames the device did not take: try again shortly.
         let unsent = c.cm.has_outgoing().then(|| Instant::now() + CONTROL_RETRY);
-        // Something told and not settled: a round settles it, now.
-        let told = (c.cx.told_vis != 0).then(Instant::now);
-        [vi_timers, c.cm.next_deadline(), c.peers.next_deadline(), c.resolver.next_deadline(), unsent, told].into_iter().flatten().min()
+        [vi_timers, c.cm.next_deadline(), c.peers.next_deadline(), c.resolver.next_deadline(), unsent].into_iter().flatten().min()
     }
 }
 

@@ -364,7 +364,7 @@ impl Core {
     #[inline]
     pub fn send_done(&mut self, id: u16) -> Result<(u64, Option<usize>)> {
         let (serial, d) = self.done(id, Queue::Send)?;
-        if d.is_none() && (self.cx.boxes_out != 0 || self.cx.told_vis != 0) {
+        if d.is_none() && self.cx.boxes_out != 0 {
             return Ok((serial, self.done_boxed(id)));
         }
         Ok((serial, d))
@@ -375,8 +375,8 @@ impl Core {
     pub fn cq_done(&mut self, cq: u16) -> Result<(u64, Option<(u16, bool)>)> {
         let c = self.cq_mut(cq)?;
         let (serial, mut next) = (c.serial, c.pop());
-        if next.is_none() && self.cx.told_vis != 0 {
-            // ACKs and placed counts noted and not yet settled (`told`).
+        if next.is_none() && self.cx.told_pending {
+            // Placed counts said in headers and not yet settled.
             self.settle_all_told();
             next = self.cq_mut(cq)?.pop();
         }

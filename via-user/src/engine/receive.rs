@@ -171,19 +171,12 @@ impl Core {
             return;
         }
         if fl & flags::ACK != 0 {
-            if matches!(kind, Kind::Data | Kind::RdmaWrite) && vi.tx.idx == vi.sq.tail && vi.reliable() {
-                // A plain cumulative ACK, with nothing of ours waiting for
-                // the window it may open: noted, settled off this path
-                // (`told`), so the message is placed first.
-                cx.note_ack(vi, f.ack(), now);
-            } else {
-                // A standalone ACK carries the SACK bitmap in its RDMA
-                // address field; with ACK_REQ it is a NAK (a gap at `ack`).
-                let (nak, sack) = if kind == Kind::Ack { (fl & flags::ACK_REQ != 0, Some(f.rdma_addr())) } else { (false, None) };
-                cx.on_ack(vi, f.ack(), nak, sack, now);
-                if kind == Kind::Ack && fl & flags::RNR != 0 {
-                    cx.on_rnr(vi, f.ack(), now);
-                }
+            // A standalone ACK carries the SACK bitmap in its RDMA address
+            // field; with ACK_REQ it is a NAK (a gap at `ack`).
+            let (nak, sack) = if kind == Kind::Ack { (fl & flags::ACK_REQ != 0, Some(f.rdma_addr())) } else { (false, None) };
+            cx.on_ack(vi, f.ack(), nak, sack, now);
+            if kind == Kind::Ack && fl & flags::RNR != 0 {
+                cx.on_rnr(vi, f.ack(), now);
             }
         }
         match kind {
@@ -248,13 +241,6 @@ impl Context {
     /// `ack` (go-back-N).
     #[inline(always)]
     pub(super) fn on_ack(&mut self, vi: &mut ViState, ack: u32, nak: bool, sack: Option<u64>, now: Time) {
-        // An ACK noted before this one is acted on first (`told`).
-        self.settle_ack_told(vi);
-        self.apply_ack(vi, ack, nak, sack, now);
-    }
-
-    /// [`Context::on_ack`] once nothing noted comes before it.
-    pub(super) fn apply_ack(&mut self, vi: &mut ViState, ack: u32, nak: bool, sack: Option<u64>, now: Time) {
         // Older than what we know, or acknowledging frames never sent: ignore.
         if !seq_le(vi.tx.una, ack) || !seq_le(ack, vi.tx.sent_hi) {
             return;

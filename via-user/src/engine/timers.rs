@@ -73,13 +73,6 @@ impl Context {
         if !vi.rtx.expired(now) {
             return;
         }
-        if vi.tx.has_told() {
-            // What the peer said it has may stop the timer (`told`).
-            self.settle_told(vi, Some(now));
-            if !vi.rtx.expired(now) {
-                return;
-            }
-        }
         match vi.rtx.on_expiry(now, vi.tx.outstanding(), self.config.retry_limit) {
             Expiry::Idle => {}
             Expiry::GiveUp => {

@@ -492,9 +492,6 @@ impl Context {
         if self.send_one_frame(dev, vi, hdrs, specs, now) {
             return;
         }
-        // The general path looks at the window and what is unacknowledged:
-        // a noted ACK first (`told`).
-        self.settle_ack_told(vi);
         self.transmit_batches(dev, vi, hdrs, specs, now);
     }
 
@@ -574,10 +571,6 @@ impl Context {
         if reliable {
             vi.acks.carried();
             let now = self.time(now);
-            // What the peer said of our earlier sends completes now, the
-            // frame on its way (the receive path noted it: `told`); then
-            // the timer, which may time this frame.
-            self.settle_told(vi, Some(now));
             if let Some(t) = vi.rtx.on_sent(Some(psn), now) {
                 self.arm(t);
             }

@@ -232,20 +232,9 @@ pub struct Sender {
     /// message's header, that it placed, not yet settled: settled off the
     /// receive path, at our next send, poll or flush (`engine::boxed`).
     pub placed_told: Option<u32>,
-    /// The cumulative ACK a data frame of the peer's carried, and when
-    /// it came, not yet acted on: settled off the receive path, as
-    /// `placed_told` is (`engine::told`).
-    pub ack_told: Option<(u32, crate::clock::Time)>,
 }
 
 impl Sender {
-    /// Did the peer tell anything about our sends not yet settled
-    /// (`engine::told`)?
-    #[inline]
-    pub fn has_told(&self) -> bool {
-        self.ack_told.is_some() || self.placed_told.is_some()
-    }
-
     /// Frames sent and not yet acknowledged (from the transmit position).
     pub fn in_flight(&self) -> u32 {
         self.psn.wrapping_sub(self.una)
