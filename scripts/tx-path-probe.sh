@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Issue 25's candidates for the large-message path, measured before one is
+# built: which way of handing a UDP superframe to AF_PACKET gets it across
+# a veth pair (MTU 1500) soonest. A ping-pong of one superframe against a
+# 64-byte answer, the client sending by three paths in alternating rounds
+# (via-pingpong/probe/tx_path_probe.c says which). Two test hosts as
+# network namespaces, server pinned to CPU 0, client to CPU 1.
+# Needs root and a C compiler.
+# Usage: scripts/tx-path-probe.sh [PAYLOAD [SEG [ROUNDS [ITERS]]]]
+#        (default 64768 1472 7 2000: one superframe of 44 units)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pay="${1:-64768}"; seg="${2:-1472}"; rounds="${3:-7}"; iters="${4:-2000}"
+work="$(mktemp -d /tmp/tx-path-probe.XXXXXX)"
+a="txp-a-$$"; b="txp-b-$$"; va="txa$$"; vb="txb$$"
+server=""
+cleanup() {
+    [ -n "$server" ] && kill "$server" 2>/dev/null || true
+    ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; rm -rf "$work"
+}
+trap cleanup EXIT
+cc -O2 -o "$work/tx_path_probe" via-pingpong/probe/tx_path_probe.c
+ip netns add "$a"; ip netns add "$b"
+ip link add "$va" type veth peer name "$vb"
+ip link set "$va" netns "$a"; ip link set "$vb" netns "$b"
+ip -n "$a" link set "$va" up; ip -n "$b" link set "$vb" up
+mac_a="$(ip -n "$a" -o link show "$va" | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)"
+mac_b="$(ip -n "$b" -o link show "$vb" | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)"
+exec 3< <(exec ip netns exec "$b" taskset -c 0 "$work/tx_path_probe" server "$vb" "$mac_a")
+read -r ready <&3
+[ "$ready" = READY ] || { echo "tx_path_probe server did not start" >&2; exit 1; }
+ip netns exec "$a" taskset -c 1 "$work/tx_path_probe" client "$va" "$mac_b" "$pay" "$seg" "$rounds" "$iters"
