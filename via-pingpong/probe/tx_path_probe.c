@@ -147,6 +147,18 @@ static struct ring map_ring(int fd, int which) {
     return (struct ring){p, 64, 0};
 }
 
+/* A receive ring on `ifindex`, bound once it is there, blind to our own
+ * transmissions. */
+static struct ring receive_ring(int ifindex) {
+    int rx = packet_socket(ifindex, 0);
+    int one = 1;
+    setsockopt(rx, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one);
+    struct ring r = map_ring(rx, PACKET_RX_RING);
+    struct sockaddr_ll a = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_ALL), .sll_ifindex = ifindex};
+    if (bind(rx, (void *)&a, sizeof a)) die("bind");
+    return r;
+}
+
 /* Waits for the next UDP datagram to our port in the receive ring; its
  * payload length. */
 static int next_datagram(struct ring *r) {
@@ -171,12 +183,7 @@ static int parse_mac(const char *s, unsigned char mac[6]) {
 }
 
 static int serve(int ifindex, const unsigned char mac[6]) {
-    int rx = packet_socket(ifindex, 0);
-    int one = 1;
-    setsockopt(rx, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one);
-    struct ring r = map_ring(rx, PACKET_RX_RING);
-    struct sockaddr_ll a = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_ALL), .sll_ifindex = ifindex};
-    if (bind(rx, (void *)&a, sizeof a)) die("bind");
+    struct ring r = receive_ring(ifindex);
     int tx = packet_socket(ifindex, 1);
     unsigned char reply[VNET + OUTER + 64];
     outer(reply, mac, 64, 1472, 0);
@@ -186,6 +193,19 @@ static int serve(int ifindex, const unsigned char mac[6]) {
     for (;;) {
         if (next_datagram(&r) == 0) return 0; /* an empty datagram: the end */
         if (send(tx, reply, sizeof reply, 0) < 0) die("send (reply)");
+    }
+}
+
+/* The superframe's bytes laid out at `d`: the outer headers `head` (in
+ * place when `d` is `head`), then
+ * per unit of `seg` bytes its header and its share of `msg`. */
+static void lay_out(unsigned char *d, const unsigned char *head, const unsigned char (*heads)[UNIT_HEADER], const unsigned char *msg, int pay, int seg) {
+    if (d != head) memcpy(d, head, VNET + OUTER);
+    for (int at = 0, u = 0, m = 0; at < pay; at += seg, u++) {
+        int n = pay - at < seg ? pay - at : seg;
+        memcpy(d + VNET + OUTER + at, heads[u], UNIT_HEADER);
+        memcpy(d + VNET + OUTER + at + UNIT_HEADER, msg + m, (size_t)(n - UNIT_HEADER));
+        m += n - UNIT_HEADER;
     }
 }
 
@@ -202,15 +222,11 @@ static int client(int ifindex, const unsigned char mac[6], int pay, int seg, int
         fprintf(stderr, "tx_path_probe: payload or unit size out of range\n");
         return 2;
     }
-    int rx = packet_socket(ifindex, 0);
-    int one = 1;
-    setsockopt(rx, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one);
-    struct ring r = map_ring(rx, PACKET_RX_RING);
-    struct sockaddr_ll a = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_ALL), .sll_ifindex = ifindex};
-    if (bind(rx, (void *)&a, sizeof a)) die("bind");
+    struct ring r = receive_ring(ifindex);
     int tx = packet_socket(ifindex, 1);
     int txr = packet_socket(ifindex, 0);
     struct ring t = map_ring(txr, PACKET_TX_RING);
+    struct sockaddr_ll a = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_ALL), .sll_ifindex = ifindex};
     if (bind(txr, (void *)&a, sizeof a)) die("bind (tx ring)");
 
     /* The message (separate memory, as registered memory is), the units'
@@ -228,10 +244,9 @@ static int client(int ifindex, const unsigned char mac[6], int pay, int seg, int
         memset(heads[units], units, UNIT_HEADER);
         iov[k++] = (struct iovec){heads[units], UNIT_HEADER};
         iov[k++] = (struct iovec){msg + m, (size_t)(u - UNIT_HEADER)};
-        memcpy(flat + VNET + OUTER + at, heads[units], UNIT_HEADER);
-        memcpy(flat + VNET + OUTER + at + UNIT_HEADER, msg + m, (size_t)(u - UNIT_HEADER));
         m += u - UNIT_HEADER;
     }
+    lay_out(flat, flat, heads, msg, pay, seg);
     struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)k};
     int total = VNET + OUTER + pay;
     int off = TPACKET2_HDRLEN - sizeof(struct sockaddr_ll);
@@ -249,13 +264,7 @@ static int client(int ifindex, const unsigned char mac[6], int pay, int seg, int
                 } else if (p == FLAT) {
                     if (send(tx, flat, (size_t)total, 0) < 0) die("send");
                 } else if (p == COPIED) {
-                    memcpy(stage, flat, VNET + OUTER);
-                    for (int at = 0, u = 0, m = 0; at < pay; at += seg, u++) {
-                        int n = pay - at < seg ? pay - at : seg;
-                        memcpy(stage + VNET + OUTER + at, heads[u], UNIT_HEADER);
-                        memcpy(stage + VNET + OUTER + at + UNIT_HEADER, msg + m, (size_t)(n - UNIT_HEADER));
-                        m += n - UNIT_HEADER;
-                    }
+                    lay_out(stage, flat, heads, msg, pay, seg);
                     if (send(tx, stage, (size_t)total, 0) < 0) die("send (copied)");
                 } else {
                     struct tpacket2_hdr *h = (void *)(t.base + (size_t)t.at * SLOT);
@@ -265,14 +274,7 @@ static int client(int ifindex, const unsigned char mac[6], int pay, int seg, int
                             return 1;
                         }
                     }
-                    unsigned char *d = (unsigned char *)h + off;
-                    memcpy(d, flat, VNET + OUTER);
-                    for (int at = 0, u = 0, m = 0; at < pay; at += seg, u++) {
-                        int n = pay - at < seg ? pay - at : seg;
-                        memcpy(d + VNET + OUTER + at, heads[u], UNIT_HEADER);
-                        memcpy(d + VNET + OUTER + at + UNIT_HEADER, msg + m, (size_t)(n - UNIT_HEADER));
-                        m += n - UNIT_HEADER;
-                    }
+                    lay_out((unsigned char *)h + off, flat, heads, msg, pay, seg);
                     h->tp_len = (unsigned)total;
                     __atomic_store_n(&h->tp_status, TP_STATUS_SEND_REQUEST, __ATOMIC_RELEASE);
                     if (send(txr, NULL, 0, MSG_DONTWAIT) < 0 && errno != EAGAIN && errno != ENOBUFS) die("send (tx ring)");
