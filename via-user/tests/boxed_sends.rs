@@ -310,3 +310,77 @@ fn a_boxed_send_nobody_polls_for_completes_by_progress() {
     // later, and the connection broken).
     assert_eq!(a.count("rto_expiries"), 0);
 }
+
+/// A framed send that the shared ring cut short while a boxed send ahead
+/// of it was still out goes on from its own first unsent fragment: the
+/// boxed send, which has no frames, is not taken for a send never
+/// started and sent again as a frame. (It was: the receiver then met the
+/// boxed message a second time, as a frame in the middle of the framed
+/// one, and the stream fell apart: a third of `via-pingpong --demo`'s
+/// via-shm runs failed with DESC_FLUSHED.)
+#[test]
+fn a_framed_send_the_ring_cut_short_goes_on_from_its_own_fragment_past_a_boxed_one() {
+    const SLOTS: usize = via_softnic::shm::SLOTS as usize;
+    const BIG: usize = 3 * 65_000; // three fragments of the wire's MTU
+    let w = wire("cut-short");
+    let end = || {
+        let config = Config { progress_thread: false, ..Config::default() };
+        let dev = via_softnic::ShmDevice::open(&w.0, None).unwrap();
+        let nic = Nic::with_device("shm", Box::new(dev), config).unwrap();
+        let ptag = nic.create_ptag().unwrap();
+        let attrs = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: 1 << 20, ptag, enable_rdma_write: false, enable_rdma_read: false };
+        let vi = nic.create_vi(&attrs, None, None).unwrap();
+        let mem = MemoryRegion::new(&nic, 1 << 20, 4096, MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false }).unwrap();
+        End { nic, vi, mem, ptag, send_cq: None }
+    };
+    let (mut a, mut b) = (end(), end());
+    let bmac = b.nic.mac();
+    let server = std::thread::spawn(move || {
+        let req = b.nic.connect_wait(b"cut-short", T).unwrap();
+        b.nic.accept(&req, &b.vi).unwrap();
+        b
+    });
+    a.vi.connect_retrying(bmac, b"cut-short", T.unwrap()).unwrap();
+    let mut b = server.join().unwrap();
+    // b has not taken anything from its ring until the end: the small
+    // sends fill it but for two slots, so the big one's third fragment
+    // finds it full.
+    let small = SLOTS - 2 - 1; // the first exchange below took one slot
+    for i in 0..small + 1 {
+        b.vi.post_recv(b.desc(i * 64..i * 64 + 64, None)).unwrap();
+    }
+    b.vi.post_recv(b.desc(1 << 19..(1 << 19) + BIG, None)).unwrap();
+    // One exchange first, so that a boxes (it has heard b).
+    a.vi.post_recv(a.desc(0..64, None)).unwrap();
+    b.vi.post_send(b.desc(0..8, None)).unwrap();
+    a.vi.recv_wait(T).unwrap().check_ok().unwrap();
+    a.mem.write(0, &[7u8; 64]).unwrap();
+    for _ in 0..small + 1 {
+        a.vi.post_send(a.desc(0..64, None)).unwrap();
+    }
+    assert!(a.count("tx_boxed") >= small as u64, "the small sends went boxed");
+    let big: Vec<u8> = (0..BIG).map(|i| (i % 251) as u8).collect();
+    a.mem.write(4096, &big).unwrap();
+    a.vi.post_send(a.desc(4096..4096 + BIG, None)).unwrap();
+    assert!(a.count("tx_ring_full") > 0, "the ring refused part of the big send");
+    // b takes everything; a goes on as b makes room.
+    for i in 0..small + 1 {
+        let r = b.vi.recv_wait(T).unwrap();
+        r.check_ok().unwrap();
+        assert_eq!(r.length(), 64, "message {i}: a small send");
+        a.nic.progress();
+    }
+    let start = std::time::Instant::now();
+    let r = loop {
+        a.nic.progress();
+        if let Some(r) = b.vi.recv_done().unwrap() {
+            break r;
+        }
+        assert!(start.elapsed() < T.unwrap(), "the big send never arrived");
+    };
+    r.check_ok().unwrap();
+    assert_eq!(r.length() as usize, BIG);
+    assert_eq!(b.mem.to_vec(1 << 19..(1 << 19) + BIG).unwrap(), big, "the big send's bytes");
+    assert_eq!(b.count("rx_bad_offset"), 0, "a message met in the middle of another");
+    assert_eq!(b.count("connections_lost"), 0);
+}

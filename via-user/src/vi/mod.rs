@@ -329,13 +329,16 @@ impl ViState {
     /// for frames the device refused, forward when the peer acknowledges
     /// frames sent before a rewind. Fragmentation is deterministic
     /// (fragment `k` of a message is PSN `first_psn + k`), so the PSN
-    /// names a send-queue entry and an offset in it.
+    /// names a send-queue entry and an offset in it. Entries that carry no
+    /// frames are passed over: those that failed at post, and boxed sends
+    /// (`engine::boxed`), which went whole into the peer's ring and are
+    /// never sent again (they complete when the peer says it placed them).
     pub fn seek(&mut self, psn: u32) {
         let frag = self.tx.frag;
         let mut idx = self.sq.done;
         while idx != self.sq.tail {
             let e = self.sq.get(idx);
-            if e.pre_status == 0 {
+            if e.pre_status == 0 && !e.boxed {
                 if e.nframes == 0 {
                     break; // never started: the position is its start
                 }
