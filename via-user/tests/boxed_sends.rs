@@ -333,7 +333,7 @@ fn a_framed_send_the_ring_cut_short_goes_on_from_its_own_fragment_past_a_boxed_o
         let mem = MemoryRegion::new(&nic, 1 << 20, 4096, MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false }).unwrap();
         End { nic, vi, mem, ptag, send_cq: None }
     };
-    let (mut a, mut b) = (end(), end());
+    let (mut a, b) = (end(), end());
     let bmac = b.nic.mac();
     let server = std::thread::spawn(move || {
         let req = b.nic.connect_wait(b"cut-short", T).unwrap();
