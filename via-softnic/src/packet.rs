@@ -817,7 +817,10 @@ impl TxScratch {
         let n_frames = frames.len().min(TX_BATCH);
         // Raw frames go one message each; a plan says how many per message.
         let messages = plan.map_or(n_frames, |p| p.frames.len());
-        if plan.is_some_and(|p| p.vnet) {
+        // Superframes may be staged (UDP mode with segmentation offload),
+        // and some message of the batch is one.
+        let staging = plan.is_some_and(|p| p.vnet) && messages < n_frames;
+        if staging {
             // Room to stage every superframe of the batch (grown once, not
             // moved while the iovecs below point into it).
             let need: usize = frames[..n_frames].iter().map(|f| f.len()).filter(|&l| l <= STAGED_UNIT_MAX).sum();
@@ -848,7 +851,7 @@ impl TxScratch {
                 push(&p.heads[m]);
             }
             let units = &frames[at..at + count];
-            if count > 1 && plan.is_some_and(|p| p.vnet) && units[0].len() <= STAGED_UNIT_MAX {
+            if staging && count > 1 && units[0].len() <= STAGED_UNIT_MAX {
                 // A superframe: its units' bytes in one run.
                 let start = staged_at;
                 for f in units {

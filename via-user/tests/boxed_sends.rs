@@ -48,15 +48,21 @@ fn pair(wire: &Wire, reliability: Reliability) -> (End, End) {
 
 /// [`pair`], each end's sends completing on a CQ if `send_cqs`.
 fn pair_with(wire: &Wire, reliability: Reliability, send_cqs: bool) -> (End, End) {
+    pair_sized(wire, reliability, send_cqs, 8192, 4096)
+}
+
+/// [`pair_with`], each end with `mem` bytes of registered memory and a
+/// MaxTransferSize of `max_transfer`.
+fn pair_sized(wire: &Wire, reliability: Reliability, send_cqs: bool, mem: usize, max_transfer: u32) -> (End, End) {
     let end = || {
         let config = Config { progress_thread: false, ..Config::default() };
         let dev = via_softnic::ShmDevice::open(&wire.0, None).unwrap();
         let nic = Nic::with_device("shm", Box::new(dev), config).unwrap();
         let ptag = nic.create_ptag().unwrap();
-        let attrs = ViAttributes { reliability, max_transfer_size: 4096, ptag, enable_rdma_write: true, enable_rdma_read: false };
+        let attrs = ViAttributes { reliability, max_transfer_size: max_transfer, ptag, enable_rdma_write: true, enable_rdma_read: false };
         let send_cq = send_cqs.then(|| nic.create_cq(64).unwrap());
         let vi = nic.create_vi(&attrs, send_cq.as_ref(), None).unwrap();
-        let mem = MemoryRegion::new(&nic, 8192, 4096, MemAttributes { ptag, enable_rdma_write: true, enable_rdma_read: false }).unwrap();
+        let mem = MemoryRegion::new(&nic, mem, 4096, MemAttributes { ptag, enable_rdma_write: true, enable_rdma_read: false }).unwrap();
         End { nic, vi, mem, ptag, send_cq }
     };
     let (mut a, b) = (end(), end());
@@ -323,25 +329,7 @@ fn a_framed_send_the_ring_cut_short_goes_on_from_its_own_fragment_past_a_boxed_o
     const SLOTS: usize = via_softnic::shm::SLOTS as usize;
     const BIG: usize = 3 * 65_000; // three fragments of the wire's MTU
     let w = wire("cut-short");
-    let end = || {
-        let config = Config { progress_thread: false, ..Config::default() };
-        let dev = via_softnic::ShmDevice::open(&w.0, None).unwrap();
-        let nic = Nic::with_device("shm", Box::new(dev), config).unwrap();
-        let ptag = nic.create_ptag().unwrap();
-        let attrs = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: 1 << 20, ptag, enable_rdma_write: false, enable_rdma_read: false };
-        let vi = nic.create_vi(&attrs, None, None).unwrap();
-        let mem = MemoryRegion::new(&nic, 1 << 20, 4096, MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false }).unwrap();
-        End { nic, vi, mem, ptag, send_cq: None }
-    };
-    let (mut a, b) = (end(), end());
-    let bmac = b.nic.mac();
-    let server = std::thread::spawn(move || {
-        let req = b.nic.connect_wait(b"cut-short", T).unwrap();
-        b.nic.accept(&req, &b.vi).unwrap();
-        b
-    });
-    a.vi.connect_retrying(bmac, b"cut-short", T.unwrap()).unwrap();
-    let mut b = server.join().unwrap();
+    let (mut a, mut b) = pair_sized(&w, Reliability::ReliableDelivery, false, 1 << 20, 1 << 20);
     // b has not taken anything from its ring until the end: the small
     // sends fill it but for two slots, so the big one's third fragment
     // finds it full.
