@@ -47,9 +47,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef VIRTIO_NET_HDR_GSO_UDP_L4
-#define VIRTIO_NET_HDR_GSO_UDP_L4 5
-#endif
+#include "udp_offload.h"
+
 #ifndef PACKET_QDISC_BYPASS
 #define PACKET_QDISC_BYPASS 20
 #endif
@@ -77,7 +76,7 @@ static int die(const char *what) {
 
 /* virtio_net_hdr + Ethernet + IPv4 + UDP for `pay` bytes of UDP payload to
  * `mac`, cut into `seg`-byte units when longer (NEEDS_CSUM: the field holds
- * the pseudo-header's sum). */
+ * the pseudo-header's sum: udp_offload.h). */
 static void outer(unsigned char *b, const unsigned char mac[6], int pay, int seg, int from_client) {
     memset(b, 0, VNET + OUTER);
     struct virtio_net_hdr *v = (void *)b;
@@ -100,20 +99,7 @@ static void outer(unsigned char *b, const unsigned char mac[6], int pay, int seg
     struct udphdr *u = (void *)(e + 34);
     u->source = u->dest = htons(PORT);
     u->len = htons(8 + pay);
-    s = 0;
-    const unsigned short *w = (const void *)&ip->saddr;
-    for (int i = 0; i < 4; i++) s += w[i];
-    s += htons(IPPROTO_UDP) + htons(8 + pay);
-    while (s >> 16) s = (s & 0xffff) + (s >> 16);
-    u->check = (unsigned short)s;
-    v->flags = VIRTIO_NET_HDR_F_NEEDS_CSUM;
-    v->csum_start = 34;
-    v->csum_offset = 6;
-    if (pay > seg) {
-        v->gso_type = VIRTIO_NET_HDR_GSO_UDP_L4;
-        v->gso_size = (unsigned short)seg;
-        v->hdr_len = OUTER;
-    }
+    udp_offload(v, ip, u, pay, seg, OUTER);
 }
 
 /* An AF_PACKET socket on `ifname` with virtio-net headers and no qdisc. */
