@@ -20,8 +20,13 @@ use via_user::engine::post::Queue;
 use via_user::{Reliability, ViPhase};
 
 const LEVELS: [Reliability; 3] = [Reliability::Unreliable, Reliability::ReliableDelivery, Reliability::ReliableReception];
-/// One fragment: one frame per message.
-const MSG: usize = 600;
+/// One fragment: one frame per message; long enough that its tag is
+/// AEGISMAC-128X4's (`via_wire::tag::WIDE_FROM`; the connection
+/// requests and ACKs around it are tagged with 128L).
+const MSG: usize = 1200;
+/// Where receive and send slot k lies in the window: `SLOT * k`.
+const SLOT: usize = 2000;
+const _: () = assert!(MSG >= via_wire::tag::WIDE_FROM && MSG <= SLOT);
 
 /// Every engine of this test binary opens with this secret.
 fn keyed() {
@@ -44,7 +49,7 @@ fn message(seed: u8) -> Vec<u8> {
 
 /// Sends message `k` from the peer.
 fn send(rig: &mut Rig, k: usize) {
-    rig.b.post_send(k % 4, (k % 4) * 1000, &message(k as u8), None);
+    rig.b.post_send(k % 4, (k % 4) * SLOT, &message(k as u8), None);
     rig.b.engine.ring_doorbell();
 }
 
@@ -71,7 +76,7 @@ fn expect_message(rig: &mut Rig, k: usize) {
     let (st, len, _) = rig.a.completion(slot);
     assert_eq!(st & status::ERROR_MASK, 0, "message {k}: status {st:#x}");
     assert_eq!(len as usize, MSG);
-    let at = (slot % 4) * 1000;
+    let at = (slot % 4) * SLOT;
     assert_eq!(rig.a.buf(at..at + MSG), message(k as u8), "message {k} arrived corrupted");
 }
 
@@ -94,7 +99,7 @@ fn replayed_forged_and_untagged_frames_have_no_effect_on_a_keyed_connection() {
             assert!(k.vi(1).is_some(), "{level:?}: no connection keys");
         }
         for s in 0..3 {
-            rig.a.post_recv(s, &[s * 1000..s * 1000 + MSG]);
+            rig.a.post_recv(s, &[s * SLOT..s * SLOT + MSG]);
         }
         let key = rig.b.engine.core.auth.as_ref().unwrap().vi(rig.b.vi).unwrap().tx.clone();
         assert_eq!(Some(&key), rig.a.engine.core.auth.as_ref().unwrap().vi(rig.a.vi).map(|k| &k.rx), "{level:?}: what one sends the other checks");

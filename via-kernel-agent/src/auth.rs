@@ -13,7 +13,7 @@
 //!   ends' endpoint and VI ids, and the connection's generation. MAC
 //!   addresses are left out: composite devices rewrite them on the way.
 //! - The MAC itself, the tag every authenticated frame carries, is
-//!   [`via_wire::tag`]'s (AEGISMAC-128L).
+//!   [`via_wire::tag`]'s (AEGISMAC-128L, or 128X4 for long payloads).
 //! - Keys are derived with BLAKE3's `derive_key` (the `blake3` crate).
 //!
 //! Replays are refused by what already refuses duplicates: a replayed data
