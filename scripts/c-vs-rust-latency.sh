@@ -10,6 +10,7 @@
 # Needs root. Usage: scripts/c-vs-rust-latency.sh [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/veth-pair.sh
 rounds="${1:-5}"
 cargo build --release -p vipl -p via-pingpong >/dev/null 2>&1
 target="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/release"
@@ -18,10 +19,7 @@ a="cvr-a-$$"; b="cvr-b-$$"; va="cva$$"; vb="cvb$$"
 cleanup() { ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -D_ISOC11_SOURCE -Iinclude tests/c/twohost.c -L"$target" -lvipl -o "$work/twohost"
-ip netns add "$a"; ip netns add "$b"
-ip link add "$va" type veth peer name "$vb"
-ip link set "$va" netns "$a"; ip link set "$vb" netns "$b"
-ip -n "$a" link set "$va" up; ip -n "$b" link set "$vb" up
+veth_pair "$a" "$b" "$va" "$vb"
 export LD_LIBRARY_PATH="$target"
 
 # $1: the C scenario (pingwait: RecvWait like the Rust loop; pingrcq: receives

@@ -8,17 +8,15 @@
 # Usage: scripts/gso-probe.sh [PAYLOAD ...]   (default 1472 8832 32384 64768)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/veth-pair.sh
 sizes=("${@:-1472 8832 32384 64768}")
 work="$(mktemp -d /tmp/gso-probe.XXXXXX)"
 a="gso-a-$$"; b="gso-b-$$"; va="gsa$$"; vb="gsb$$"
 cleanup() { ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 cc -O2 -o "$work/gso_probe" via-pingpong/probe/gso_probe.c
-ip netns add "$a"; ip netns add "$b"
-ip link add "$va" type veth peer name "$vb"
-ip link set "$va" netns "$a"; ip link set "$vb" netns "$b"
-ip -n "$a" link set "$va" up; ip -n "$b" link set "$vb" up
-mac="$(ip -n "$b" -o link show "$vb" | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)"
+veth_pair "$a" "$b" "$va" "$vb"
+mac="$(mac_of "$b" "$vb")"
 for pay in ${sizes[*]}; do
     exec 3< <(ip netns exec "$b" taskset -c 1 "$work/gso_probe" recv "$vb" 4)
     read -r ready <&3 # bound before the first frame

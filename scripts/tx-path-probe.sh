@@ -10,6 +10,7 @@
 #        (default 64768 1472 7 2000: one superframe of 44 units)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/veth-pair.sh
 pay="${1:-64768}"; seg="${2:-1472}"; rounds="${3:-7}"; iters="${4:-2000}"
 work="$(mktemp -d /tmp/tx-path-probe.XXXXXX)"
 a="txp-a-$$"; b="txp-b-$$"; va="txa$$"; vb="txb$$"
@@ -20,12 +21,9 @@ cleanup() {
 }
 trap cleanup EXIT
 cc -O2 -o "$work/tx_path_probe" via-pingpong/probe/tx_path_probe.c
-ip netns add "$a"; ip netns add "$b"
-ip link add "$va" type veth peer name "$vb"
-ip link set "$va" netns "$a"; ip link set "$vb" netns "$b"
-ip -n "$a" link set "$va" up; ip -n "$b" link set "$vb" up
-mac_a="$(ip -n "$a" -o link show "$va" | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)"
-mac_b="$(ip -n "$b" -o link show "$vb" | grep -o 'link/ether [0-9a-f:]*' | cut -d' ' -f2)"
+veth_pair "$a" "$b" "$va" "$vb"
+mac_a="$(mac_of "$a" "$va")"
+mac_b="$(mac_of "$b" "$vb")"
 exec 3< <(exec ip netns exec "$b" taskset -c 0 "$work/tx_path_probe" server "$vb" "$mac_a")
 read -r ready <&3
 [ "$ready" = READY ] || { echo "tx_path_probe server did not start" >&2; exit 1; }
