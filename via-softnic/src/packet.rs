@@ -851,6 +851,8 @@ impl TxScratch {
                 push(&p.heads[m]);
             }
             let units = &frames[at..at + count];
+            // (A superframe's first unit is its largest: all but the last
+            // are the plan's unit size, so `need` above made room for it.)
             if staging && count > 1 && units[0].len() <= STAGED_UNIT_MAX {
                 // A superframe: its units' bytes in one run.
                 let start = staged_at;
