@@ -94,6 +94,11 @@ impl<T: Retried> RetryTable<T> {
         self.entries.retain(|(_, e)| !f(e));
     }
 
+    /// The first entry `f` picks, to look at.
+    pub fn find(&self, f: impl Fn(&T) -> bool) -> Option<&T> {
+        self.entries.iter().map(|(_, e)| e).find(|e| f(e))
+    }
+
     /// The first entry `f` picks.
     pub fn find_mut(&mut self, f: impl Fn(&T) -> bool) -> Option<&mut T> {
         self.find_scheduled_mut(f).map(|(_, e)| e)

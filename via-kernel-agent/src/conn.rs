@@ -301,6 +301,15 @@ impl ConnectionManager {
         self.requests.poll(|r| r.vi == vi, |r| r.state.clone()).unwrap_or(RequestState::TimedOut)
     }
 
+    /// The peer the request of `vi` was accepted by, while that answer
+    /// waits for [`Self::request_poll`].
+    pub fn accepted(&self, vi: u16) -> Option<&Peer> {
+        match &self.requests.find(|r| r.vi == vi)?.state {
+            RequestState::Accepted(p) => Some(p),
+            _ => None,
+        }
+    }
+
     /// Abandons the request of `vi`.
     pub fn request_cancel(&mut self, vi: u16) {
         self.requests.remove_where(|r| r.vi == vi);

@@ -127,6 +127,15 @@ impl PeerConnector {
         self.requests.poll(|r| r.vi == vi, |r| r.state.clone()).unwrap_or(RequestState::TimedOut)
     }
 
+    /// The peer the request of `vi` was accepted with (we decided, or its
+    /// accept came), while that waits for [`Self::poll`].
+    pub fn accepted(&self, vi: u16) -> Option<&Peer> {
+        match &self.requests.find(|r| r.vi == vi)?.state {
+            RequestState::Accepted(p) => Some(p),
+            _ => None,
+        }
+    }
+
     /// Has the request of `vi` passed its deadline (or is there none)?
     pub fn expired(&mut self, vi: u16, now: Instant) -> bool {
         self.requests.find_scheduled_mut(|r| r.vi == vi).is_none_or(|(b, _)| b.expired(now))

@@ -9,7 +9,7 @@ use std::time::Instant;
 use via_kernel_agent::auth::{ConnEnd, Nonce};
 use via_kernel_agent::conn::{CmFrame, Peer, RejectReason, RequestState};
 use via_kernel_agent::peer::compatible;
-use via_wire::{ConnRepr, Kind, MAX_DISCRIMINATOR};
+use via_wire::{ConnRepr, Frame, Kind, MAX_DISCRIMINATOR};
 use via_wire::MacAddr;
 
 /// A connection request handed to a server by `ConnectWait`.
@@ -194,6 +194,42 @@ impl Core {
         };
         vi.phase = ViPhase::Idle;
         Some(Err(out))
+    }
+
+    /// Is some connection request of ours (either model) still to be
+    /// polled? Only then can a frame settle one
+    /// ([`Core::settle_answered_by`]).
+    #[inline]
+    pub(super) fn requests_out(&self) -> bool {
+        !(self.peers.timers_idle() && self.cm.timers_idle())
+    }
+
+    /// The frame `f` is for a VI whose connection request was accepted by
+    /// `f`'s very sender (its MAC, endpoint, VI and generation), an answer
+    /// the VI's program has not polled yet: settles the request now, as
+    /// that poll would, so that the frame is taken rather than refused
+    /// (as stale, or for want of the connection's keys) and sent again
+    /// after a timeout. For the side that decided a peer connection, the
+    /// frame says that its accept arrived. The program's next poll then
+    /// finds the VI connected. A request whose keys cannot be made (the
+    /// peer sent no nonce) is left to that poll, which says why.
+    pub(super) fn settle_answered_by<T: AsRef<[u8]>>(&mut self, f: &Frame<T>) {
+        let id = f.dst_vi();
+        if self.vi(id).map_or(true, |v| v.phase != ViPhase::ConnectPending) {
+            return;
+        }
+        let keyed = self.auth.is_some();
+        let by_sender = |p: &Peer| p.mac == f.src_mac() && p.ep == f.src_ep() && p.vi == f.src_vi() && p.generation == f.generation() && (!keyed || p.attrs.nonce.is_some());
+        let now = Instant::now();
+        let (st, who) = if self.peers.accepted(id).is_some_and(by_sender) {
+            (self.peers.poll(id, now), "the peer")
+        } else if self.cm.accepted(id).is_some_and(by_sender) {
+            (self.cm.request_poll(id, now), "the server")
+        } else {
+            return;
+        };
+        self.counters.requests_settled_by_frame += 1;
+        let _ = self.settle_request(id, st, who);
     }
 
     /// Starts `VipConnectPeerRequest` from VI `id`: our discriminator

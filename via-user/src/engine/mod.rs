@@ -176,6 +176,9 @@ pub struct Counters {
     pub rx_not_for_us: u64,
     pub rx_no_vi: u64,
     pub rx_stale: u64,
+    /// Connection requests settled by the peer's first frame, before the
+    /// program polled them (`engine::connect`).
+    pub requests_settled_by_frame: u64,
     pub rx_duplicate: u64,
     pub rx_out_of_order: u64,
     pub rx_bad_offset: u64,
@@ -246,6 +249,7 @@ impl Counters {
             ("rx_not_for_us", self.rx_not_for_us),
             ("rx_no_vi", self.rx_no_vi),
             ("rx_stale", self.rx_stale),
+            ("requests_settled_by_frame", self.requests_settled_by_frame),
             ("rx_duplicate", self.rx_duplicate),
             ("rx_out_of_order", self.rx_out_of_order),
             ("rx_bad_offset", self.rx_bad_offset),

@@ -82,6 +82,12 @@ impl Core {
             self.cx.counters.rx_malformed += 1;
             return;
         };
+        // The first frames of a connection whose answer its program has
+        // not polled yet settle that request (connect.rs), before they
+        // would be refused for want of its keys or as stale.
+        if self.requests_out() && f.dst_ep() == self.ep && f.kind().is_some_and(|k| !k.is_connection_management()) {
+            self.settle_answered_by(&f);
+        }
         // Its checksum or MAC (authenticate.rs): a counted drop when wrong.
         if !self.frame_trusted(&f, lent.is_some(), meta.vouched) {
             return;
