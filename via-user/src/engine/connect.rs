@@ -151,6 +151,9 @@ impl Core {
 
     /// Where `VipConnectRequest` of VI `id` stands: `None` while pending.
     pub fn connect_request_poll(&mut self, id: u16) -> Option<Result<()>> {
+        if self.vi(id).ok()?.phase == ViPhase::Connected {
+            return Some(Ok(())); // settled by the server's first frame (`settle_answered_by`)
+        }
         let st = self.cm.request_poll(id, Instant::now());
         self.settle_request(id, st, "the server")
     }
@@ -256,7 +259,7 @@ impl Core {
     /// (`None` while pending).
     pub fn peer_request_poll(&mut self, id: u16) -> Option<Result<()>> {
         if self.vi(id).ok()?.phase == ViPhase::Connected {
-            return Some(Ok(())); // settled by an earlier poll
+            return Some(Ok(())); // settled by an earlier poll, or by the peer's first frame
         }
         let now = Instant::now();
         // The deciding side is connected once its accept has left: the
