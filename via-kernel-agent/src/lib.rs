@@ -10,7 +10,9 @@
 //! - [`names`]: the name service (hosts file);
 //! - [`resolver`]: name discovery on the segment (sans-IO);
 //! - [`binding`]: handing a NIC to vfio-pci and back (`via-agent`);
-//! - [`netns`]: running `ip` for tools that build hosts from namespaces.
+//! - [`netns`]: running `ip` for tools that build hosts from namespaces;
+//! - [`udp_port`]: the nftables rule that keeps the kernel's IP stack off
+//!   VIA's UDP port (`via-agent udp-port`).
 
 pub mod auth;
 pub mod backoff;
@@ -21,3 +23,4 @@ pub mod names;
 pub mod netns;
 pub mod peer;
 pub mod resolver;
+pub mod udp_port;

@@ -27,6 +27,10 @@ pub struct Options {
     /// Demo: frames of every kind the kernel drops on both hosts'
     /// interfaces, per thousand (an nftables netdev ingress rule).
     pub kernel_loss: u32,
+    /// Demo: with via-udp, both hosts keep the kernel's IP stack off VIA's
+    /// UDP port (`via_kernel_agent::udp_port`), as a host running VIA in
+    /// UDP would; `--no-port-rule` leaves the rule out.
+    pub port_rule: bool,
     pub transports: Vec<String>,
     /// Demo: alternating rounds for the headline ratios.
     pub rounds: usize,
@@ -73,6 +77,7 @@ impl Default for Options {
             plot: None,
             mtu: 1500,
             kernel_loss: 0,
+            port_rule: true,
             transports: DEMO_DEFAULT.map(String::from).to_vec(),
             rounds: 5,
             cpu: None,

@@ -118,6 +118,24 @@ impl Hosts {
     }
 }
 
+impl Hosts {
+    /// With `on`, both hosts keep the kernel's IP stack off VIA's UDP port
+    /// (`via_kernel_agent::udp_port`): their packet sockets take the
+    /// datagrams, and the kernel need not route each to a UDP socket that
+    /// drops it. Says which; without nft the demo goes on without it.
+    fn port_rule(&self, on: bool) {
+        let port = via_softnic::VIA_UDP_PORT;
+        if !on {
+            eprintln!("via-pingpong --demo: via-udp without the port rule (--no-port-rule): both kernels process every VIA datagram too");
+            return;
+        }
+        match [&self.a, &self.b].into_iter().try_for_each(|ns| via_kernel_agent::udp_port::install(Some(ns), port)) {
+            Ok(()) => eprintln!("via-pingpong --demo: both hosts keep their IP stack off VIA's UDP port {port} (the rule of via-agent udp-port)"),
+            Err(e) => eprintln!("via-pingpong --demo: note: {e}; via-udp runs with both kernels processing every VIA datagram too"),
+        }
+    }
+}
+
 impl Drop for Hosts {
     fn drop(&mut self) {
         cleanup();
@@ -562,6 +580,9 @@ pub fn run(o: &Options) -> i32 {
         }
     };
     eprintln!("via-pingpong --demo: hosts {} ({}) and {} ({}), veth MTU {}", h.a, h.va, h.b, h.vb, o.mtu);
+    if o.transports.iter().any(|t| t.starts_with("via-udp")) {
+        h.port_rule(o.port_rule);
+    }
     let mut rows = Vec::new();
     let mut rss = Vec::new();
     let mut failed = false;

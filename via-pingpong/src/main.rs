@@ -98,6 +98,8 @@ USAGE:
     --kernel-loss N   demo: the kernel drops N frames in a thousand, of every kind (VIA's, TCP's,
                       UDP's alike), arriving on either host (an nftables netdev ingress rule,
                       `numgen random mod 1000 < N drop`; needs nft): goodput under the same loss
+    --no-port-rule    demo: leave out the rule that keeps each host's IP stack off VIA's UDP
+                      port (via-agent udp-port; with via-udp, installed by default where nft is)
     --rounds N        demo: after the sweeps, N alternating rounds of every transport at 64 B
                       latency and 1 MiB bandwidth; the ratios use their medians (default 5)
     --discriminator S VIA connection discriminator (default pingpong)
@@ -147,6 +149,7 @@ fn parse() -> Result<(String, Options), String> {
             "--cpu" => o.cpu = Some(val()?.parse().map_err(|_| "bad --cpu")?),
             "--rounds" => o.rounds = val()?.parse().map_err(|_| "bad --rounds")?,
             "--mtu" => o.mtu = val()?.parse().map_err(|_| "bad --mtu")?,
+            "--no-port-rule" => o.port_rule = false,
             "--kernel-loss" => o.kernel_loss = val()?.parse().ok().filter(|n| *n < 1000).ok_or("bad --kernel-loss (want frames per thousand, 0-999)")?,
             "--discriminator" => o.discriminator = val()?,
             "--rdma" => {

@@ -553,7 +553,9 @@ impl FrameDevice for PacketDevice {
         if let Some(u) = &self.udp {
             // Probes sent to resolve next hops, and whether our socket
             // holds the UDP port (else another program's answers for it).
-            v.extend([("tx_probes", u.hops.probes), ("udp_port_held", u64::from(u.hops.holds_port))]);
+            // And the datagrams the kernel's IP stack processed too (0
+            // under the port rule: `via-agent udp-port`).
+            v.extend([("tx_probes", u.hops.probes), ("udp_port_held", u64::from(u.hops.holds_port)), ("kernel_udp_drops", u.hops.kernel_udp_drops())]);
         }
         v
     }

@@ -1,4 +1,4 @@
-//! `mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--raw] [--timeout SECONDS] [--no-auth] [--faults SPEC] -- PROGRAM ARGS`
+//! `mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--raw] [--no-port-rule] [--timeout SECONDS] [--no-auth] [--faults SPEC] -- PROGRAM ARGS`
 //!
 //! Each run makes a cluster secret of its own (32 random bytes, mode 0600
 //! in a directory only root can enter, removed at exit) and hands it to
@@ -27,6 +27,9 @@
 //! MTU. `--raw` gives it raw VIA frames instead (`/dev/via_eth0`), each
 //! frame a trip through the kernel: at MTU 1500 a 64 KiB message is 45 of
 //! them (with `--mtu 65000`, one; docs/BENCHMARKS.md compares them).
+//! Each rank's namespace gets the rule that keeps the kernel's IP stack
+//! off VIA's UDP port (`via-agent udp-port`; needs nft), as a host running
+//! VIA in UDP would have it; `--no-port-rule` leaves it out.
 //!
 //! The ranks share this host, so over VIA each opens a composite device:
 //! its `eth0` for the network and a shared-memory wire of the run for the
@@ -68,6 +71,9 @@ struct Opts {
     udp: bool,
     /// No cluster secret: frames carry the CRC alone (`--no-auth`).
     no_auth: bool,
+    /// Over VIA in UDP, leave the ranks' kernels processing VIA's
+    /// datagrams too (`--no-port-rule`): no `udp_port` rule.
+    no_port_rule: bool,
     hosts: usize,
     /// Faults every rank's NIC adds (`--faults loss=P,dup=P,...`, the
     /// software fault device's spec): only with `--nic-only`.
@@ -76,13 +82,13 @@ struct Opts {
 }
 
 fn usage() -> ! {
-    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--raw] [--timeout SECONDS] [--no-auth] [--faults loss=P,dup=P,reorder=P] -- PROGRAM [ARGS...]");
+    eprintln!("usage: mttl-run -n N [--transport via|tcp] [--nic-only | --hosts K] [--mtu BYTES] [--raw] [--no-port-rule] [--timeout SECONDS] [--no-auth] [--faults loss=P,dup=P,reorder=P] -- PROGRAM [ARGS...]");
     std::process::exit(2)
 }
 
 fn parse() -> Opts {
     let mut a = std::env::args().skip(1);
-    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: DEFAULT_MTU, nic_only: false, udp: true, no_auth: false, hosts: 1, faults: None, cmd: Vec::new() };
+    let mut o = Opts { n: 0, transport: std::env::var("MTTL_TRANSPORT").unwrap_or_else(|_| "via".into()), timeout: None, mtu: DEFAULT_MTU, nic_only: false, udp: true, no_auth: false, no_port_rule: false, hosts: 1, faults: None, cmd: Vec::new() };
     while let Some(x) = a.next() {
         match x.as_str() {
             "-n" | "--np" => o.n = a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()),
@@ -92,6 +98,7 @@ fn parse() -> Opts {
             "--udp" => o.udp = true, // the default; kept for older scripts
             "--raw" => o.udp = false,
             "--no-auth" => o.no_auth = true,
+            "--no-port-rule" => o.no_port_rule = true,
             "--faults" => o.faults = Some(a.next().unwrap_or_else(|| usage())),
             "--hosts" => o.hosts = a.next().and_then(|v| v.parse().ok()).filter(|&k| k >= 1).unwrap_or_else(|| usage()),
             "--timeout" => o.timeout = Some(Duration::from_secs(a.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| usage()))),
@@ -178,6 +185,22 @@ impl Net {
             ip(&["-n", &ns, "link", "set", "lo", "up"])?;
         }
         Ok(net)
+    }
+}
+
+impl Net {
+    /// Over VIA in UDP: in every rank's namespace, the rule that keeps the
+    /// kernel's IP stack off VIA's port (`via_kernel_agent::udp_port`; the
+    /// provider's packet sockets take the datagrams, the kernel need not
+    /// route them to a socket that drops them). Without nft the run goes on
+    /// as without the rule, and says so.
+    fn keep_ip_stack_off_the_port(&self, n: usize) {
+        for i in 0..n {
+            if let Err(e) = via_kernel_agent::udp_port::install(Some(&self.rank(i)), via_softnic::VIA_UDP_PORT) {
+                eprintln!("mttl-run: note: {e}; the ranks' kernels will process every VIA datagram as well");
+                return;
+            }
+        }
     }
 }
 
@@ -293,6 +316,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if o.transport == "via" && o.udp && !o.no_port_rule {
+        net.keep_ip_stack_off_the_port(o.n);
+    }
     let secret = match RunSecret::make(&o) {
         Ok(s) => s,
         Err(e) => {

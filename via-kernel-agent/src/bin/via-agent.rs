@@ -6,15 +6,18 @@
 //! via-agent bind <pci>        unbind the kernel driver, bind vfio-pci, check the group
 //! via-agent unbind <pci>      give the device back to its kernel driver
 //! via-agent status            the VFIO prerequisites and every VIA NIC's state
+//! via-agent udp-port [install|remove|status] [PORT]
+//!                             VIA in UDP: keep the kernel's IP stack off the port
+//!                             (an nftables rule in this namespace; default port 34997)
 //! ```
 
 use std::path::Path;
 use std::process::exit;
 use via_device::pci::{self, PciDevice};
-use via_kernel_agent::binding;
+use via_kernel_agent::{binding, udp_port};
 
 fn usage() -> ! {
-    eprintln!("usage: via-agent list | bind <pci address> | unbind <pci address> | status");
+    eprintln!("usage: via-agent list | bind <pci address> | unbind <pci address> | status | udp-port [install|remove|status] [port]");
     exit(2)
 }
 
@@ -90,6 +93,31 @@ fn status() {
     }
 }
 
+/// `via-agent udp-port ACTION [PORT]`: the rule that keeps the kernel's
+/// IP stack off VIA's UDP port on this host (`udp_port`).
+fn udp_port_command(action: &str, port: Option<&str>) {
+    let port = match port {
+        None => 0x88b5, // via_softnic::VIA_UDP_PORT
+        Some(p) => p.parse::<u16>().ok().filter(|&p| p != 0).unwrap_or_else(|| die(format!("{p:?} is no UDP port"))),
+    };
+    match action {
+        "install" => match udp_port::install(None, port) {
+            Ok(()) => println!("UDP port {port}: datagrams to this host are dropped at the IP layer's first hook (table ip {}); VIA's packet sockets still take them", udp_port::table(port)),
+            Err(e) => die(e),
+        },
+        "remove" => match udp_port::remove(None, port) {
+            Ok(()) => println!("UDP port {port}: the kernel's IP stack processes its datagrams again"),
+            Err(e) => die(e),
+        },
+        "status" => match udp_port::installed(None, port) {
+            Ok(true) => println!("UDP port {port}: kept off the kernel's IP stack (table ip {})", udp_port::table(port)),
+            Ok(false) => println!("UDP port {port}: the kernel's IP stack processes every VIA datagram too (via-agent udp-port install)"),
+            Err(e) => die(e),
+        },
+        _ => usage(),
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
@@ -103,6 +131,10 @@ fn main() {
             Ok(d) => println!("{} released (driver now {})", d.address, d.driver.as_deref().unwrap_or("none")),
             Err(e) => die(e),
         },
+        ["udp-port"] => udp_port_command("install", None),
+        ["udp-port", a @ ("install" | "remove" | "status")] => udp_port_command(a, None),
+        ["udp-port", a @ ("install" | "remove" | "status"), port] => udp_port_command(a, Some(port)),
+        ["udp-port", port] => udp_port_command("install", Some(port)),
         _ => usage(),
     }
 }

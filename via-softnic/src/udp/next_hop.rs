@@ -90,6 +90,16 @@ impl NextHops {
         Ok(NextHops { ifname: ifname.to_string(), routes, arp, socket, port, holds_port, entries: Vec::new(), text: String::new(), lookups: 0, probes: 0 })
     }
 
+    /// Datagrams to the port that the kernel's own IP stack carried up to
+    /// our socket and dropped there (its drop count): each cost this host
+    /// a route lookup, a socket lookup and the drop on top of the packet
+    /// socket's copy. 0 while the port rule keeps the IP stack off the port
+    /// (`via_kernel_agent::udp_port`, `via-agent udp-port`). With several
+    /// VIA processes on the port, each socket counts its share.
+    pub fn kernel_udp_drops(&self) -> u64 {
+        sys::drops(&self.socket)
+    }
+
     /// Where a datagram to `dst` goes now.
     pub fn lookup(&mut self, dst: Ipv4Addr) -> Hop {
         self.lookups = self.lookups.wrapping_add(1);
@@ -244,6 +254,22 @@ mod sys {
         // SAFETY: passes a live sockaddr_in and its size.
         let bound = unsafe { libc::bind(fd.as_raw_fd(), (&a as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as u32) } == 0;
         Ok((fd, bound))
+    }
+
+    /// The socket's drop count (`SO_MEMINFO`'s `SK_MEMINFO_DROPS`); 0 if
+    /// the kernel does not say.
+    pub fn drops(fd: &OwnedFd) -> u64 {
+        const SO_MEMINFO: i32 = 55;
+        const SK_MEMINFO_DROPS: usize = 8;
+        let mut info = [0u32; 9];
+        let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+        // SAFETY: the kernel writes at most `len` bytes into `info`.
+        let r = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, SO_MEMINFO, info.as_mut_ptr().cast(), &mut len) };
+        if r == 0 && len as usize > SK_MEMINFO_DROPS * 4 {
+            u64::from(info[SK_MEMINFO_DROPS])
+        } else {
+            0
+        }
     }
 
     /// Sends an empty datagram to `dst`: the kernel resolves its next hop.
