@@ -18,12 +18,15 @@ trap 'rm -rf "$out"' EXIT
 # clock reuses a reading for 10,000 counter ticks (~3 us natively);
 # callgrind runs ~50x slower against the same counter, so the window is
 # scaled alike, or every reading would go to the system clock as a native
-# run's do not (via-user/src/clock.rs). The CRC is the instruction's, as
+# run's do not (via-user/src/clock.rs); the pause before a standalone ACK
+# (VIA_ACK_IDLE_US, 20 us natively) likewise, or ACKs would go that a
+# native run's messages, 0.2 us apart, never pause long enough for. The
+# CRC is the instruction's, as
 # natively: left to itself, a process under valgrind, whose crc32 is
 # emulated bit by bit, would time the tables faster (via-wire crc32c.rs).
 count() {
     local name="$1"; shift
-    env "$@" VIA_CLOCK_FRESH_TICKS="${VIA_CLOCK_FRESH_TICKS:-500000}" VIA_CRC32C="${VIA_CRC32C:-sse42}" valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*ping_pong*' \
+    env "$@" VIA_CLOCK_FRESH_TICKS="${VIA_CLOCK_FRESH_TICKS:-500000}" VIA_ACK_IDLE_US="${VIA_ACK_IDLE_US:-2000}" VIA_CRC32C="${VIA_CRC32C:-sse42}" valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*ping_pong*' \
          --callgrind-out-file="$out/$name" "$bench" >/dev/null 2>&1
     callgrind_annotate "$out/$name" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,
 }

@@ -172,7 +172,7 @@ fn half() -> usize {
 
 fn connected_pair(mode: Mode) -> (End, End) {
     // Waits spin throughout (the queue device has no fd to sleep on).
-    let cfg = Config { progress_thread: false, spin: Duration::from_secs(60), ..Config::default() };
+    let cfg = Config { progress_thread: false, spin: Duration::from_secs(60), ..Config::from_env() };
     let (da, db) = devices();
     let a = Nic::with_device("a", da, cfg.clone()).unwrap();
     let b = Nic::with_device("b", db, cfg).unwrap();

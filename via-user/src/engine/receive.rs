@@ -486,9 +486,7 @@ impl Context {
             return; // the VI broke
         }
         if reliable {
-            let every = self.config.ack_every;
-            let delay = self.config.ack_delay;
-            match vi.acks.on_accepted(now, every, delay, f.flags() & flags::ACK_REQ != 0) {
+            match vi.acks.on_accepted(now, &self.ack_timing, f.flags() & flags::ACK_REQ != 0) {
                 AckDue::Now => self.outbox.owe_ack(vi.id),
                 AckDue::At(t) => self.arm(t),
                 AckDue::Armed => {}

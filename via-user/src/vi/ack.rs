@@ -1,11 +1,34 @@
 //! What the receiving side of a reliable VI owes the sender: an ACK after
-//! every `ack_every` accepted frames, at the latest `ack_delay` after the
-//! first unacknowledged one, at once for a duplicate or a frame that asks
-//! for one, and a NAK (with the SACK bitmap) when a gap opens. Any frame
-//! we send carries the ACK, so a transmission settles what is owed.
+//! every `ack_every` accepted frames, once the flow pauses (`ack_idle`
+//! after the last accepted frame, no frame of ours having carried it), at
+//! the latest `ack_delay` after the first unacknowledged one, at once for a
+//! duplicate or a frame that asks for one, and a NAK (with the SACK bitmap)
+//! when a gap opens. Any frame we send carries the ACK, so a transmission
+//! settles what is owed: a reply that follows within `ack_idle` takes it
+//! along, and a sender whose peer does not reply (a blocking send, whose
+//! completion waits for the ACK) has it soon after its last frame rather
+//! than after `ack_delay`.
 
 use crate::clock::{earlier, Time};
 use std::time::Duration;
+
+/// When a receiver acknowledges, from the engine's [`crate::Config`],
+/// in the clock's nanoseconds (converted once, not per frame).
+#[derive(Clone, Copy, Debug)]
+pub struct AckTiming {
+    /// An ACK at least every this many accepted frames.
+    pub every: u32,
+    /// The longest an ACK waits for a frame of ours to ride on.
+    pub delay_ns: u64,
+    /// How long it waits once the peer's frames stop coming.
+    pub idle_ns: u64,
+}
+
+impl AckTiming {
+    pub fn new(every: u32, delay: Duration, idle: Duration) -> AckTiming {
+        AckTiming { every, delay_ns: crate::clock::nanos_of(delay), idle_ns: crate::clock::nanos_of(idle) }
+    }
+}
 
 /// The ACK duty of one VI's receiver.
 #[derive(Clone, Debug, Default)]
@@ -14,6 +37,10 @@ pub struct AckScheduler {
     count: u32,
     /// When a delayed ACK is due.
     at: Option<Time>,
+    /// When the flow will have paused: the last accepted frame's time plus
+    /// the idle delay (moved on by every frame; the engine's timer,
+    /// armed at the first, finds it later and waits again).
+    idle_at: Option<Time>,
     /// An ACK (or, with `nak`, a NAK) must go out in this progress round.
     now: bool,
     nak: bool,
@@ -47,22 +74,26 @@ impl AckScheduler {
         self.nak
     }
 
-    /// When the delayed ACK, or the wait for a gap, is due, if armed.
+    /// When the delayed ACK, the pause's, or the wait for a gap, is due,
+    /// if armed.
     pub fn deadline(&self) -> Option<Time> {
-        earlier(self.at, self.gap_at)
+        earlier(earlier(self.at, self.idle_at), self.gap_at)
     }
 
     /// A frame was accepted in order; `requested`: it asked for an ACK.
-    #[inline]
-    pub fn on_accepted(&mut self, now: Time, every: u32, delay: Duration, requested: bool) -> AckDue {
+    #[inline(always)]
+    pub fn on_accepted(&mut self, now: Time, t: &AckTiming, requested: bool) -> AckDue {
         self.count += 1;
-        if self.count >= every || requested {
+        if self.count >= t.every || requested {
             self.now = true;
-            AckDue::Now
-        } else if self.at.is_none() {
-            let t = now + delay;
-            self.at = Some(t);
-            AckDue::At(t)
+            return AckDue::Now;
+        }
+        let idle = now.after_nanos(t.idle_ns);
+        self.idle_at = Some(idle);
+        if self.at.is_none() {
+            let delayed = now.after_nanos(t.delay_ns);
+            self.at = Some(delayed);
+            AckDue::At(delayed.min(idle))
         } else {
             AckDue::Armed
         }
@@ -111,7 +142,7 @@ impl AckScheduler {
     /// owed this round (the engine makes it a NAK if a gap stands).
     pub fn on_timer(&mut self, now: Time) -> bool {
         let mut due = false;
-        for t in [&mut self.at, &mut self.gap_at] {
+        for t in [&mut self.at, &mut self.idle_at, &mut self.gap_at] {
             if t.is_some_and(|t| t <= now) {
                 *t = None;
                 due = true;
@@ -126,6 +157,7 @@ impl AckScheduler {
     pub fn carried(&mut self) {
         self.count = 0;
         self.at = None;
+        self.idle_at = None;
         self.now = false;
     }
 
@@ -148,20 +180,52 @@ mod tests {
     #[test]
     fn acks_every_n_frames_or_after_the_delay() {
         let (t0, d) = (Time::default() + Duration::from_secs(1), Duration::from_micros(200));
+        // No pause counted here: an idle delay as long as the delay.
         let mut a = AckScheduler::default();
         assert!(!a.owed());
-        assert_eq!(a.on_accepted(t0, 3, d, false), AckDue::At(t0 + d), "the first frame arms the delay");
-        assert_eq!(a.on_accepted(t0, 3, d, false), AckDue::Armed);
+        assert_eq!(a.on_accepted(t0, &AckTiming::new(3, d, d), false), AckDue::At(t0 + d), "the first frame arms the delay");
+        assert_eq!(a.on_accepted(t0, &AckTiming::new(3, d, d), false), AckDue::Armed);
         assert!(a.owed() && a.deadline() == Some(t0 + d));
         assert!(!a.on_timer(t0), "not yet");
-        assert_eq!(a.on_accepted(t0, 3, d, false), AckDue::Now, "the third frame");
+        assert_eq!(a.on_accepted(t0, &AckTiming::new(3, d, d), false), AckDue::Now, "the third frame");
         a.carried();
         assert!(!a.owed() && a.deadline().is_none(), "a transmission settles it");
-        assert_eq!(a.on_accepted(t0, 3, d, true), AckDue::Now, "asked for");
+        assert_eq!(a.on_accepted(t0, &AckTiming::new(3, d, d), true), AckDue::Now, "asked for");
         a.carried();
-        a.on_accepted(t0, 3, d, false);
+        a.on_accepted(t0, &AckTiming::new(3, d, d), false);
         assert!(a.on_timer(t0 + d), "the delay ran out");
         assert!(a.owed() && a.deadline().is_none());
+    }
+
+    #[test]
+    fn a_pause_in_the_flow_is_acknowledged_before_the_delay() {
+        let (t0, d, idle) = (Time::default() + Duration::from_secs(1), Duration::from_micros(200), Duration::from_micros(20));
+        let us = Duration::from_micros;
+        let mut a = AckScheduler::default();
+        assert_eq!(a.on_accepted(t0, &AckTiming::new(100, d, idle), false), AckDue::At(t0 + idle), "the first frame arms the pause's wait");
+        // Frames keep coming: the pause moves on with the last of them.
+        for k in 1..=10 {
+            assert_eq!(a.on_accepted(t0 + us(5 * k), &AckTiming::new(100, d, idle), false), AckDue::Armed);
+        }
+        assert_eq!(a.deadline(), Some(t0 + us(50) + idle));
+        assert!(!a.on_timer(t0 + idle), "the engine's timer at the first frame's pause finds none");
+        assert_eq!(a.deadline(), Some(t0 + us(70)), "and waits again");
+        assert!(a.on_timer(t0 + us(70)), "20 us without a frame: an ACK is owed");
+        assert!(a.owed());
+        a.carried();
+        assert!(a.deadline().is_none());
+        // A frame that never pauses long is still acknowledged by the delay.
+        a.on_accepted(t0 + us(100), &AckTiming::new(1000, d, idle), false);
+        for k in 1..=30 {
+            a.on_accepted(t0 + us(100 + 10 * k), &AckTiming::new(1000, d, idle), false);
+        }
+        assert_eq!(a.deadline(), Some(t0 + us(100) + d));
+        assert!(a.on_timer(t0 + us(100) + d));
+        // A frame of ours carries what is owed: nothing waits.
+        a.carried();
+        a.on_accepted(t0 + us(500), &AckTiming::new(100, d, idle), false);
+        a.carried();
+        assert!(!a.owed() && a.deadline().is_none());
     }
 
     #[test]
@@ -189,7 +253,7 @@ mod tests {
         let mut a = AckScheduler::default();
         assert_eq!(a.on_held_waiting(t0, d), AckDue::At(t0 + d));
         assert_eq!(a.on_held_waiting(t0 + d / 2, d), AckDue::Armed, "the same gap's wait");
-        a.on_accepted(t0, 1, d, false);
+        a.on_accepted(t0, &AckTiming::new(1, d, d), false);
         assert!(!a.sent(3), "a plain ACK went, not a NAK");
         assert_eq!(a.deadline(), Some(t0 + d), "the gap's wait survives the ACK");
         assert!(!a.on_timer(t0 + d / 2));

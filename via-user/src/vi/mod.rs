@@ -8,7 +8,7 @@ mod ack;
 mod retransmit;
 mod selective;
 
-pub use ack::{AckDue, AckScheduler};
+pub use ack::{AckDue, AckScheduler, AckTiming};
 pub use retransmit::{give_up_after, Expiry, Retransmission};
 pub use selective::SelectiveRepeat;
 
