@@ -53,7 +53,7 @@ pub mod srq_api;
 mod waker;
 pub mod workqueue;
 
-pub use engine::{AsyncError, AsyncErrorKind, Config, Counters, IncomingRequest};
+pub use engine::{ack_every_for, AsyncError, AsyncErrorKind, Config, Counters, IncomingRequest};
 pub use clock::Time;
 pub use error::{Result, ViaError, VipReturn};
 pub use nic::{Completion, Nic, NicAttributes};

@@ -156,7 +156,7 @@ impl Config {
             c.ack_idle = Duration::from_micros(v);
         }
         if let Some(v) = env_u64("VIA_ACK_EVERY") {
-            c.ack_every = (v as u32).max(1);
+            c.ack_every = u32::try_from(v).unwrap_or(u32::MAX); // 0: an eighth of the window
         }
         if let Some(v) = env_u64("VIA_RTO_US") {
             c.rto_initial = Duration::from_micros(v.max(10));
