@@ -44,7 +44,7 @@ pub use linkme;
 
 /// The Ethernet facts a driver needs: addresses, the header's length and
 /// VIA's EtherType (what its receive filter matches).
-pub use via_wire::{MacAddr, DST_EP_OFFSET, ETHERTYPE, ETH_HEADER_LEN};
+pub use via_wire::{MacAddr, DST_EP_OFFSET, ETHERTYPE, ETH_HEADER_LEN, VIA_UDP_PORT};
 use std::io;
 use std::os::fd::RawFd;
 

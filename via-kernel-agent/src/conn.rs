@@ -143,6 +143,16 @@ pub enum RequestState {
     TimedOut,
 }
 
+impl RequestState {
+    /// The peer, once accepted.
+    pub fn accepted(&self) -> Option<&Peer> {
+        match self {
+            RequestState::Accepted(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
 struct Wait {
     id: u32,
     discriminator: Vec<u8>,
@@ -304,10 +314,7 @@ impl ConnectionManager {
     /// The peer the request of `vi` was accepted by, while that answer
     /// waits for [`Self::request_poll`].
     pub fn accepted(&self, vi: u16) -> Option<&Peer> {
-        match &self.requests.find(|r| r.vi == vi)?.state {
-            RequestState::Accepted(p) => Some(p),
-            _ => None,
-        }
+        self.requests.find(|r| r.vi == vi)?.state.accepted()
     }
 
     /// Abandons the request of `vi`.

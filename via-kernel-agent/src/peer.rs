@@ -130,10 +130,7 @@ impl PeerConnector {
     /// The peer the request of `vi` was accepted with (we decided, or its
     /// accept came), while that waits for [`Self::poll`].
     pub fn accepted(&self, vi: u16) -> Option<&Peer> {
-        match &self.requests.find(|r| r.vi == vi)?.state {
-            RequestState::Accepted(p) => Some(p),
-            _ => None,
-        }
+        self.requests.find(|r| r.vi == vi)?.state.accepted()
     }
 
     /// Has the request of `vi` passed its deadline (or is there none)?

@@ -19,8 +19,7 @@
 //! the rules of several ports live side by side; installing is idempotent.
 //! It needs `nft` (Debian: nftables) and CAP_NET_ADMIN in the namespace.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use crate::netns::nft;
 
 /// The nftables table that holds the rule for `port`.
 pub fn table(port: u16) -> String {
@@ -41,39 +40,6 @@ pub fn ruleset(port: u16) -> String {
          \t}}\n\
          }}\n"
     )
-}
-
-/// `nft ARGS` with `input` on its standard input, inside network namespace
-/// `netns` (`ip netns exec`) or in this process's own.
-fn nft(netns: Option<&str>, args: &[&str], input: &str) -> Result<String, String> {
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, "nft"]);
-            c
-        }
-        None => Command::new("nft"),
-    };
-    let shown = || format!("nft {}{}", args.join(" "), netns.map(|ns| format!(" (namespace {ns})")).unwrap_or_default());
-    let mut child = cmd.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| format!("running {}: {e}{}", shown(), hint(&e.to_string())))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(input.as_bytes()).map_err(|e| format!("writing to {}: {e}", shown()))?;
-    }
-    let out = child.wait_with_output().map_err(|e| format!("waiting for {}: {e}", shown()))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        return Err(format!("{}: {}{}", shown(), err.trim(), hint(&err)));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// What to do about an `nft` that is not there.
-fn hint(err: &str) -> &'static str {
-    if err.contains("No such file") || err.contains("exec of \"nft\" failed") || err.contains("not found") {
-        " (nft is missing: apt-get install nftables)"
-    } else {
-        ""
-    }
 }
 
 /// Installs the rule for `port` in namespace `netns` (None: this

@@ -105,20 +105,13 @@ impl Hosts {
             let chain = format!("{{ type filter hook ingress device {dev} priority 0; }}");
             let n = per_mille.to_string();
             for args in [vec!["add", "table", "netdev", "via_loss"], vec!["add", "chain", "netdev", "via_loss", "in", &chain], vec!["add", "rule", "netdev", "via_loss", "in", "numgen", "random", "mod", "1000", "<", &n, "drop"]] {
-                let out = Command::new("ip").args(["netns", "exec", ns, "nft"]).args(&args).output().map_err(|e| format!("running nft: {e}"))?;
-                if !out.status.success() {
-                    let err = String::from_utf8_lossy(&out.stderr);
-                    let hint = if err.contains("No such file") || err.contains("exec of \"nft\" failed") { " (apt-get install nftables)" } else { "" };
-                    return Err(format!("nft {}: {}{hint}", args.join(" "), err.trim()));
-                }
+                via_kernel_agent::netns::nft(Some(ns), &args, "")?;
             }
         }
         eprintln!("via-pingpong --demo: the kernel drops {per_mille} in 1000 frames arriving on either host");
         Ok(())
     }
-}
 
-impl Hosts {
     /// With `on`, both hosts keep the kernel's IP stack off VIA's UDP port
     /// (`via_kernel_agent::udp_port`): their packet sockets take the
     /// datagrams, and the kernel need not route each to a UDP socket that

@@ -34,7 +34,7 @@ use via_device::{MacAddr, ETHERTYPE, ETH_HEADER_LEN};
 
 /// The UDP port VIA datagrams go to and come from: our EtherType's
 /// number. `udp:<ifname>,port=<n>` chooses another.
-pub const VIA_UDP_PORT: u16 = 0x88b5;
+pub use via_device::VIA_UDP_PORT;
 /// Where the IPv4 header starts in a frame.
 pub(crate) const IPV4_START: usize = ETH_HEADER_LEN;
 const IPV4_LEN: usize = 20;

@@ -40,6 +40,9 @@ pub const NONCE_LEN: usize = 16;
 pub type Nonce = [u8; NONCE_LEN];
 
 pub const ETHERTYPE: u16 = 0x88B5;
+/// The UDP port VIA datagrams go to and come from when VIA travels in
+/// UDP/IPv4 (`via_softnic::udp`): our EtherType's number.
+pub const VIA_UDP_PORT: u16 = ETHERTYPE;
 pub const ETH_HEADER_LEN: usize = 14;
 pub const VIA_HEADER_LEN: usize = 64;
 /// Ethernet + VIA header: the bytes in front of every fragment's payload.

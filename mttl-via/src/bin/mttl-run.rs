@@ -186,9 +186,7 @@ impl Net {
         }
         Ok(net)
     }
-}
 
-impl Net {
     /// Over VIA in UDP: in every rank's namespace, the rule that keeps the
     /// kernel's IP stack off VIA's port (`via_kernel_agent::udp_port`; the
     /// provider's packet sockets take the datagrams, the kernel need not

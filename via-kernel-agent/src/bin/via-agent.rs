@@ -97,7 +97,7 @@ fn status() {
 /// IP stack off VIA's UDP port on this host (`udp_port`).
 fn udp_port_command(action: &str, port: Option<&str>) {
     let port = match port {
-        None => 0x88b5, // via_softnic::VIA_UDP_PORT
+        None => via_wire::VIA_UDP_PORT,
         Some(p) => p.parse::<u16>().ok().filter(|&p| p != 0).unwrap_or_else(|| die(format!("{p:?} is no UDP port"))),
     };
     match action {
