@@ -29,6 +29,8 @@ const TPACKET_V2: c_int = 1;
 const PACKET_QDISC_BYPASS: c_int = 20;
 const PACKET_IGNORE_OUTGOING: c_int = 23;
 const PACKET_OUTGOING: u8 = 4;
+/// The protocol number that binds a packet socket to every EtherType.
+const ETH_P_ALL: u16 = 0x0003;
 const ARPHRD_ETHER: u16 = 1;
 const ARPHRD_LOOPBACK: u16 = 772;
 /// Bytes the kernel reserves in front of an Ethernet frame in a TPACKET_V2
@@ -282,13 +284,17 @@ impl PacketDevice {
         // Best effort: straight to the driver, and room for big batches.
         let qdisc_bypass = options.qdisc_bypass && sys::setsockopt(raw, libc::SOL_PACKET, PACKET_QDISC_BYPASS, &(1 as c_int)).is_ok();
         let _ = sys::setsockopt(raw, libc::SOL_SOCKET, libc::SO_SNDBUF, &SEND_BUFFER);
-        // UDP mode binds to IPv4 and lets the kernel keep only our
-        // datagrams from the start.
+        // UDP mode lets the kernel keep only our datagrams from the start
+        // (the filter checks the EtherType itself). It binds to every
+        // EtherType, not to IPv4: a socket bound to IPv4 is handed a
+        // datagram only after the kernel's IP layer (`ip_rcv`, whose
+        // entry is met first on the same list) has taken it through
+        // prerouting; a tap of all types sees it before.
         let bound_ethertype = match &udp {
             None => ETHERTYPE,
             Some(u) => {
                 sys::attach_filter(raw, &bpf::udp_program(u.outer.port(), None)?).map_err(|e| context("attaching the UDP receive filter", e))?;
-                0x0800
+                ETH_P_ALL
             }
         };
         sys::bind(raw, ifindex, bound_ethertype).map_err(nodev("binding to the interface"))?;

@@ -498,3 +498,78 @@ fn udp_checksums_vouch_for_frames_where_offloaded() {
         assert_eq!(stat(&b, "rx_bad_udp_checksum"), 0);
     }
 }
+
+/// The MAC address of `veth0` in namespace `i` (a UDP-mode device names
+/// itself by its IPv4 identity instead).
+fn link_mac(pair: &VethPair, i: usize) -> MacAddr {
+    let out = Command::new("ip").args(["-n", &pair.ns[i], "-o", "link", "show", IFNAME]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let word = text.split_whitespace().skip_while(|w| *w != "link/ether").nth(1).unwrap_or_else(|| panic!("no MAC in {text}"));
+    word.parse().unwrap_or_else(|e| panic!("{word}: {e:?}"))
+}
+
+/// A UDP datagram 10.9.0.1 -> 10.9.0.2 in an Ethernet frame of
+/// `ethertype`, to `port` both ways, carrying `via` (a raw VIA frame)
+/// without its Ethernet header, as the UDP device sends one (no checksum).
+fn datagram(dst: MacAddr, src: MacAddr, ethertype: u16, port: u16, via: &[u8]) -> Vec<u8> {
+    let payload = &via[14..];
+    let mut f = Vec::with_capacity(42 + payload.len());
+    f.extend_from_slice(&dst.0);
+    f.extend_from_slice(&src.0);
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    let mut ip = [0u8; 20];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&((28 + payload.len()) as u16).to_be_bytes());
+    ip[6] = 0x40; // don't fragment
+    ip[8] = 64;
+    ip[9] = 17;
+    ip[12..16].copy_from_slice(&[10, 9, 0, 1]);
+    ip[16..20].copy_from_slice(&[10, 9, 0, 2]);
+    let mut sum: u32 = ip.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&port.to_be_bytes());
+    f.extend_from_slice(&port.to_be_bytes());
+    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(payload);
+    f
+}
+
+/// In UDP mode the socket is bound to every EtherType (so that it sees a
+/// datagram before the kernel's IP layer does), and its kernel filter is
+/// all that keeps other traffic out: the same datagram under another
+/// EtherType or to another port stays out, and so do our own
+/// transmissions; the datagram itself, sent as raw bytes from another
+/// socket, comes in.
+#[test]
+fn udp_mode_takes_only_our_datagrams_of_all_it_is_bound_to() {
+    require_root();
+    let pair = VethPair::new("udpall", 1500);
+    let (mut a, mut b) = pair.open_udp();
+    b.set_filter(filter(ETHERTYPE, EP_B)).unwrap();
+    let mut raw = pair.within(0, || PacketDevice::open(IFNAME).unwrap());
+    let (mac_a, mac_b) = (link_mac(&pair, 0), link_mac(&pair, 1));
+    let via = header(b.mac(), a.mac(), ETHERTYPE, EP_B, 96);
+    let port = via_softnic::VIA_UDP_PORT;
+    let strangers = [
+        datagram(mac_b, mac_a, ETHERTYPE, port, &via), // our datagram's bytes as a raw VIA frame
+        datagram(mac_b, mac_a, 0x86dd, port, &via),    // under IPv6's EtherType
+        datagram(mac_b, mac_a, 0x0800, port + 1, &via), // to another port
+    ];
+    let ours = datagram(mac_b, mac_a, 0x0800, port, &via);
+    let mut tx: Vec<TxFrame<'_>> = strangers.iter().map(|f| TxFrame::new(f)).collect();
+    tx.push(TxFrame::new(&ours));
+    send_all(&mut raw, &tx);
+    assert_eq!(recv_n(&mut b, 1), vec![via.clone()], "the datagram arrives as the VIA frame it carries");
+    assert!(recv_pending(&mut b).is_empty(), "nothing but the datagram came in");
+    // b's own datagram to a does not come back to b.
+    a.set_filter(filter(ETHERTYPE, EP_A)).unwrap();
+    let back = header(a.mac(), b.mac(), ETHERTYPE, EP_A, 80);
+    send_all(&mut b, &[TxFrame::new(&back)]);
+    assert_eq!(recv_n(&mut a, 1), vec![back]);
+    assert!(recv_pending(&mut b).is_empty(), "b saw its own transmission");
+}
