@@ -51,35 +51,8 @@
  * configurations in alternating rounds.
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <errno.h>
-#include <linux/if_packet.h>
-#include <linux/virtio_net.h>
-#include <net/ethernet.h>
-#include <net/if.h>
-#include <netinet/ip.h>
-#include <netinet/udp.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
-#include <time.h>
-#include <unistd.h>
+#include "probe_frames.h"
 
-#include "udp_offload.h"
-
-#ifndef PACKET_QDISC_BYPASS
-#define PACKET_QDISC_BYPASS 20
-#endif
-#ifndef PACKET_IGNORE_OUTGOING
-#define PACKET_IGNORE_OUTGOING 23
-#endif
-
-#define VNET ((int)sizeof(struct virtio_net_hdr))
-#define OUTER (14 + 20 + 8)
-#define PORT 4792
 #define MESSAGE 65536
 #define SEG 1472 /* a unit: its header piece and its payload */
 #define UNIT_HEADER 64
@@ -91,17 +64,6 @@
 enum config { ALL, IP, THRESH, CONFIGS };
 static const char *config_names[CONFIGS] = {"all", "ip", "thresh"};
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static int die(const char *what) {
-    perror(what);
-    exit(1);
-}
-
 /* A failure that is no system call's. */
 static int fail(const char *what) {
     fprintf(stderr, "rx_path_probe: %s\n", what);
@@ -111,34 +73,6 @@ static int fail(const char *what) {
 /* The message's bytes: no period a misplaced unit would hide in. */
 static unsigned char message_byte(int i) {
     return (unsigned char)(i + (i >> 8));
-}
-
-/* virtio_net_hdr + Ethernet + IPv4 + UDP for `pay` bytes of UDP payload to
- * `mac`, cut into SEG-byte units when longer (NEEDS_CSUM: the field holds
- * the pseudo-header's sum: udp_offload.h). */
-static void outer(unsigned char *b, const unsigned char mac[6], int pay, int from_client) {
-    memset(b, 0, VNET + OUTER);
-    struct virtio_net_hdr *v = (void *)b;
-    unsigned char *e = b + VNET;
-    memcpy(e, mac, 6);
-    memset(e + 6, 0x02, 6);
-    e[12] = 0x08;
-    struct iphdr *ip = (void *)(e + 14);
-    ip->version = 4;
-    ip->ihl = 5;
-    ip->ttl = 64;
-    ip->protocol = IPPROTO_UDP;
-    ip->saddr = inet_addr(from_client ? "10.9.0.1" : "10.9.0.2");
-    ip->daddr = inet_addr(from_client ? "10.9.0.2" : "10.9.0.1");
-    ip->tot_len = htons(20 + 8 + pay);
-    unsigned long s = 0;
-    for (int i = 0; i < 10; i++) s += ((unsigned short *)ip)[i];
-    while (s >> 16) s = (s & 0xffff) + (s >> 16);
-    ip->check = (unsigned short)~s;
-    struct udphdr *u = (void *)(e + 34);
-    u->source = u->dest = htons(PORT);
-    u->len = htons(8 + pay);
-    udp_offload(v, ip, u, pay, SEG, OUTER);
 }
 
 /* The sending socket on `ifindex`: virtio-net headers, no qdisc. Made
@@ -180,7 +114,7 @@ static void cut_message(struct outgoing *o, const unsigned char *msg, const unsi
         m += n;
     }
     for (int f = 0; f < 2; f++) {
-        outer(o->head[f], mac, pay[f], from_client);
+        outer(o->head[f], mac, pay[f], SEG, from_client);
         o->iov[f][0] = (struct iovec){o->head[f], VNET + OUTER};
         o->mh[f] = (struct msghdr){.msg_iov = o->iov[f], .msg_iovlen = (size_t)k[f]};
     }
@@ -196,7 +130,7 @@ static void send_message(int tx, struct outgoing *o) {
  * small answer, or the empty datagram that ends the server). */
 static void send_datagram(int tx, const unsigned char mac[6], int pay, int from_client) {
     unsigned char d[VNET + OUTER + ANSWER];
-    outer(d, mac, pay, from_client);
+    outer(d, mac, pay, SEG, from_client);
     memset(d + VNET + OUTER, 0x5a, (size_t)pay);
     if (send(tx, d, (size_t)(VNET + OUTER + pay), 0) < 0) die("send");
 }
@@ -385,13 +319,6 @@ static int client(int ifindex, const unsigned char mac[6], enum config cfg, int 
     qsort(rtt, (size_t)iters, sizeof *rtt, cmp);
     printf("%s answer=%s rtt_median_us=%.2f send_us=%.2f\n", config_names[cfg], big ? "big" : "small",
            rtt[iters / 2], sending / iters * 1e6);
-    return 0;
-}
-
-static int parse_mac(const char *s, unsigned char mac[6]) {
-    unsigned m[6];
-    if (sscanf(s, "%x:%x:%x:%x:%x:%x", &m[0], &m[1], &m[2], &m[3], &m[4], &m[5]) != 6) return -1;
-    for (int i = 0; i < 6; i++) mac[i] = (unsigned char)m[i];
     return 0;
 }
 

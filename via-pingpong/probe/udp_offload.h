@@ -1,4 +1,5 @@
-/* udp_offload.h: what the probes of issue 25 (gso_probe.c, tx_path_probe.c)
+/* udp_offload.h: what the probes of issue 25 (gso_probe.c, tx_path_probe.c,
+ * rx_path_probe.c)
  * write after a datagram's IPv4 header for the kernel (or a NIC) to finish
  * it: the UDP checksum field holding the pseudo-header's sum
  * (VIRTIO_NET_HDR_F_NEEDS_CSUM), and, for a payload longer than `seg`, a
