@@ -1,6 +1,5 @@
 /* udp_offload.h: what the probes of issue 25 (gso_probe.c, tx_path_probe.c,
- * rx_path_probe.c)
- * write after a datagram's IPv4 header for the kernel (or a NIC) to finish
+ * rx_path_probe.c) write after a datagram's IPv4 header for the kernel (or a NIC) to finish
  * it: the UDP checksum field holding the pseudo-header's sum
  * (VIRTIO_NET_HDR_F_NEEDS_CSUM), and, for a payload longer than `seg`, a
  * request to cut it into `seg`-byte datagrams (VIRTIO_NET_HDR_GSO_UDP_L4)
