@@ -286,10 +286,13 @@ impl PacketDevice {
         let _ = sys::setsockopt(raw, libc::SOL_SOCKET, libc::SO_SNDBUF, &SEND_BUFFER);
         // UDP mode lets the kernel keep only our datagrams from the start
         // (the filter checks the EtherType itself). It binds to every
-        // EtherType, not to IPv4: a socket bound to IPv4 is handed a
-        // datagram only after the kernel's IP layer (`ip_rcv`, whose
-        // entry is met first on the same list) has taken it through
-        // prerouting; a tap of all types sees it before.
+        // EtherType, not to IPv4: bound to IPv4 on one interface, the
+        // socket is on that interface's list of IPv4 handlers, which the
+        // kernel walks after the global one where its IP layer (`ip_rcv`)
+        // is, so each datagram went through prerouting and the port rule
+        // first (over veth, inside the sender's system call); a tap of
+        // every type is served before any handler (DESIGN-NOTES, "Who
+        // sees a datagram first").
         let bound_ethertype = match &udp {
             None => ETHERTYPE,
             Some(u) => {
