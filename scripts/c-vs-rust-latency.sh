@@ -16,7 +16,7 @@ cargo build --release -p vipl -p via-pingpong >/dev/null 2>&1
 target="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')/release"
 work="$(mktemp -d /tmp/c-vs-rust.XXXXXX)"
 a="cvr-a-$$"; b="cvr-b-$$"; va="cva$$"; vb="cvb$$"
-cleanup() { ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; rm -rf "$work"; }
+cleanup() { remove_hosts "$a" "$b"; rm -rf "$work"; }
 trap cleanup EXIT
 cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -D_ISOC11_SOURCE -Iinclude tests/c/twohost.c -L"$target" -lvipl -o "$work/twohost"
 veth_pair "$a" "$b" "$va" "$vb"

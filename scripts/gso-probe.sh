@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 sizes=("${@:-1472 8832 32384 64768}")
 work="$(mktemp -d /tmp/gso-probe.XXXXXX)"
 a="gso-a-$$"; b="gso-b-$$"; va="gsa$$"; vb="gsb$$"
-cleanup() { ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; rm -rf "$work"; }
+cleanup() { remove_hosts "$a" "$b"; rm -rf "$work"; }
 trap cleanup EXIT
 cc -O2 -o "$work/gso_probe" via-pingpong/probe/gso_probe.c
 veth_pair "$a" "$b" "$va" "$vb"

@@ -32,7 +32,7 @@ a="rxp-a-$$"; b="rxp-b-$$"; va="rxa$$"; vb="rxb$$"
 server=""
 cleanup() {
     [ -n "$server" ] && kill "$server" 2>/dev/null || true
-    ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; rm -rf "$work"
+    remove_hosts "$a" "$b"; rm -rf "$work"
 }
 trap cleanup EXIT
 

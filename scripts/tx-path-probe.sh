@@ -17,7 +17,7 @@ a="txp-a-$$"; b="txp-b-$$"; va="txa$$"; vb="txb$$"
 server=""
 cleanup() {
     [ -n "$server" ] && kill "$server" 2>/dev/null || true
-    ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true; rm -rf "$work"
+    remove_hosts "$a" "$b"; rm -rf "$work"
 }
 trap cleanup EXIT
 cc -O2 -o "$work/tx_path_probe" via-pingpong/probe/tx_path_probe.c
