@@ -181,18 +181,19 @@ mod tests {
     fn acks_every_n_frames_or_after_the_delay() {
         let (t0, d) = (Time::default() + Duration::from_secs(1), Duration::from_micros(200));
         // No pause counted here: an idle delay as long as the delay.
+        let t = AckTiming::new(3, d, d);
         let mut a = AckScheduler::default();
         assert!(!a.owed());
-        assert_eq!(a.on_accepted(t0, &AckTiming::new(3, d, d), false), AckDue::At(t0 + d), "the first frame arms the delay");
-        assert_eq!(a.on_accepted(t0, &AckTiming::new(3, d, d), false), AckDue::Armed);
+        assert_eq!(a.on_accepted(t0, &t, false), AckDue::At(t0 + d), "the first frame arms the delay");
+        assert_eq!(a.on_accepted(t0, &t, false), AckDue::Armed);
         assert!(a.owed() && a.deadline() == Some(t0 + d));
         assert!(!a.on_timer(t0), "not yet");
-        assert_eq!(a.on_accepted(t0, &AckTiming::new(3, d, d), false), AckDue::Now, "the third frame");
+        assert_eq!(a.on_accepted(t0, &t, false), AckDue::Now, "the third frame");
         a.carried();
         assert!(!a.owed() && a.deadline().is_none(), "a transmission settles it");
-        assert_eq!(a.on_accepted(t0, &AckTiming::new(3, d, d), true), AckDue::Now, "asked for");
+        assert_eq!(a.on_accepted(t0, &t, true), AckDue::Now, "asked for");
         a.carried();
-        a.on_accepted(t0, &AckTiming::new(3, d, d), false);
+        a.on_accepted(t0, &t, false);
         assert!(a.on_timer(t0 + d), "the delay ran out");
         assert!(a.owed() && a.deadline().is_none());
     }
@@ -201,11 +202,12 @@ mod tests {
     fn a_pause_in_the_flow_is_acknowledged_before_the_delay() {
         let (t0, d, idle) = (Time::default() + Duration::from_secs(1), Duration::from_micros(200), Duration::from_micros(20));
         let us = Duration::from_micros;
+        let (every_100, every_1000) = (AckTiming::new(100, d, idle), AckTiming::new(1000, d, idle));
         let mut a = AckScheduler::default();
-        assert_eq!(a.on_accepted(t0, &AckTiming::new(100, d, idle), false), AckDue::At(t0 + idle), "the first frame arms the pause's wait");
+        assert_eq!(a.on_accepted(t0, &every_100, false), AckDue::At(t0 + idle), "the first frame arms the pause's wait");
         // Frames keep coming: the pause moves on with the last of them.
         for k in 1..=10 {
-            assert_eq!(a.on_accepted(t0 + us(5 * k), &AckTiming::new(100, d, idle), false), AckDue::Armed);
+            assert_eq!(a.on_accepted(t0 + us(5 * k), &every_100, false), AckDue::Armed);
         }
         assert_eq!(a.deadline(), Some(t0 + us(50) + idle));
         assert!(!a.on_timer(t0 + idle), "the engine's timer at the first frame's pause finds none");
@@ -215,15 +217,15 @@ mod tests {
         a.carried();
         assert!(a.deadline().is_none());
         // A frame that never pauses long is still acknowledged by the delay.
-        a.on_accepted(t0 + us(100), &AckTiming::new(1000, d, idle), false);
+        a.on_accepted(t0 + us(100), &every_1000, false);
         for k in 1..=30 {
-            a.on_accepted(t0 + us(100 + 10 * k), &AckTiming::new(1000, d, idle), false);
+            a.on_accepted(t0 + us(100 + 10 * k), &every_1000, false);
         }
         assert_eq!(a.deadline(), Some(t0 + us(100) + d));
         assert!(a.on_timer(t0 + us(100) + d));
         // A frame of ours carries what is owed: nothing waits.
         a.carried();
-        a.on_accepted(t0 + us(500), &AckTiming::new(100, d, idle), false);
+        a.on_accepted(t0 + us(500), &every_100, false);
         a.carried();
         assert!(!a.owed() && a.deadline().is_none());
     }
