@@ -242,9 +242,7 @@ impl Nic {
         let mut burst: u32 = 0;
         // Where the device's next frame will show, while nothing is queued
         // to go out: spun on between rounds instead of a round per look.
-        // (Made at the first look that needs it: a wait whose first round
-        // completes it never zeroes the words.)
-        let mut watches: Option<RxWatches> = None;
+        let mut watches = RxWatches::default();
         // The time the last round ran at, when a watched word changed
         // since: the round it calls for runs at that time too, without a
         // clock read between the frame's arrival and its completion (a
@@ -256,9 +254,7 @@ impl Nic {
         let mut seen_since: Option<Time> = None;
         let mut round_at: Time;
         loop {
-            if let Some(w) = &mut watches {
-                w.clear();
-            }
+            watches.clear();
             let sleep = {
                 let mut e = self.lock();
                 // After a watched word changed, the round comes first: what
@@ -313,15 +309,15 @@ impl Nic {
                     Some((wake_fd, device_sleep, until.map(|u| u.saturating_duration_since(now))))
                 } else {
                     if burst == 0 && e.idle() {
-                        e.rx_watch(watches.get_or_insert_with(RxWatches::default));
+                        e.rx_watch(&mut watches);
                     }
                     burst = burst.saturating_sub(1);
                     None
                 }
             };
             match sleep {
-                None if watches.as_ref().is_some_and(RxWatches::usable) => {
-                    if watches.as_ref().is_some_and(|w| w.spin(WATCH_LOOKS)) {
+                None if watches.usable() => {
+                    if watches.spin(WATCH_LOOKS) {
                         seen_since = Some(round_at);
                     }
                 }
