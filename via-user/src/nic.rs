@@ -187,12 +187,16 @@ impl Nic {
 
     /// A poll (`Done`): answers at once when something is already
     /// complete, and otherwise runs one round of progress and asks again
-    /// (unless the round would do nothing: `Engine::quiet`).
-    pub(crate) fn poll<T>(&self, mut f: impl FnMut(&mut Engine) -> Result<Option<T>>) -> Result<Option<T>> {
+    /// (unless the round would do nothing: `Engine::quiet`, or could
+    /// give `f` nothing: `idle`, say a queue with nothing posted).
+    pub(crate) fn poll<T>(&self, idle: impl FnOnce(&Engine) -> bool, mut f: impl FnMut(&mut Engine) -> Result<Option<T>>) -> Result<Option<T>> {
         let r = {
             let mut e = self.lock();
             if let Some(v) = f(&mut e)? {
                 return Ok(Some(v));
+            }
+            if idle(&e) {
+                return Ok(None);
             }
             // Nothing came and nothing is due: the round would find nothing.
             let now = e.core.clock.now();

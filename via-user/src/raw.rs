@@ -234,10 +234,12 @@ impl RawNic {
     /// descriptor.
     #[inline(always)]
     pub fn vi_done(&self, id: u16, send: bool) -> Result<Option<usize>> {
+        // With nothing posted on the queue no round could complete
+        // anything there: none is run (a reap's last poll).
         if send {
-            self.0.poll(|e| e.core.send_done(id).map(|(_, d)| d))
+            self.0.poll(|e| e.core.nothing_posted(id, Queue::Send), |e| e.core.send_done(id).map(|(_, d)| d))
         } else {
-            self.0.poll(|e| e.core.done(id, Queue::Recv).map(|(_, d)| d))
+            self.0.poll(|e| e.core.nothing_posted(id, Queue::Recv), |e| e.core.done(id, Queue::Recv).map(|(_, d)| d))
         }
     }
 
@@ -319,7 +321,7 @@ impl RawNic {
 
     /// `VipConnectPeerDone`: true once connected, false while pending.
     pub fn vi_peer_done(&self, id: u16) -> Result<bool> {
-        self.0.poll(|e| e.core.peer_request_poll(id).transpose()).map(|r| r.is_some())
+        self.0.poll(|_| false, |e| e.core.peer_request_poll(id).transpose()).map(|r| r.is_some())
     }
 
     /// `VipConnectPeerWait`.
@@ -343,7 +345,7 @@ impl RawNic {
 
     /// `VipCQDone`: (VI, receive queue?) of the oldest completion.
     pub fn cq_done(&self, id: u16) -> Result<Option<(u16, bool)>> {
-        self.0.poll(|e| e.core.cq_done(id).map(|(_, c)| c))
+        self.0.poll(|_| false, |e| e.core.cq_done(id).map(|(_, c)| c))
     }
 
     /// `VipCQWait`; ends with INVALID_STATE when another thread destroys

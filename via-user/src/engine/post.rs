@@ -357,6 +357,17 @@ impl Core {
         Ok((vi.serial, wq.pop_completed().map(|e| e.desc)))
     }
 
+    /// Has VI `id` nothing posted on `q` that it has not handed back (so
+    /// that no round of progress can complete anything there)? False for
+    /// a VI that draws its receives from a shared queue, and for none.
+    #[inline]
+    pub fn nothing_posted(&self, id: u16, q: Queue) -> bool {
+        self.vi(id).is_ok_and(|vi| match q {
+            Queue::Send => vi.sq.head == vi.sq.tail,
+            Queue::Recv => vi.rq.head == vi.rq.tail && vi.srq.is_none(),
+        })
+    }
+
     /// [`Core::done`] of the send queue as the application polls it
     /// (`VipSendDone`, `VipSendWait`): a repeated poll that finds none
     /// while boxed sends are out reads whether the peer placed them
