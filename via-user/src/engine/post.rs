@@ -359,7 +359,8 @@ impl Core {
 
     /// Has VI `id` nothing posted on `q` that it has not handed back (so
     /// that no round of progress can complete anything there)? False for
-    /// a VI that draws its receives from a shared queue, and for none.
+    /// a VI that draws its receives from a shared queue, and for an id
+    /// that names no VI.
     #[inline]
     pub fn nothing_posted(&self, id: u16, q: Queue) -> bool {
         self.vi(id).is_ok_and(|vi| match q {
