@@ -12,7 +12,9 @@
 //! timeout. Receive: a frame in order is placed and acknowledged once the
 //! delay ran out; a frame past a gap is held and answered with a NAK whose
 //! SACK bitmap names it, then placed when the gap fills; a duplicate is
-//! acknowledged at once and placed once.
+//! acknowledged at once and placed once. Polls: a queue counts as having
+//! nothing posted (a poll then runs no round) only once all of it is
+//! handed back.
 
 use std::time::Duration;
 use via_device::FrameDevice;
@@ -441,4 +443,31 @@ fn a_frame_the_peer_held_and_then_refused_goes_again_at_the_timeout() {
     rig.b.engine.progress_at(deadline);
     let again: Vec<u32> = seen_b(&mut rig).iter().filter(|f| f.kind == Kind::Data).map(|f| f.psn.wrapping_sub(first)).collect();
     assert_eq!(again, vec![2], "the frame the peer refused, and not the one it holds");
+}
+
+/// A poll runs no round for a queue with nothing posted
+/// (`Core::nothing_posted`, which `RawNic::vi_done` asks). So the
+/// predicate must say "nothing" only then: a posted descriptor keeps its
+/// queue busy until it has completed and been handed back, or a program
+/// that drives the engine by polling would wait for ever.
+#[test]
+fn a_queue_counts_as_having_nothing_posted_only_once_all_is_handed_back() {
+    let mut rig = Rig::new(Reliability::ReliableDelivery);
+    let (va, vb) = (rig.a.vi, rig.b.vi);
+    assert!(rig.a.engine.core.nothing_posted(va, Queue::Recv));
+    assert!(rig.b.engine.core.nothing_posted(vb, Queue::Send));
+    rig.a.post_recv(0, &[0..64]);
+    rig.b.post_send(1, 0, &[7u8; 32], None);
+    assert!(!rig.a.engine.core.nothing_posted(va, Queue::Recv), "a posted receive");
+    assert!(!rig.b.engine.core.nothing_posted(vb, Queue::Send), "a posted send");
+    let both_done = |r: &mut Rig| r.a.completion(0).0 & status::DONE != 0 && r.b.completion(1).0 & status::DONE != 0;
+    assert!(rig.step_until(1000, both_done), "the send and its receive complete");
+    assert!(!rig.a.engine.core.nothing_posted(va, Queue::Recv), "completed, not yet handed back");
+    assert!(!rig.b.engine.core.nothing_posted(vb, Queue::Send), "completed, not yet handed back");
+    assert_eq!(rig.a.done(Queue::Recv), Some(0));
+    assert_eq!(rig.b.done(Queue::Send), Some(1));
+    assert!(rig.a.engine.core.nothing_posted(va, Queue::Recv));
+    assert!(rig.b.engine.core.nothing_posted(vb, Queue::Send));
+    // An id that names no VI: not "nothing posted" (the poll reports it).
+    assert!(!rig.a.engine.core.nothing_posted(999, Queue::Send));
 }
