@@ -318,8 +318,14 @@ const ROUND_FIGURES: [(&str, usize, &str, &str); 5] = [
 ];
 
 /// The C probe's transports (`c-tcp`, `c-udp`): run in the rounds beside
-/// the demo's own tcp and udp.
+/// the demo's own tcp and udp. None under `--kernel-loss`: the probe
+/// checks the baselines on a clean link, and under loss TCP's own
+/// retransmission timeouts (200 ms at least) decide its figure; at 5 %
+/// its 64 B ping-pong alone ran for over ten minutes.
 fn probe_transports(o: &Options) -> Vec<String> {
+    if o.kernel_loss > 0 {
+        return Vec::new();
+    }
     ["tcp", "udp"].iter().filter(|t| o.transports.iter().any(|x| x == *t)).map(|t| format!("c-{t}")).collect()
 }
 

@@ -98,6 +98,7 @@ USAGE:
     --kernel-loss N   demo: the kernel drops N frames in a thousand, of every kind (VIA's, TCP's,
                       UDP's alike), arriving on either host (an nftables netdev ingress rule,
                       `numgen random mod 1000 < N drop`; needs nft): goodput under the same loss
+                      (the C probe, a check of the baselines on a clean link, is left out)
     --no-port-rule    demo: leave out the rule that keeps each host's IP stack off VIA's UDP
                       port (via-agent udp-port; with via-udp, installed by default where nft is)
     --rounds N        demo: after the sweeps, N alternating rounds of every transport at 64 B
