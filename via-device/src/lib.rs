@@ -298,6 +298,14 @@ pub trait FrameDevice: Send {
     /// A descriptor that polls readable when received frames are waiting.
     fn wait_fd(&self) -> RawFd;
 
+    /// Frames the receive ring holds while nobody takes them (a NIC's
+    /// receive descriptors); past them arrivals are dropped. None when the
+    /// device does not say (a socket's ring sized in bytes). A sender with
+    /// no loss recovery of its own keeps its window under it.
+    fn rx_ring_frames(&self) -> Option<usize> {
+        None
+    }
+
     /// Installs the receive filter; frames it rejects are never delivered.
     fn set_filter(&mut self, filter: RxFilter) -> io::Result<()>;
 

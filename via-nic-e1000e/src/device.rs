@@ -430,6 +430,10 @@ impl FrameDevice for E1000eDevice {
         self.irq_fd
     }
 
+    fn rx_ring_frames(&self) -> Option<usize> {
+        Some(self.layout.rx_ring)
+    }
+
     fn set_filter(&mut self, filter: RxFilter) -> io::Result<()> {
         self.filter = Some(filter);
         Ok(())

@@ -286,6 +286,10 @@ impl FrameDevice for TulipDevice {
         self.irq_fd
     }
 
+    fn rx_ring_frames(&self) -> Option<usize> {
+        Some(RX_RING)
+    }
+
     fn set_filter(&mut self, filter: RxFilter) -> io::Result<()> {
         self.filter = Some(filter);
         Ok(())

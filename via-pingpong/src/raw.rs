@@ -135,9 +135,12 @@ impl Link for RawLink {
     }
 
     fn lossless_bytes(&self) -> Option<usize> {
-        // A third of what the software NIC's 8 MiB receive ring holds at
-        // MTU 1500 (4096 frames of 1492 bytes), and well within it at 9000:
-        // nothing resends a frame the ring dropped.
-        Some(2 << 20)
+        // Nothing resends a frame the ring dropped. A NIC's ring of
+        // descriptors (the tulip's 1,024 frames) bounds the window: its
+        // frames are all of unconfirmed messages. Else a third of what the
+        // software NIC's 8 MiB receive ring holds at MTU 1500 (4096 frames
+        // of 1492 bytes), well within it at 9000.
+        let ring = self.dev.rx_ring_frames().map_or(usize::MAX, |f| f * self.frag);
+        Some(ring.min(2 << 20))
     }
 }

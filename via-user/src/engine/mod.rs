@@ -455,6 +455,10 @@ impl Engine {
         // At most what the peer's reorder buffer spans, so that selective
         // repeat covers every frame in flight.
         let window = ((2 << 20) / mtu as u32).clamp(16, crate::reorder::REORDER_SPAN);
+        // A NIC that drops what its ring of descriptors cannot hold: at
+        // most half of it (the peer's taken to be like ours), so that a
+        // window and what goes again after a timeout fit.
+        let window = dev.rx_ring_frames().map_or(window, |r| window.min((r / 2) as u32).max(16));
         let mut config = config;
         if config.ack_every == 0 {
             config.ack_every = ack_every_for(window);

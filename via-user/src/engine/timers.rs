@@ -98,6 +98,14 @@ impl Context {
                     None if sent != 0 => vi.seek(una),
                     None => {}
                 }
+                // Until the peer answers, only a burst goes again, its
+                // last frame asking for an ACK: a timeout that was
+                // spurious (a descheduled receiver, a late ACK) costs
+                // that much, and a lost tail goes on at the answer.
+                if sent != 0 {
+                    let at = vi.tx.psn;
+                    vi.tx.start_burst(at);
+                }
                 self.outbox.ring(vi.id);
             }
         }

@@ -689,7 +689,8 @@ impl Context {
     fn build_data_frames(&mut self, vi: &mut ViState, hdrs: &mut Headers, specs: &mut [Spec; BATCH], limit: usize, refused: &mut bool) -> usize {
         let max_pieces = self.sealer().max_pieces();
         let Context { mem, bounce, window, pre_errored, .. } = self;
-        let window = *window;
+        // After a timeout only a burst goes before the peer answers.
+        let window = vi.tx.burst_end.map_or(*window, |end| (*window).min(end.wrapping_sub(vi.tx.una)));
         if vi.phase != ViPhase::Connected || vi.peer.is_none() || vi.tx.rnr_until.is_some() {
             return 0; // (receiver not ready: data waits out the back-off)
         }

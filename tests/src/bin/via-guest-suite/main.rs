@@ -39,10 +39,13 @@
 //!   IOMMU fault, then the same NICs open reset and carry verified traffic
 //!   (`killed.rs`, which reads each kind's own registers);
 //! - with `VIA_GUEST_ONLY=bench` (`qemu/run.sh --only bench`): VIA against
-//!   raw frames on the same two NICs, latency and bandwidth, naming their
-//!   kinds (`--env VIA_GUEST_BENCH_STATS=1`: the VIA client's counters too;
-//!   `--env VIA_GUEST_BENCH_ONE=raw` or `=via`: that transport alone, a
-//!   stream of `VIA_GUEST_BENCH_MESSAGES` messages, 20,000 unless set).
+//!   raw frames on the same two NICs, latency (64 and 1024 B) and
+//!   bandwidth (messages of one frame, 1436 B, and of 64 KiB), naming
+//!   their kinds (`--env VIA_GUEST_BENCH_STATS=1`: both VIA ends' counters
+//!   too; `VIA_GUEST_BENCH_BW_SIZES` and `VIA_GUEST_BENCH_BW_ITERS`: other
+//!   bandwidth sizes and counts; `--env VIA_GUEST_BENCH_ONE=raw` or
+//!   `=via`: that transport alone, a stream of `VIA_GUEST_BENCH_MESSAGES`
+//!   messages, 20,000 unless set).
 //!
 //! A check that runs for 110 s is reported with the state of every thread
 //! of the suite and its children, and fails (`stuck.rs`).
@@ -430,6 +433,9 @@ fn pingpong_json(devs: &[String], extra: &[&str]) -> Result<Vec<(String, usize, 
     let mut server = Child2::spawn({
         let mut c = Command::new(&pp);
         c.args(["server", "--device", &devs[0]]).args(extra);
+        if extra.contains(&"--stats") {
+            c.env("VIA_PINGPONG_STATS", "1"); // the server's counters too
+        }
         c
     })?;
     let mac = server.expect("READY")?;
@@ -439,9 +445,10 @@ fn pingpong_json(devs: &[String], extra: &[&str]) -> Result<Vec<(String, usize, 
         c
     })?;
     let out = client.finish().map_err(|e| format!("client {extra:?}: {e}"))?;
-    server.finish().map_err(|e| format!("server {extra:?}: {e}"))?;
+    let served = server.finish().map_err(|e| format!("server {extra:?}: {e}"))?;
     if extra.contains(&"--stats") {
         println!("{out}");
+        println!("server:\n{served}");
     }
     let field = |row: &str, key: &str| -> Option<String> {
         let at = row.find(&format!("\"{key}\":"))? + key.len() + 3;
@@ -480,18 +487,23 @@ fn bench_via_against_raw(devs: &[String]) -> Result<(), String> {
     }
     // 3,000 messages stream for 30-90 ms: one descheduled vCPU does not
     // decide the figure, as it could at 300.
-    let common = ["--sizes", "64,1024", "--bw-sizes", "1436", "--iters", "300", "--bw-iters", "3000"];
-    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); 3];
+    // Bandwidth in messages of one frame (the cost per message) and of
+    // 64 KiB (a bulk transfer's, as the host's demo measures 1 MiB).
+    let bw = std::env::var("VIA_GUEST_BENCH_BW_SIZES").unwrap_or_else(|_| "1436,65536".into());
+    let bw_iters = std::env::var("VIA_GUEST_BENCH_BW_ITERS").unwrap_or_else(|_| "3000".into());
+    let common = ["--sizes", "64,1024", "--bw-sizes", &bw, "--iters", "300", "--bw-iters", &bw_iters];
+    let nrows = 2 + bw.split(',').count();
+    let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); nrows];
     let mut last = (Vec::new(), Vec::new());
     for _round in 0..3 {
         let raw = pingpong_json(devs, &[&common[..], &["--transport", "raw"]].concat())?;
         // VIA_GUEST_BENCH_STATS=1: the VIA client's counters too.
         let stats: &[&str] = if std::env::var_os("VIA_GUEST_BENCH_STATS").is_some() { &["--stats"] } else { &[] };
         let via = pingpong_json(devs, &[&common[..], &["--transport", "via"], stats].concat())?;
-        if raw.len() != 3 || via.len() != 3 {
-            return Err(format!("expected 3 rows from each: raw {raw:?}, via {via:?}"));
+        if raw.len() != nrows || via.len() != nrows {
+            return Err(format!("expected {nrows} rows from each: raw {raw:?}, via {via:?}"));
         }
-        for k in 0..3 {
+        for k in 0..nrows {
             ratios[k].push(via[k].2 / raw[k].2);
         }
         last = (raw, via);
@@ -501,7 +513,7 @@ fn bench_via_against_raw(devs: &[String]) -> Result<(), String> {
         v[v.len() / 2]
     };
     let (raw, via) = last;
-    for k in 0..3 {
+    for k in 0..nrows {
         let (op, bytes, _) = &raw[k];
         let unit = if op == "lat" { "us one-way" } else { "MB/s" };
         println!("  bench {on} {op} {bytes} B: via {:.2} {unit}, raw {:.2} {unit} (last round); VIA/raw median of 3 rounds {:.3}", via[k].2, raw[k].2, median(&mut ratios[k]));

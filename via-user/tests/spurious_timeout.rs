@@ -1,0 +1,136 @@
+//! A retransmission timeout that was spurious (every frame arrived, the
+//! receiver's ACKs did not) costs one burst of frames sent again, not the
+//! whole window: after a timeout the sender goes again [`RTO_BURST`] frames
+//! at a time and waits for the peer's answer, and an answer that
+//! acknowledges frames never sent again (F-RTO's test) ends the going back.
+//! On a NIC whose ring a slow receiver fills (the tulip in a guest), the
+//! window sent again on top of the frames still waiting there overflowed
+//! it and turned one late ACK into hundreds of lost frames.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::Duration;
+use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
+use via_user::descriptor::status;
+use via_user::vi::RTO_BURST;
+use via_user::{Config, Descriptor, MemAttributes, MemoryRegion, Nic, Reliability, ViAttributes};
+use via_wire::{Kind, ETH_HEADER_LEN};
+// The software drivers (loopback devices), registered by linking them.
+use via_softnic as _;
+
+const T: Option<Duration> = Some(Duration::from_secs(10));
+
+/// Loses every standalone ACK it transmits until `pass` is set.
+struct AckEater {
+    inner: Box<dyn FrameDevice>,
+    pass: Arc<AtomicBool>,
+}
+
+impl FrameDevice for AckEater {
+    fn mac(&self) -> MacAddr {
+        self.inner.mac()
+    }
+    fn mtu(&self) -> usize {
+        self.inner.mtu()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    fn wait_fd(&self) -> RawFd {
+        self.inner.wait_fd()
+    }
+    fn prepare_sleep(&mut self) -> Option<via_device::Sleep> {
+        self.inner.prepare_sleep()
+    }
+    fn set_filter(&mut self, f: RxFilter) -> io::Result<()> {
+        self.inner.set_filter(f)
+    }
+    fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
+        self.inner.receive(budget, sink)
+    }
+    fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
+        for (i, f) in frames.iter().enumerate() {
+            if f.header[ETH_HEADER_LEN + 1] == Kind::Ack as u8 && !self.pass.load(Ordering::SeqCst) {
+                continue; // "sent", and lost on the wire
+            }
+            if self.inner.transmit(std::slice::from_ref(f))? == 0 {
+                return Ok(i);
+            }
+        }
+        Ok(frames.len())
+    }
+}
+
+fn data(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31) ^ (i >> 8) as u8).collect()
+}
+
+#[test]
+fn a_spurious_timeout_sends_one_burst_again_not_the_window() {
+    // 200 fragments at MTU 1500: far more than a burst, within the window.
+    let len = 200 * 1400;
+    let pass = Arc::new(AtomicBool::new(false));
+    let inner = via_device::open_device("loop:spurious", &[]).unwrap();
+    let server = Nic::with_device("spurious", Box::new(AckEater { inner, pass: pass.clone() }), Config::default()).unwrap();
+    let smac = server.mac();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let (end_tx, end_rx) = mpsc::channel::<()>();
+    let target = thread::spawn(move || {
+        let ptag = server.create_ptag().unwrap();
+        let a = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: 1 << 20, ptag, enable_rdma_write: false, enable_rdma_read: false };
+        let mut vi = server.create_vi(&a, None, None).unwrap();
+        let buf = MemoryRegion::new(&server, len, 4096, MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false }).unwrap();
+        let mut d = Descriptor::new(&server, ptag, 1).unwrap();
+        d.set(&[(&buf, 0..len)], None).unwrap();
+        vi.post_recv(d).unwrap();
+        let req = server.connect_wait(b"spurious", T).unwrap();
+        server.accept(&req, &vi).unwrap();
+        ready_tx.send(()).unwrap();
+        let d = vi.recv_wait(T).unwrap();
+        let got = (d.status(), buf.to_vec(0..d.length() as usize).unwrap());
+        // Connected until the sender is done (a disconnect would end its
+        // send before any timeout).
+        let _ = end_rx.recv();
+        got
+    });
+
+    let cfg = Config { rto_initial: Duration::from_millis(1), ..Config::default() };
+    let client = Nic::with_device("spurious", via_device::open_device("loop:spurious", &[]).unwrap(), cfg).unwrap();
+    let ptag = client.create_ptag().unwrap();
+    let a = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: 1 << 20, ptag, enable_rdma_write: false, enable_rdma_read: false };
+    let mut vi = client.create_vi(&a, None, None).unwrap();
+    vi.connect_retrying(smac, b"spurious", T.unwrap()).unwrap();
+    ready_rx.recv().unwrap();
+    let before = client.counters();
+    let r = MemoryRegion::new(&client, len, 4096, MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false }).unwrap();
+    r.write(0, &data(len)).unwrap();
+    let mut d = Descriptor::new(&client, ptag, 1).unwrap();
+    d.set(&[(&r, 0..len)], None).unwrap();
+    vi.post_send(d).unwrap();
+    // The receiver's ACKs are lost until the sender's first timeout:
+    // everything arrived, and the timeout is spurious.
+    let done = loop {
+        if let Some(d) = vi.send_done().unwrap() {
+            break d;
+        }
+        if client.counters().rto_expiries > before.rto_expiries {
+            pass.store(true, Ordering::SeqCst);
+        }
+    };
+    done.check_ok().unwrap();
+    end_tx.send(()).unwrap();
+    let (st, got) = target.join().unwrap();
+    assert_eq!(st & status::ERROR_MASK, 0, "the receive completes without error: status {st:#x}");
+    assert!(got == data(len), "the message arrives whole and in order");
+
+    let c = client.counters();
+    let (expiries, resent) = (c.rto_expiries - before.rto_expiries, c.retransmits - before.retransmits);
+    assert!(expiries >= 1, "the sender never timed out: nothing tested");
+    assert!(
+        resent <= expiries * u64::from(RTO_BURST),
+        "{expiries} spurious timeouts sent {resent} frames again: more than a burst of {RTO_BURST} each (the 200-frame window went again)"
+    );
+}
