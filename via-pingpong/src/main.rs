@@ -95,8 +95,9 @@ USAGE:
     --cpu N           run on CPU N only (the demo pins the server to CPU 0 and the client
                       to CPU 1 when there are two or more, for every transport alike)
     --mtu N           demo: veth MTU (default 1500); udp: datagrams fit this MTU
-    --kernel-loss N   demo: the kernel drops N frames in a thousand, of every kind (VIA's, TCP's,
-                      UDP's alike), arriving on either host (an nftables netdev ingress rule,
+    --kernel-loss N   demo: the hosts meet through a switch (a bridge in a third namespace) whose
+                      kernel drops N frames in a thousand, of every kind (VIA's, TCP's, UDP's
+                      alike), arriving on either port (an nftables netdev ingress rule,
                       `numgen random mod 1000 < N drop`; needs nft): goodput under the same loss
                       (the C probe, a check of the baselines on a clean link, is left out)
     --no-port-rule    demo: leave out the rule that keeps each host's IP stack off VIA's UDP
