@@ -260,7 +260,7 @@ impl Context {
             let behind = seq_lt(vi.tx.psn, ack);
             self.restart_rto(vi, now, outstanding);
             if vi.tx.burst_end.is_some() {
-                self.after_burst(vi, ack, behind);
+                self.after_burst(vi, behind);
             } else if behind {
                 // Frames sent before a rewind got through: skip past them.
                 vi.seek(ack);
@@ -284,32 +284,25 @@ impl Context {
                 self.outbox.ring(vi.id);
             }
         } else if sent != 0 && vi.rtx.rewind_once(vi.tx.una) {
-            // Go-back-N, a burst first (as after a timeout): the frames
-            // sent before may still wait in the peer's ring, and the
-            // whole window again on top of them could overflow it.
             let una = vi.tx.una;
             vi.seek(una);
-            vi.tx.start_burst(una);
             self.outbox.ring(vi.id);
         }
     }
 
-    /// An ACK moved `vi`'s window while it goes again in bursts (after a
-    /// timeout or a NAK's go-back; F-RTO's test, RFC 5682): `behind`, it
-    /// acknowledges frames that never went again, so the first
-    /// transmissions are arriving and the timeout was spurious: sending
-    /// resumes past the highest frame sent. Otherwise what went again is
-    /// what arrives: the next burst, twice as long, until the window rules.
-    fn after_burst(&mut self, vi: &mut ViState, ack: u32, behind: bool) {
+    /// The first ACK that moves `vi`'s window after it went again with a
+    /// burst (after a timeout or a NAK's go-back; F-RTO's test, RFC 5682):
+    /// `behind`, it acknowledges frames that never went again, so the
+    /// first transmissions are arriving and the timeout was spurious:
+    /// sending resumes past the highest frame sent. Otherwise what went
+    /// again is what arrives, the loss was real, and the rest goes again
+    /// as the window allows (go-back-N).
+    fn after_burst(&mut self, vi: &mut ViState, behind: bool) {
+        vi.tx.burst_end = None;
         if behind {
-            vi.tx.burst_end = None;
             let hi = vi.tx.sent_hi;
             vi.seek(hi);
-            return;
         }
-        vi.tx.burst_len = vi.tx.burst_len.saturating_mul(2);
-        let end = vi.tx.psn.wrapping_add(vi.tx.burst_len);
-        vi.tx.burst_end = (end.wrapping_sub(ack) < self.window).then_some(end);
     }
 
     /// The peer refused the message at `ack` for want of a receive

@@ -215,15 +215,11 @@ pub struct Sender {
     pub rnr_until: Option<crate::clock::Time>,
     pub rnr_refusals: u32,
     /// Going again after a retransmission timeout or a NAK's go-back:
-    /// the PSN the frames sent again stop at until the peer's next ACK
-    /// moves, and the length of that burst ([`RTO_BURST`] at first,
-    /// doubling with each ACK; `engine::receive`'s `after_burst`). A
-    /// timeout that was spurious (the ACKs late, not the frames lost)
-    /// then costs one burst, not the whole window again, and the window
-    /// again on top of frames still waiting in the peer's ring does not
-    /// overflow it.
+    /// the PSN the frames sent again stop at ([`RTO_BURST`] past where
+    /// they start) until the peer's next ACK moves (`engine::receive`'s
+    /// `after_burst`). A timeout that was spurious (the ACKs late, not the
+    /// frames lost) then costs one burst, not the whole window again.
     pub burst_end: Option<u32>,
-    pub burst_len: u32,
     /// Where this connection's sends may go boxed (fixed with `frag`: a
     /// peer on this host's shared-memory wire, `engine::boxed`).
     pub boxes: Option<via_device::BoxRoute>,
@@ -249,10 +245,9 @@ pub struct Sender {
 pub const RTO_BURST: u32 = 32;
 
 impl Sender {
-    /// Goes again from `psn` (just sought) in bursts: [`RTO_BURST`] frames
-    /// until the peer's next ACK.
+    /// Goes again from `psn` (just sought) with a burst: [`RTO_BURST`]
+    /// frames until the peer's next ACK.
     pub fn start_burst(&mut self, psn: u32) {
-        self.burst_len = RTO_BURST;
         self.burst_end = Some(psn.wrapping_add(RTO_BURST));
     }
 
