@@ -3,14 +3,13 @@
 //! PARTIAL_ERROR, reliable VIs retransmit, and a lost RDMA read response is
 //! asked for again.
 
-use std::io;
-use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{mpsc, Arc};
+mod dropping;
+
+use dropping::DroppingDevice;
+use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 use via_wire::{Kind, ETH_HEADER_LEN};
-use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
 use via_user::descriptor::status;
 use via_user::{Config, Descriptor, MemAttributes, MemoryRegion, Nic, Op, Reliability, ViAttributes};
 // The software drivers (loopback devices), registered by linking them.
@@ -18,63 +17,19 @@ use via_softnic as _;
 
 const T: Option<Duration> = Some(Duration::from_secs(10));
 
-/// Drops the first `budget` transmitted frames of `kind` whose fragment
-/// offset is `offset`.
-struct DropDevice {
-    inner: Box<dyn FrameDevice>,
-    kind: Kind,
-    offset: u32,
-    budget: Arc<AtomicU32>,
-}
-
-impl DropDevice {
-    fn drops(&self, header: &[u8]) -> bool {
-        let via = &header[ETH_HEADER_LEN..];
-        let off = u32::from_be_bytes([via[32], via[33], via[34], via[35]]);
-        via[1] == self.kind as u8 && off == self.offset && self.budget.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| b.checked_sub(1)).is_ok()
-    }
-}
-
-impl FrameDevice for DropDevice {
-    fn mac(&self) -> MacAddr {
-        self.inner.mac()
-    }
-    fn mtu(&self) -> usize {
-        self.inner.mtu()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn wait_fd(&self) -> RawFd {
-        self.inner.wait_fd()
-    }
-    fn prepare_sleep(&mut self) -> Option<via_device::Sleep> {
-        self.inner.prepare_sleep()
-    }
-    fn set_filter(&mut self, f: RxFilter) -> io::Result<()> {
-        self.inner.set_filter(f)
-    }
-    fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        self.inner.receive(budget, sink)
-    }
-    fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
-        for (i, f) in frames.iter().enumerate() {
-            if self.drops(f.header) {
-                continue; // "sent", and lost on the wire
-            }
-            if self.inner.transmit(std::slice::from_ref(f))? == 0 {
-                return Ok(i);
-            }
-        }
-        Ok(frames.len())
-    }
-}
-
 /// A NIC on loopback wire `wire` whose transmissions lose the first
 /// `budget` frames of `kind` at fragment offset `offset`.
 fn lossy_nic(wire: &str, kind: Kind, offset: u32, budget: u32) -> Nic {
     let inner = via_device::open_device(&format!("loop:{wire}"), &[]).unwrap();
-    let dev = DropDevice { inner, kind, offset, budget: Arc::new(AtomicU32::new(budget)) };
+    let mut left = budget;
+    let drops = move |header: &[u8]| {
+        let via = &header[ETH_HEADER_LEN..];
+        let off = u32::from_be_bytes([via[32], via[33], via[34], via[35]]);
+        let hit = via[1] == kind as u8 && off == offset && left > 0;
+        left -= u32::from(hit);
+        hit
+    };
+    let dev = DroppingDevice { inner, drops: Box::new(drops) };
     let cfg = Config { rto_initial: Duration::from_millis(1), ..Config::default() };
     Nic::with_device(wire, Box::new(dev), cfg).unwrap()
 }

@@ -7,13 +7,13 @@
 //! window sent again on top of the frames still waiting there overflowed
 //! it and turned one late ACK into hundreds of lost frames.
 
-use std::io;
-use std::os::fd::RawFd;
+mod dropping;
+
+use dropping::DroppingDevice;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::Duration;
-use via_device::{Capabilities, FrameDevice, MacAddr, RxFilter, TxFrame};
 use via_user::descriptor::status;
 use via_user::vi::RTO_BURST;
 use via_user::{Config, Descriptor, MemAttributes, MemoryRegion, Nic, Reliability, ViAttributes};
@@ -22,47 +22,6 @@ use via_wire::{Kind, ETH_HEADER_LEN};
 use via_softnic as _;
 
 const T: Option<Duration> = Some(Duration::from_secs(10));
-
-/// Loses every standalone ACK it transmits until `pass` is set.
-struct AckEater {
-    inner: Box<dyn FrameDevice>,
-    pass: Arc<AtomicBool>,
-}
-
-impl FrameDevice for AckEater {
-    fn mac(&self) -> MacAddr {
-        self.inner.mac()
-    }
-    fn mtu(&self) -> usize {
-        self.inner.mtu()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn wait_fd(&self) -> RawFd {
-        self.inner.wait_fd()
-    }
-    fn prepare_sleep(&mut self) -> Option<via_device::Sleep> {
-        self.inner.prepare_sleep()
-    }
-    fn set_filter(&mut self, f: RxFilter) -> io::Result<()> {
-        self.inner.set_filter(f)
-    }
-    fn receive(&mut self, budget: usize, sink: &mut dyn FnMut(&[u8])) -> io::Result<usize> {
-        self.inner.receive(budget, sink)
-    }
-    fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
-        for (i, f) in frames.iter().enumerate() {
-            if f.header[ETH_HEADER_LEN + 1] == Kind::Ack as u8 && !self.pass.load(Ordering::SeqCst) {
-                continue; // "sent", and lost on the wire
-            }
-            if self.inner.transmit(std::slice::from_ref(f))? == 0 {
-                return Ok(i);
-            }
-        }
-        Ok(frames.len())
-    }
-}
 
 fn data(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(31) ^ (i >> 8) as u8).collect()
@@ -74,7 +33,10 @@ fn a_spurious_timeout_sends_one_burst_again_not_the_window() {
     let len = 200 * 1400;
     let pass = Arc::new(AtomicBool::new(false));
     let inner = via_device::open_device("loop:spurious", &[]).unwrap();
-    let server = Nic::with_device("spurious", Box::new(AckEater { inner, pass: pass.clone() }), Config::default()).unwrap();
+    // Loses every standalone ACK it sends until `pass` is set.
+    let open = pass.clone();
+    let drops = move |header: &[u8]| header[ETH_HEADER_LEN + 1] == Kind::Ack as u8 && !open.load(Ordering::SeqCst);
+    let server = Nic::with_device("spurious", Box::new(DroppingDevice { inner, drops: Box::new(drops) }), Config::default()).unwrap();
     let smac = server.mac();
     let (ready_tx, ready_rx) = mpsc::channel();
     let (end_tx, end_rx) = mpsc::channel::<()>();
