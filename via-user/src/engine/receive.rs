@@ -291,7 +291,7 @@ impl Context {
     }
 
     /// The first ACK that moves `vi`'s window after it went again with a
-    /// burst (after a timeout or a NAK's go-back; F-RTO's test, RFC 5682):
+    /// burst after a timeout (F-RTO's test, RFC 5682):
     /// `behind`, it acknowledges frames that never went again, so the
     /// first transmissions are arriving and the timeout was spurious:
     /// sending resumes past the highest frame sent. Otherwise what went

@@ -214,11 +214,11 @@ pub struct Sender {
     /// refusals came in a row.
     pub rnr_until: Option<crate::clock::Time>,
     pub rnr_refusals: u32,
-    /// Going again after a retransmission timeout or a NAK's go-back:
-    /// the PSN the frames sent again stop at ([`RTO_BURST`] past where
-    /// they start) until the peer's next ACK moves (`engine::receive`'s
-    /// `after_burst`). A timeout that was spurious (the ACKs late, not the
-    /// frames lost) then costs one burst, not the whole window again.
+    /// Going again after a retransmission timeout: the PSN the frames
+    /// sent again stop at ([`RTO_BURST`] past where they start) until the
+    /// peer's next ACK moves (`engine::receive`'s `after_burst`). A
+    /// timeout that was spurious (the ACKs late, not the frames lost)
+    /// then costs one burst, not the whole window again.
     pub burst_end: Option<u32>,
     /// Where this connection's sends may go boxed (fixed with `frag`: a
     /// peer on this host's shared-memory wire, `engine::boxed`).
@@ -240,8 +240,8 @@ pub struct Sender {
     pub placed_told: Option<u32>,
 }
 
-/// Frames that go again after a retransmission timeout or a NAK's
-/// go-back before the peer's next ACK (one batch for the device).
+/// Frames that go again after a retransmission timeout before the peer's
+/// next ACK (one batch for the device).
 pub const RTO_BURST: u32 = 32;
 
 impl Sender {
