@@ -61,27 +61,22 @@ struct Hosts {
     vb: String,
     ip_a: String,
     mtu: usize,
-    /// The switch between the hosts, when they have one: its namespace
-    /// and its two ports (a's side, b's side).
-    switch: Option<(String, [String; 2])>,
 }
 
 impl Hosts {
-    /// Two hosts on one veth pair; with `switched`, each on a veth pair of
-    /// its own to a bridge in a third namespace (a switch), where the
-    /// kernel can drop frames before either host sees them
-    /// ([`Hosts::drop_frames`]).
-    fn create(mtu: usize, switched: bool) -> Result<Hosts, String> {
+    /// Two hosts on one veth pair; with a `loss` (frames in a thousand),
+    /// each on a veth pair of its own to a bridge in a third namespace (a
+    /// switch) that drops that many ([`drop_frames`]).
+    fn create(mtu: usize, loss: u32) -> Result<Hosts, String> {
         let pid = std::process::id();
         let tag = pid % 10_000_000;
-        let mut h = Hosts {
+        let h = Hosts {
             a: format!("via-pp-a-{pid}"),
             b: format!("via-pp-b-{pid}"),
             va: format!("vppa{tag}"),
             vb: format!("vppb{tag}"),
             ip_a: format!("10.88.{}.1", pid % 250),
             mtu,
-            switch: None,
         };
         let ip_b = format!("10.88.{}.2", pid % 250);
         created().1.extend([h.a.clone(), h.b.clone()]);
@@ -91,7 +86,7 @@ impl Hosts {
         // Each end is made inside its namespace: a signal between making
         // the pair and moving its ends would otherwise leave it in ours
         // (deleting a namespace removes only what is inside it).
-        if switched {
+        if loss > 0 {
             let s = format!("via-pp-s-{pid}");
             let ports = [format!("vpsa{tag}"), format!("vpsb{tag}")];
             created().1.push(s.clone());
@@ -103,7 +98,7 @@ impl Hosts {
                 ip(&["-n", &s, "link", "set", port, "up"])?;
             }
             ip(&["-n", &s, "link", "set", "vppbr", "up"])?;
-            h.switch = Some((s, ports));
+            drop_frames(&s, &ports, loss)?;
         } else {
             ip(&["link", "add", &h.va, "netns", &h.a, "mtu", &m, "type", "veth", "peer", "name", &h.vb, "netns", &h.b, "mtu", &m])?;
         }
@@ -116,33 +111,28 @@ impl Hosts {
     }
 }
 
-impl Hosts {
-    /// Makes the switch's kernel drop `per_mille` frames in a thousand
-    /// arriving on either of its ports, whatever they carry: an nftables
-    /// netdev ingress rule (this kernel has no netem), so VIA, TCP and UDP
-    /// meet the same loss. Not on the hosts' own interfaces: a packet
-    /// socket bound to every EtherType (VIA in UDP) is handed each frame
-    /// before the ingress hook runs, so a rule there dropped TCP's frames
-    /// and none of VIA's (the demo's loss figures from 7fd9626 until
-    /// this).
-    fn drop_frames(&self, per_mille: u32) -> Result<(), String> {
-        if per_mille == 0 {
-            return Ok(());
+/// Makes the kernel of switch `ns` drop `per_mille` frames in a thousand
+/// arriving on either of its `ports`, whatever they carry: an nftables
+/// netdev ingress rule (this kernel has no netem), so VIA, TCP and UDP meet
+/// the same loss. Not on the hosts' own interfaces: a packet socket bound
+/// to every EtherType (VIA in UDP) is handed each frame before the ingress
+/// hook runs, so a rule there dropped TCP's frames and none of VIA's (the
+/// demo's loss figures from 7fd9626 until be9d3b0).
+fn drop_frames(ns: &str, ports: &[String; 2], per_mille: u32) -> Result<(), String> {
+    let n = per_mille.to_string();
+    via_kernel_agent::netns::nft(Some(ns), &["add", "table", "netdev", "via_loss"], "")?;
+    for (i, dev) in ports.iter().enumerate() {
+        let chain = format!("in{i}");
+        let hook = format!("{{ type filter hook ingress device {dev} priority 0; }}");
+        for args in [vec!["add", "chain", "netdev", "via_loss", &chain, &hook], vec!["add", "rule", "netdev", "via_loss", &chain, "numgen", "random", "mod", "1000", "<", &n, "drop"]] {
+            via_kernel_agent::netns::nft(Some(ns), &args, "")?;
         }
-        let Some((ns, ports)) = &self.switch else { return Err("frames are dropped in a switch, and these hosts have none".into()) };
-        let n = per_mille.to_string();
-        via_kernel_agent::netns::nft(Some(ns), &["add", "table", "netdev", "via_loss"], "")?;
-        for (i, dev) in ports.iter().enumerate() {
-            let chain = format!("in{i}");
-            let hook = format!("{{ type filter hook ingress device {dev} priority 0; }}");
-            for args in [vec!["add", "chain", "netdev", "via_loss", &chain, &hook], vec!["add", "rule", "netdev", "via_loss", &chain, "numgen", "random", "mod", "1000", "<", &n, "drop"]] {
-                via_kernel_agent::netns::nft(Some(ns), &args, "")?;
-            }
-        }
-        eprintln!("via-pingpong --demo: the hosts meet through a switch ({ns}) whose kernel drops {per_mille} in 1000 frames arriving on either port");
-        Ok(())
     }
+    eprintln!("via-pingpong --demo: the hosts meet through a switch ({ns}) whose kernel drops {per_mille} in 1000 frames arriving on either port");
+    Ok(())
+}
 
+impl Hosts {
     /// With `on`, both hosts keep the kernel's IP stack off VIA's UDP port
     /// (`via_kernel_agent::udp_port`): their packet sockets take the
     /// datagrams, and the kernel need not route each to a UDP socket that
@@ -601,7 +591,7 @@ pub fn run(o: &Options) -> i32 {
         return run_loopback(o);
     }
     install_signal_thread();
-    let h = match Hosts::create(o.mtu, o.kernel_loss > 0).and_then(|h| h.drop_frames(o.kernel_loss).map(|()| h)) {
+    let h = match Hosts::create(o.mtu, o.kernel_loss) {
         Ok(h) => h,
         Err(e) => {
             eprintln!("via-pingpong --demo: cannot create the test hosts: {e}");

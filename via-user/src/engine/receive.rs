@@ -259,12 +259,19 @@ impl Context {
             let outstanding = vi.tx.outstanding();
             let behind = seq_lt(vi.tx.psn, ack);
             self.restart_rto(vi, now, outstanding);
-            if vi.tx.burst_end.is_some() {
-                self.after_burst(vi, behind);
-            } else if behind {
+            if behind {
                 // Frames sent before a rewind got through: skip past them.
-                vi.seek(ack);
+                // After a timeout's burst this is F-RTO's test (RFC 5682):
+                // frames that never went again are acknowledged, so the
+                // timeout was spurious and sending resumes past the
+                // highest frame sent.
+                let to = if vi.tx.burst_end.is_some() { vi.tx.sent_hi } else { ack };
+                vi.seek(to);
             }
+            // The first ACK that moves the window ends a burst; when it
+            // did not skip past it, the loss was real and the rest goes
+            // again as the window allows (go-back-N).
+            vi.tx.burst_end = None;
             self.complete_acked(vi);
             if vi.tx.idx != vi.sq.tail {
                 self.outbox.ring(vi.id); // the window opened
@@ -287,21 +294,6 @@ impl Context {
             let una = vi.tx.una;
             vi.seek(una);
             self.outbox.ring(vi.id);
-        }
-    }
-
-    /// The first ACK that moves `vi`'s window after it went again with a
-    /// burst after a timeout (F-RTO's test, RFC 5682):
-    /// `behind`, it acknowledges frames that never went again, so the
-    /// first transmissions are arriving and the timeout was spurious:
-    /// sending resumes past the highest frame sent. Otherwise what went
-    /// again is what arrives, the loss was real, and the rest goes again
-    /// as the window allows (go-back-N).
-    fn after_burst(&mut self, vi: &mut ViState, behind: bool) {
-        vi.tx.burst_end = None;
-        if behind {
-            let hi = vi.tx.sent_hi;
-            vi.seek(hi);
         }
     }
 

@@ -103,8 +103,7 @@ impl Context {
                 // spurious (a descheduled receiver, a late ACK) costs
                 // that much, and a lost tail goes on at the answer.
                 if sent != 0 {
-                    let at = vi.tx.psn;
-                    vi.tx.start_burst(at);
+                    vi.tx.start_burst();
                 }
                 self.outbox.ring(vi.id);
             }

@@ -216,7 +216,7 @@ pub struct Sender {
     pub rnr_refusals: u32,
     /// Going again after a retransmission timeout: the PSN the frames
     /// sent again stop at ([`RTO_BURST`] past where they start) until the
-    /// peer's next ACK moves (`engine::receive`'s `after_burst`). A
+    /// peer's next ACK moves (`engine::receive`'s `on_ack`). A
     /// timeout that was spurious (the ACKs late, not the frames lost)
     /// then costs one burst, not the whole window again.
     pub burst_end: Option<u32>,
@@ -245,10 +245,10 @@ pub struct Sender {
 pub const RTO_BURST: u32 = 32;
 
 impl Sender {
-    /// Goes again from `psn` (just sought) with a burst: [`RTO_BURST`]
-    /// frames until the peer's next ACK.
-    pub fn start_burst(&mut self, psn: u32) {
-        self.burst_end = Some(psn.wrapping_add(RTO_BURST));
+    /// Goes again from the transmit position (just sought) with a burst:
+    /// [`RTO_BURST`] frames until the peer's next ACK.
+    pub fn start_burst(&mut self) {
+        self.burst_end = Some(self.psn.wrapping_add(RTO_BURST));
     }
 
     /// Frames sent and not yet acknowledged (from the transmit position).
