@@ -12,7 +12,8 @@
 //! timeout. Receive: a frame in order is placed and acknowledged once the
 //! delay ran out; a frame past a gap is held and answered with a NAK whose
 //! SACK bitmap names it, then placed when the gap fills; a duplicate is
-//! acknowledged at once and placed once. Polls: a queue counts as having
+//! acknowledged at once and placed once. After a timeout one burst goes
+//! again, and the first ACK says whether the rest follows. Polls: a queue counts as having
 //! nothing posted (a poll then runs no round) only once all of it is
 //! handed back.
 
@@ -21,6 +22,7 @@ use via_device::FrameDevice;
 use via_tests::rig::{frame_bytes, Host, Rig};
 use via_user::descriptor::status;
 use via_user::engine::post::Queue;
+use via_user::vi::RTO_BURST;
 use via_user::Reliability;
 use via_wire::{flags, Frame, HeaderRepr, Kind, MacAddr};
 
@@ -470,4 +472,56 @@ fn a_queue_counts_as_having_nothing_posted_only_once_all_is_handed_back() {
     assert!(rig.b.engine.core.nothing_posted(vb, Queue::Send));
     // An id that names no VI: not "nothing posted" (the poll reports it).
     assert!(!rig.a.engine.core.nothing_posted(999, Queue::Send));
+}
+
+/// b sends twelve 6000-byte messages (60 fragments at the rig's MTU) and
+/// nothing acknowledges them until its retransmission timeout; returns
+/// the first fragment's PSN and how many fragments went.
+fn b_sent_sixty_frames_and_timed_out(rig: &mut Rig) -> (u32, u32) {
+    seen_b(rig);
+    let first = b_next_psn(rig);
+    for slot in 0..12 {
+        rig.b.post_send(slot, 0, &message(slot as u8, 6000), None);
+    }
+    rig.b.engine.ring_doorbell();
+    let n = seen_b(rig).iter().filter(|f| f.kind == Kind::Data).count() as u32;
+    assert!(n > RTO_BURST, "{n} fragments: more than a burst");
+    let deadline = rig.b.engine.core.vi(rig.b.vi).unwrap().rtx.deadline().expect("the timer runs");
+    rig.b.engine.progress_at(deadline);
+    (first, n)
+}
+
+/// After a timeout the sender sends one burst again, its last frame
+/// asking for an ACK, and waits; an ACK that covers frames never sent
+/// again (the peer had the first transmissions: the timeout was
+/// spurious) ends the going back, and nothing more goes again.
+#[test]
+fn after_a_timeout_a_burst_goes_again_and_an_ack_past_it_ends_the_going_back() {
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    let (first, n) = b_sent_sixty_frames_and_timed_out(&mut rig);
+    let again: Vec<Seen> = seen_b(&mut rig).into_iter().filter(|f| f.kind == Kind::Data).collect();
+    let psns: Vec<u32> = again.iter().map(|f| f.psn.wrapping_sub(first)).collect();
+    assert_eq!(psns, (0..RTO_BURST).collect::<Vec<_>>(), "one burst from the oldest unacknowledged");
+    assert!(again.last().unwrap().flags & flags::ACK_REQ != 0, "the burst's last frame asks for an ACK");
+    // The peer acknowledges 40 frames: 8 of them were never sent again.
+    rig.inject(&ack_to(&rig.b, first.wrapping_add(40), false, 0));
+    rig.b.engine.progress_at(rig.now);
+    let more = seen_b(&mut rig).into_iter().filter(|f| f.kind == Kind::Data).count();
+    assert_eq!(more, 0, "the first transmissions are arriving: nothing of {}..{n} goes again", 40);
+    rig.inject(&ack_to(&rig.b, first.wrapping_add(n), false, 0));
+    rig.b.engine.progress_at(rig.now);
+    assert!((0..12).all(|slot| rig.b.completion(slot).0 & status::DONE != 0), "every send completes");
+}
+
+/// An ACK after a timeout's burst that covers only what went again: the
+/// loss was real, and the rest goes again (go-back-N).
+#[test]
+fn after_a_timeout_an_ack_within_the_burst_sends_the_rest_again() {
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    let (first, n) = b_sent_sixty_frames_and_timed_out(&mut rig);
+    seen_b(&mut rig);
+    rig.inject(&ack_to(&rig.b, first.wrapping_add(RTO_BURST), false, 0));
+    rig.b.engine.progress_at(rig.now);
+    let psns: Vec<u32> = seen_b(&mut rig).iter().filter(|f| f.kind == Kind::Data).map(|f| f.psn.wrapping_sub(first)).collect();
+    assert_eq!(psns, (RTO_BURST..n).collect::<Vec<_>>(), "everything past the burst, once");
 }
