@@ -187,10 +187,17 @@ pub fn seal<'a>(head: &mut [u8], payload: impl IntoIterator<Item = &'a [u8]>) {
 /// `payload` as authenticated (`check` zero) and returns the tag under
 /// `key` that must follow the payload.
 pub fn seal_authenticated<'a>(head: &mut [u8], key: &crate::tag::Key, payload: impl IntoIterator<Item = &'a [u8]>) -> crate::tag::Tag {
+    mark_authenticated(head);
+    crate::tag::frame_tag(key, head, payload)
+}
+
+/// Marks the frame whose headers are `head` as authenticated (`check`
+/// zero), as [`seal_authenticated`] does before it computes the tag: for
+/// frames whose tags are computed together ([`crate::tag::frame_tags4`]).
+pub fn mark_authenticated(head: &mut [u8]) {
     let fl = (be16(head, ETH_HEADER_LEN + 2) & !flags::CHECKSUM) | flags::AUTH;
     head[ETH_HEADER_LEN + 2..ETH_HEADER_LEN + 4].copy_from_slice(&fl.to_be_bytes());
     head[CHECK_OFFSET..CHECK_OFFSET + 4].fill(0);
-    crate::tag::frame_tag(key, head, payload)
 }
 
 /// The checksum of the frame whose headers are `head` (at least

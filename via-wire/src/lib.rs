@@ -16,6 +16,7 @@ pub mod crc32c;
 pub mod frame;
 pub mod mac;
 pub mod tag;
+pub mod tag_lanes;
 
 pub use frame::*;
 pub use mac::MacAddr;
