@@ -190,6 +190,22 @@ pub struct RxMeta<'a> {
     /// It is a boxed message ([`boxed`]), not a frame: the word in which
     /// its receiver says how many of the connection's it placed.
     pub boxed: Option<PlacedWord>,
+    /// The frames that follow it in this delivery, where the device has
+    /// them already (the rest of a superframe's units).
+    pub ahead: Ahead<'a>,
+}
+
+/// Frames a device will hand on next, in the same call, as they lie in
+/// its memory ([`RxMeta::ahead`]): `bytes` starts at the next frame's VIA
+/// header (its Ethernet header is not written yet), and holds frames of
+/// `stride` bytes from their VIA headers on, the last maybe shorter.
+/// They do not change before they are handed on (only their Ethernet
+/// headers, which no tag covers, are written), so the engine may check
+/// their tags together with this frame's.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ahead<'a> {
+    pub bytes: &'a [u8],
+    pub stride: usize,
 }
 
 /// A received frame's payload left in the sending process's memory: up to

@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
-use via_device::{Capabilities, FrameDevice, MacAddr, Path, RxFilter, RxMeta, Sleep, TxFrame};
+use via_device::{Ahead, Capabilities, FrameDevice, MacAddr, Path, RxFilter, RxMeta, Sleep, TxFrame};
 
 /// Fault rates, each the probability per transmitted frame.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -260,7 +260,7 @@ impl FrameDevice for FaultyDevice {
         self.release_due()?;
         // A link that corrupts vouches for nothing.
         let whole = self.faults.corrupt == 0.0;
-        self.inner.receive_lent(budget, &mut |f, meta| sink(f, RxMeta { vouched: meta.vouched && whole, ..meta }))
+        self.inner.receive_lent(budget, &mut |f, meta| sink(f, RxMeta { vouched: meta.vouched && whole, ahead: Ahead::default(), ..meta }))
     }
 
     fn path_to(&mut self, head: &[u8]) -> Path {

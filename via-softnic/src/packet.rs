@@ -17,7 +17,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use via_device::MAX_GATHER;
 use via_device::{DST_EP_OFFSET, ETHERTYPE, ETH_HEADER_LEN};
-use via_device::{Capabilities, FrameDevice, MacAddr, Path, RxFilter, RxMeta, RxWatch, RxWatches, TxFrame};
+use via_device::{Ahead, Capabilities, FrameDevice, MacAddr, Path, RxFilter, RxMeta, RxWatch, RxWatches, TxFrame};
 use crate::bpf;
 use crate::udp::{vnet_unit, Hop, NextHops, NotOurs, Outer, ENCAP_LEN, MAX_PAYLOAD, OUTER_LEN, VNET_LEN};
 use std::net::Ipv4Addr;
@@ -432,12 +432,15 @@ impl FrameDevice for PacketDevice {
                         st.rx_superframes += u64::from(unit.is_some_and(|u| u < d.payload.len()));
                         let step = unit.unwrap_or(d.payload.len()).max(1);
                         for at in d.payload.clone().step_by(step) {
-                            prefetch(&frame[(at + step).min(d.payload.end)..(at + 2 * step).min(d.payload.end)]);
-                            let raw = d.unit(frame, at..d.payload.end.min(at + step));
+                            let next = (at + step).min(d.payload.end);
+                            prefetch(&frame[next..(at + 2 * step).min(d.payload.end)]);
+                            let (this, rest) = frame.split_at_mut(next);
+                            let raw = d.unit(this, at..next);
                             if self.filter.is_some_and(|f| !f.matches(raw)) {
                                 st.rx_filtered_in_software += 1;
                             } else {
-                                sink(raw, RxMeta { vouched: d.vouched, ..RxMeta::default() });
+                                let ahead = Ahead { bytes: &rest[..d.payload.end - next], stride: step };
+                                sink(raw, RxMeta { vouched: d.vouched, ahead, ..RxMeta::default() });
                                 delivered += 1;
                             }
                         }

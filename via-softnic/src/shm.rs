@@ -725,7 +725,7 @@ impl ShmDevice {
                     Some((frame, None)) if word & BOXED != 0 => match placed_word_of(&self.seg, frame) {
                         Some(placed) => {
                             self.rx_boxed += 1;
-                            self.read_timer.hand_over(word & STREAMED != 0, frame.len(), &c.read_costs, || sink(frame, RxMeta { lent: None, vouched: true, boxed: Some(placed) }));
+                            self.read_timer.hand_over(word & STREAMED != 0, frame.len(), &c.read_costs, || sink(frame, RxMeta { lent: None, vouched: true, boxed: Some(placed), ..RxMeta::default() }));
                             true
                         }
                         None => {
@@ -734,7 +734,7 @@ impl ShmDevice {
                         }
                     },
                     Some((frame, None)) => {
-                        self.read_timer.hand_over(word & STREAMED != 0, frame.len(), &c.read_costs, || sink(frame, RxMeta { lent: None, vouched: true, boxed: None }));
+                        self.read_timer.hand_over(word & STREAMED != 0, frame.len(), &c.read_costs, || sink(frame, RxMeta { lent: None, vouched: true, ..RxMeta::default() }));
                         true
                     }
                     Some((_, Some(lent))) if !self.members.trusts(&self.seg, lent.pid) => {
@@ -743,7 +743,7 @@ impl ShmDevice {
                         false
                     }
                     Some((frame, Some(lent))) if lent_ok => {
-                        sink(frame, RxMeta { lent: Some(&lent), vouched: true, boxed: None });
+                        sink(frame, RxMeta { lent: Some(&lent), vouched: true, ..RxMeta::default() });
                         true
                     }
                     Some((frame, Some(lent))) => {
@@ -755,7 +755,7 @@ impl ShmDevice {
                         // SAFETY: the scratch holds the payload's bytes past the headers.
                         let ok = unsafe { lent.read(0, self.scratch.as_mut_ptr().add(frame.len()), lent.len()) }.is_ok();
                         if ok {
-                            sink(&self.scratch, RxMeta { lent: None, vouched: true, boxed: None });
+                            sink(&self.scratch, RxMeta { lent: None, vouched: true, ..RxMeta::default() });
                         } else {
                             self.rx_lent_failed += 1;
                         }

@@ -143,6 +143,27 @@ pub fn frame_tags4(key: &Key, heads: [&[u8]; 4], payloads: [&[u8]; 4]) -> Option
     tag_lanes::tags4(key.lanes.as_ref()?, heads.map(|h| &h[ETH_HEADER_LEN..FRAME_HEADER_LEN]), payloads)
 }
 
+/// The tags of four frames given from their VIA headers on (`units[j]`:
+/// header, payload, and anything after), as [`frame_tags4`] computes
+/// them: for frames whose Ethernet headers are not written yet (a
+/// superframe's units, `via_device::Ahead`). Each payload is as long as
+/// its header states; `None` as [`frame_tags4`] says, or when a unit is
+/// shorter than its header and payload.
+pub fn unit_tags4(key: &Key, units: [&[u8]; 4]) -> Option<[Tag; 4]> {
+    let via_len = FRAME_HEADER_LEN - ETH_HEADER_LEN;
+    let stated = |u: &[u8]| u.get(PAYLOAD_LEN_AT - ETH_HEADER_LEN..PAYLOAD_LEN_AT - ETH_HEADER_LEN + 2).map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])));
+    let len = stated(units[0])?;
+    if len >= WIDE_FROM {
+        return None;
+    }
+    for u in units {
+        if stated(u)? != len || u.len() < via_len + len {
+            return None;
+        }
+    }
+    tag_lanes::tags4(key.lanes.as_ref()?, units.map(|u| &u[..via_len]), units.map(|u| &u[via_len..via_len + len]))
+}
+
 /// Does `tag` authenticate the frame (headers `head`, payload `payload`)
 /// under `key`? Not when the header states another payload length than
 /// `payload` has. Compared in constant time.
@@ -256,6 +277,31 @@ mod tests {
         let (ha, hb) = (head_for(100), head_for(101));
         assert!(frame_tags4(&key, [&ha[..], &ha[..], &hb[..], &ha[..]], [&a[..], &a[..], &b[..], &a[..]]).is_none());
         assert!(frame_tags4(&key, [&ha[..], &ha[..], &hb[..], &ha[..]], [&a[..]; 4]).is_none());
+    }
+
+    #[test]
+    fn units_from_their_via_headers_get_the_frames_tags() {
+        let key = Key::new(*b"0123456789abcdef");
+        if !tag_lanes::lanes_available() || key.lanes.is_none() {
+            return;
+        }
+        let n = 1000;
+        let frames: Vec<Vec<u8>> = (0..4u8)
+            .map(|j| {
+                let mut f = head_for(n).to_vec();
+                f[0] = 0xee; // the Ethernet header is not covered
+                f[ETH_HEADER_LEN + 9] = j;
+                f.extend((0..n).map(|i| (i as u8) ^ j));
+                f
+            })
+            .collect();
+        let tags = unit_tags4(&key, std::array::from_fn(|j| &frames[j][ETH_HEADER_LEN..])).expect("together");
+        for j in 0..4 {
+            assert_eq!(tags[j], frame_tag(&key, &frames[j][..FRAME_HEADER_LEN], [&frames[j][FRAME_HEADER_LEN..]]));
+        }
+        // A unit cut short is refused, not read past.
+        let short = &frames[3][ETH_HEADER_LEN..frames[3].len() - 1];
+        assert!(unit_tags4(&key, [&frames[0][ETH_HEADER_LEN..], &frames[1][ETH_HEADER_LEN..], &frames[2][ETH_HEADER_LEN..], short]).is_none());
     }
 
     #[test]

@@ -8,16 +8,90 @@
 //! plain `ConnReject` saying so, so that the requester learns why.
 
 use super::Core;
+use via_device::Ahead;
 use via_kernel_agent::conn::{CmFrame, RejectReason};
-use via_wire::{flags, ConnRepr, Frame, Kind, ANY_ENDPOINT};
+use via_wire::tag::{unit_tags4, Key, KEY_LEN, WIDE_FROM};
+use via_wire::{flags, ConnRepr, Frame, Kind, ANY_ENDPOINT, ETH_HEADER_LEN, FRAME_HEADER_LEN, TAG_LEN, VIA_HEADER_LEN};
+
+/// Tags checked ahead: when a frame's tag is checked together with the
+/// three that follow it in the same delivery ([`Ahead`]), the verdicts on
+/// those three, each kept with where its VIA header lies and the key
+/// bytes it was checked under. A frame takes its verdict only when it is
+/// the next one kept, at that address, under that key; anything else
+/// clears them (and the engine clears them before each delivery).
+#[derive(Default)]
+pub(crate) struct CheckedAhead {
+    next: [(usize, bool); 3],
+    key: [u8; KEY_LEN],
+    at: usize,
+    n: usize,
+}
+
+impl CheckedAhead {
+    pub(crate) fn clear(&mut self) {
+        (self.at, self.n) = (0, 0);
+    }
+
+    /// The verdict kept for the frame whose VIA header is at `via`, under
+    /// `key`, if it is the next one kept.
+    fn take(&mut self, via: *const u8, key: &Key) -> Option<bool> {
+        let (addr, ok) = *self.next.get(self.at).filter(|_| self.at < self.n)?;
+        if addr != via as usize || self.key != *key.bytes() {
+            self.clear();
+            return None;
+        }
+        self.at += 1;
+        Some(ok)
+    }
+}
+
+/// Is the frame `f` (its payload in the frame) authentic under `key`? Its
+/// verdict may have been reached with a frame before it; else, when the
+/// three frames `ahead` are of its kind (the same VI and length, tagged:
+/// a message's fragments), its tag is checked with theirs four at a time
+/// (`via_wire::tag_lanes`) and their verdicts are kept.
+/// (`checked_ahead`: counts the frames whose verdict was kept.)
+fn authentic_in_fours<T: AsRef<[u8]>>(memo: &mut CheckedAhead, checked_ahead: &mut u64, f: &Frame<T>, key: &Key, ahead: Ahead<'_>) -> bool {
+    let via = &f.as_bytes()[ETH_HEADER_LEN..];
+    if let Some(ok) = memo.take(via.as_ptr(), key) {
+        *checked_ahead += 1;
+        return ok;
+    }
+    let len = f.payload_len() as usize;
+    let stride = VIA_HEADER_LEN + len + TAG_LEN;
+    if f.flags() & flags::AUTH == 0 || len >= WIDE_FROM || via.len() != stride || ahead.stride != stride || ahead.bytes.len() < 3 * stride {
+        return f.authentic(key);
+    }
+    let units: [&[u8]; 4] = [via, &ahead.bytes[..stride], &ahead.bytes[stride..2 * stride], &ahead.bytes[2 * stride..3 * stride]];
+    let alike = |u: &[u8]| {
+        let mut h = [0u8; FRAME_HEADER_LEN];
+        h[ETH_HEADER_LEN..].copy_from_slice(&u[..VIA_HEADER_LEN]);
+        let g = Frame::of_headers(&h);
+        g.kind() == f.kind() && g.flags() & flags::AUTH != 0 && g.dst_ep() == f.dst_ep() && g.dst_vi() == f.dst_vi() && g.payload_len() == f.payload_len()
+    };
+    if !units[1..].iter().all(|u| alike(u)) {
+        return f.authentic(key);
+    }
+    let Some(tags) = unit_tags4(key, units) else { return f.authentic(key) };
+    let ok = |j: usize| tags[j].iter().zip(&units[j][VIA_HEADER_LEN + len..]).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+    memo.next = [(units[1].as_ptr() as usize, ok(1)), (units[2].as_ptr() as usize, ok(2)), (units[3].as_ptr() as usize, ok(3))];
+    memo.key = *key.bytes();
+    memo.at = 0;
+    memo.n = 3;
+    ok(0)
+}
 
 impl Core {
     /// May the frame `f` go on to be handled? `lent`: its payload was lent
     /// by a sender on this host (it never crossed a wire); `vouched`: it
     /// came by a path that cannot corrupt it (shared memory, a veth pair).
-    pub(super) fn frame_trusted<T: AsRef<[u8]>>(&mut self, f: &Frame<T>, lent: bool, vouched: bool) -> bool {
+    /// `ahead`: the frames that follow it in this delivery, whose tags
+    /// may be checked with its own.
+    pub(super) fn frame_trusted<T: AsRef<[u8]>>(&mut self, f: &Frame<T>, lent: bool, vouched: bool, ahead: Ahead<'_>) -> bool {
         let tagged = f.flags() & flags::AUTH != 0;
-        let Some(keys) = self.auth.as_ref() else {
+        let ep = self.ep;
+        let super::Context { auth, checked_ahead, counters, .. } = &mut self.cx;
+        let Some(keys) = auth.as_ref() else {
             if tagged {
                 // Both ends have a secret or neither: we cannot check it.
                 self.counters.rx_bad_auth += 1;
@@ -38,14 +112,14 @@ impl Core {
         let kind = f.kind().expect("checked by new_checked");
         let key = if kind.is_connection_management() {
             Some(&keys.cm)
-        } else if f.dst_ep() != self.ep {
+        } else if f.dst_ep() != ep {
             return true; // another endpoint's: dropped unread by the dispatch
         } else {
             keys.vi(f.dst_vi()).map(|k| &k.rx)
         };
         // A keyed sender never lends (its tag would stay behind), so a lent
         // frame comes from a host member without the secret.
-        if !lent && key.is_some_and(|k| f.authentic(k)) {
+        if !lent && key.is_some_and(|k| if kind.is_connection_management() { f.authentic(k) } else { authentic_in_fours(checked_ahead, &mut counters.rx_checked_ahead, f, k, ahead) }) {
             self.counters.rx_authenticated += 1;
             return true;
         }

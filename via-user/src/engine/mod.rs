@@ -239,6 +239,9 @@ pub struct Counters {
     pub rx_bad_auth: u64,
     /// Frames whose tag was checked and good.
     pub rx_authenticated: u64,
+    /// Frames whose tag was checked ahead, with the frame before them
+    /// (four at a time, `authenticate::CheckedAhead`), good or not.
+    pub rx_checked_ahead: u64,
     /// Frames an unreliable VI never received: gaps in its sequence.
     pub rx_lost: u64,
     /// Answers to our connection requests (accept, reject, pending, no
@@ -297,6 +300,7 @@ impl Counters {
             ("rx_unsealed", self.rx_unsealed),
             ("rx_bad_auth", self.rx_bad_auth),
             ("rx_authenticated", self.rx_authenticated),
+            ("rx_checked_ahead", self.rx_checked_ahead),
             ("rx_lost", self.rx_lost),
             ("rx_cm_foreign", self.rx_cm_foreign),
             ("rx_query_refused", self.rx_query_refused),
@@ -353,6 +357,8 @@ pub struct Context {
     /// The cluster secret's keys, when one is configured (`VIA_SECRET`):
     /// every frame then carries a MAC in place of the checksum.
     pub auth: Option<Keyring>,
+    /// Verdicts on the tags of frames checked ahead with an earlier one.
+    pub(crate) checked_ahead: authenticate::CheckedAhead,
     /// Payload bytes per fragment.
     pub frag: u32,
     /// Most unacknowledged frames per reliable VI.
@@ -472,6 +478,7 @@ impl Engine {
             checksum,
             reorders: caps.reorders,
             auth,
+            checked_ahead: Default::default(),
             frag,
             window,
             ack_timing: crate::vi::AckTiming::new(config.ack_every, config.ack_delay, config.ack_idle),
@@ -575,6 +582,7 @@ impl Engine {
         let Engine { dev, core, .. } = self;
         let mut got = 0;
         for _ in 0..4 {
+            core.cx.checked_ahead.clear();
             let n = dev.receive_lent(64, &mut |f, meta| core.on_frame(f, meta, now)).unwrap_or(0);
             got += n;
             if n < 64 {

@@ -89,7 +89,7 @@ impl Core {
             self.settle_answered_by(&f);
         }
         // Its checksum or MAC (authenticate.rs): a counted drop when wrong.
-        if !self.frame_trusted(&f, lent.is_some(), meta.vouched) {
+        if !self.frame_trusted(&f, lent.is_some(), meta.vouched, meta.ahead) {
             return;
         }
         // Longer than its header says: no sender pads a VIA frame (its
