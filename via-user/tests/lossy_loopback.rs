@@ -3,9 +3,9 @@
 //! PARTIAL_ERROR, reliable VIs retransmit, and a lost RDMA read response is
 //! asked for again.
 
-mod dropping;
+mod devices;
 
-use dropping::DroppingDevice;
+use devices::DroppingDevice;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;

@@ -7,12 +7,11 @@
 //! window sent again on top of the frames still waiting there overflowed
 //! it and turned one late ACK into hundreds of lost frames.
 
-mod dropping;
+mod devices;
 
-use dropping::DroppingDevice;
+use devices::{DroppingDevice, OneMessage};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
-use std::thread;
+use std::sync::Arc;
 use std::time::Duration;
 use via_user::descriptor::status;
 use via_user::vi::RTO_BURST;
@@ -37,35 +36,15 @@ fn a_spurious_timeout_sends_one_burst_again_not_the_window() {
     let open = pass.clone();
     let drops = move |header: &[u8]| header[ETH_HEADER_LEN + 1] == Kind::Ack as u8 && !open.load(Ordering::SeqCst);
     let server = Nic::with_device("spurious", Box::new(DroppingDevice { inner, drops: Box::new(drops) }), Config::default()).unwrap();
-    let smac = server.mac();
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let (end_tx, end_rx) = mpsc::channel::<()>();
-    let target = thread::spawn(move || {
-        let ptag = server.create_ptag().unwrap();
-        let a = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: 1 << 20, ptag, enable_rdma_write: false, enable_rdma_read: false };
-        let mut vi = server.create_vi(&a, None, None).unwrap();
-        let buf = MemoryRegion::new(&server, len, 4096, MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false }).unwrap();
-        let mut d = Descriptor::new(&server, ptag, 1).unwrap();
-        d.set(&[(&buf, 0..len)], None).unwrap();
-        vi.post_recv(d).unwrap();
-        let req = server.connect_wait(b"spurious", T).unwrap();
-        server.accept(&req, &vi).unwrap();
-        ready_tx.send(()).unwrap();
-        let d = vi.recv_wait(T).unwrap();
-        let got = (d.status(), buf.to_vec(0..d.length() as usize).unwrap());
-        // Connected until the sender is done (a disconnect would end its
-        // send before any timeout).
-        let _ = end_rx.recv();
-        got
-    });
+    let peer = OneMessage::serve(server, b"spurious", len, T.unwrap());
 
     let cfg = Config { rto_initial: Duration::from_millis(1), ..Config::default() };
     let client = Nic::with_device("spurious", via_device::open_device("loop:spurious", &[]).unwrap(), cfg).unwrap();
     let ptag = client.create_ptag().unwrap();
     let a = ViAttributes { reliability: Reliability::ReliableDelivery, max_transfer_size: 1 << 20, ptag, enable_rdma_write: false, enable_rdma_read: false };
     let mut vi = client.create_vi(&a, None, None).unwrap();
-    vi.connect_retrying(smac, b"spurious", T.unwrap()).unwrap();
-    ready_rx.recv().unwrap();
+    vi.connect_retrying(peer.mac, b"spurious", T.unwrap()).unwrap();
+    peer.ready.recv().unwrap();
     let before = client.counters();
     let r = MemoryRegion::new(&client, len, 4096, MemAttributes { ptag, enable_rdma_write: false, enable_rdma_read: false }).unwrap();
     r.write(0, &data(len)).unwrap();
@@ -83,8 +62,8 @@ fn a_spurious_timeout_sends_one_burst_again_not_the_window() {
         }
     };
     done.check_ok().unwrap();
-    end_tx.send(()).unwrap();
-    let (st, got) = target.join().unwrap();
+    peer.end.send(()).unwrap();
+    let (st, got, _) = peer.done.join().unwrap();
     assert_eq!(st & status::ERROR_MASK, 0, "the receive completes without error: status {st:#x}");
     assert!(got == data(len), "the message arrives whole and in order");
 

@@ -26,7 +26,7 @@ fn ns_per_frame(frames: usize, f: &mut dyn FnMut() -> u8) -> f64 {
 
 fn main() {
     let key = Key::new(*b"0123456789abcdef");
-    println!("four at once: {}", if via_wire::tag_lanes::lanes_available() { "yes (AVX-512 with VAES)" } else { "no: frames are tagged alone" });
+    println!("four at once: {}", if via_wire::tag::lanes::lanes_available() { "yes (AVX-512 with VAES)" } else { "no: frames are tagged alone" });
     println!("{:>8} {:>10} {:>14} {:>10}", "payload", "alone ns", "four at once", "speed-up");
     for len in [0usize, 64, 512, 1422, WIDE_FROM - 1] {
         let mut head = [7u8; FRAME_HEADER_LEN];

@@ -16,7 +16,6 @@ pub mod crc32c;
 pub mod frame;
 pub mod mac;
 pub mod tag;
-pub mod tag_lanes;
 
 pub use frame::*;
 pub use mac::MacAddr;

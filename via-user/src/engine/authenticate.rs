@@ -49,7 +49,7 @@ impl CheckedAhead {
 /// verdict may have been reached with a frame before it; else, when the
 /// three frames `ahead` are of its kind (the same VI and length, tagged:
 /// a message's fragments), its tag is checked with theirs four at a time
-/// (`via_wire::tag_lanes`) and their verdicts are kept.
+/// (`via_wire::tag::lanes`) and their verdicts are kept.
 /// (`checked_ahead`: counts the frames whose verdict was kept.)
 fn authentic_in_fours<T: AsRef<[u8]>>(memo: &mut CheckedAhead, checked_ahead: &mut u64, f: &Frame<T>, key: &Key, ahead: Ahead<'_>) -> bool {
     let via = &f.as_bytes()[ETH_HEADER_LEN..];

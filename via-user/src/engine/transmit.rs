@@ -460,7 +460,7 @@ fn tag_four(keys: &Keyring, key: &Key, hdrs: &mut Headers, specs: &[Spec], i: us
     let heads: [&[u8]; 4] = std::array::from_fn(|j| &hdrs[i + j][..]);
     let payloads: [&[u8]; 4] = std::array::from_fn(|j| payload(&four[j]).expect("checked above"));
     let tags = via_wire::tag::frame_tags4(key, heads, payloads);
-    debug_assert!(tags.is_some() || !via_wire::tag_lanes::lanes_available(), "four frames alike, the CPU able");
+    debug_assert!(tags.is_some() || !via_wire::tag::lanes::lanes_available(), "four frames alike, the CPU able");
     tags
 }
 

@@ -29,7 +29,9 @@ use std::fmt;
 use aegis::aegis128l::Aegis128LMac;
 use aegis::aegis128x4::Aegis128X4Mac;
 
-use crate::tag_lanes::{self, KeyState};
+pub mod lanes;
+
+use lanes::KeyState;
 use crate::{ETH_HEADER_LEN, FRAME_HEADER_LEN};
 
 /// Bytes of the authentication tag that follows an authenticated frame's payload.
@@ -134,13 +136,13 @@ pub fn frame_tag<'a>(key: &Key, head: &[u8], payload: impl IntoIterator<Item = &
 /// [`frame_tag`] gives each. `None` when they cannot go together: a
 /// payload of another length than the first's, one of [`WIDE_FROM`]
 /// bytes or more, a header stating another length, or a CPU without the
-/// instructions ([`tag_lanes::lanes_available`]); then tag each alone.
+/// instructions ([`lanes::lanes_available`]); then tag each alone.
 pub fn frame_tags4(key: &Key, heads: [&[u8]; 4], payloads: [&[u8]; 4]) -> Option<[Tag; 4]> {
     let len = payloads[0].len();
     if len >= WIDE_FROM || (0..4).any(|j| heads[j].len() < FRAME_HEADER_LEN || stated_payload_len(heads[j]) != len) {
         return None;
     }
-    tag_lanes::tags4(key.lanes.as_ref()?, heads.map(|h| &h[ETH_HEADER_LEN..FRAME_HEADER_LEN]), payloads)
+    lanes::tags4(key.lanes.as_ref()?, heads.map(|h| &h[ETH_HEADER_LEN..FRAME_HEADER_LEN]), payloads)
 }
 
 /// The tags of four frames given from their VIA headers on (`units[j]`:
@@ -161,7 +163,7 @@ pub fn unit_tags4(key: &Key, units: [&[u8]; 4]) -> Option<[Tag; 4]> {
             return None;
         }
     }
-    tag_lanes::tags4(key.lanes.as_ref()?, units.map(|u| &u[..via_len]), units.map(|u| &u[via_len..via_len + len]))
+    lanes::tags4(key.lanes.as_ref()?, units.map(|u| &u[..via_len]), units.map(|u| &u[via_len..via_len + len]))
 }
 
 /// Does `tag` authenticate the frame (headers `head`, payload `payload`)
@@ -250,7 +252,7 @@ mod tests {
     #[test]
     fn four_frames_tagged_together_get_the_tags_each_gets_alone() {
         let key = Key::new(*b"0123456789abcdef");
-        if !tag_lanes::lanes_available() || key.lanes.is_none() {
+        if !lanes::lanes_available() || key.lanes.is_none() {
             eprintln!("no AVX-512 with VAES here: frames are tagged one at a time");
             return;
         }
@@ -282,7 +284,7 @@ mod tests {
     #[test]
     fn units_from_their_via_headers_get_the_frames_tags() {
         let key = Key::new(*b"0123456789abcdef");
-        if !tag_lanes::lanes_available() || key.lanes.is_none() {
+        if !lanes::lanes_available() || key.lanes.is_none() {
             return;
         }
         let n = 1000;
