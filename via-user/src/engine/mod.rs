@@ -357,8 +357,6 @@ pub struct Context {
     /// The cluster secret's keys, when one is configured (`VIA_SECRET`):
     /// every frame then carries a MAC in place of the checksum.
     pub auth: Option<Keyring>,
-    /// Verdicts on the tags of frames checked ahead with an earlier one.
-    pub(crate) checked_ahead: authenticate::CheckedAhead,
     /// Payload bytes per fragment.
     pub frag: u32,
     /// Most unacknowledged frames per reliable VI.
@@ -406,6 +404,8 @@ pub struct Context {
     /// control-frame payloads; allocated once, on first use.
     pub(super) bounce: Vec<u8>,
     pub(super) ready: Vec<u16>,
+    /// Verdicts on the tags of frames checked ahead with an earlier one.
+    pub(crate) checked_ahead: authenticate::CheckedAhead,
 }
 
 /// Everything of an opened NIC except the device: the VIs, and the
@@ -582,8 +582,11 @@ impl Engine {
         let Engine { dev, core, .. } = self;
         let mut got = 0;
         for _ in 0..4 {
-            core.cx.checked_ahead.clear();
             let n = dev.receive_lent(64, &mut |f, meta| core.on_frame(f, meta, now)).unwrap_or(0);
+            if n != 0 {
+                // Verdicts kept for frames of this delivery end with it.
+                core.cx.checked_ahead.clear();
+            }
             got += n;
             if n < 64 {
                 break;

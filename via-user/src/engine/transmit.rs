@@ -383,30 +383,12 @@ fn send_batch(dev: &mut dyn FrameDevice, hdrs: &mut Headers, sealer: Sealer<'_>,
     const _: () = assert!(BATCH <= 64);
     let mut tags: [MaybeUninit<[u8; TAG_LEN]>; BATCH] = [const { MaybeUninit::uninit() }; BATCH];
     let mut tagged = 0u64;
-    let mut i = 0;
-    while i < specs.len() {
-        let (s, h) = (&specs[i], &mut hdrs[i]);
-        match sealer {
-            Sealer::Nothing => {}
-            Sealer::Checksum => seal(h, pieces_of(s)),
-            Sealer::Mac(keys) => match frame_key(keys, &*h) {
-                Some(key) => {
-                    if let Some(four) = tag_four(keys, key, hdrs, specs, i) {
-                        for (j, t) in four.into_iter().enumerate() {
-                            tags[i + j].write(t);
-                        }
-                        tagged |= 0b1111 << i;
-                        i += 4;
-                        continue;
-                    }
-                    let h = &mut hdrs[i];
-                    tags[i].write(seal_authenticated(h, key, pieces_of(s)));
-                    tagged |= 1 << i;
-                }
-                None => seal(h, pieces_of(s)),
-            },
+    if let Sealer::Mac(keys) = sealer {
+        seal_with_keys(keys, hdrs, specs, &mut tags, &mut tagged);
+    } else if let Sealer::Checksum = sealer {
+        for (s, h) in specs.iter().zip(hdrs.iter_mut()) {
+            seal(h, pieces_of(s));
         }
-        i += 1;
     }
     let mut buf: [MaybeUninit<TxFrame<'_>>; BATCH] = [const { MaybeUninit::uninit() }; BATCH];
     for (i, (slot, (s, h))) in buf.iter_mut().zip(specs.iter().zip(hdrs.iter())).enumerate() {
@@ -429,6 +411,34 @@ fn send_batch(dev: &mut dyn FrameDevice, hdrs: &mut Headers, sealer: Sealer<'_>,
     // SAFETY: the first `specs.len()` (<= BATCH) entries were written above.
     let frames = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<TxFrame<'_>>(), specs.len()) };
     dev.transmit(frames).unwrap_or(0)
+}
+
+/// Seals the frames `specs` (headers in `hdrs`) with their keys' tags,
+/// written into `tags` (bit i of `tagged` set for each): four frames alike
+/// at a time where they can be ([`tag_four`]), else one by one (plain, with
+/// the CRC, the refusal of an unauthenticated request).
+#[inline(never)]
+fn seal_with_keys(keys: &Keyring, hdrs: &mut Headers, specs: &[Spec], tags: &mut [MaybeUninit<[u8; TAG_LEN]>; BATCH], tagged: &mut u64) {
+    let mut i = 0;
+    while i < specs.len() {
+        let s = &specs[i];
+        match frame_key(keys, &hdrs[i]) {
+            Some(key) => {
+                if let Some(four) = tag_four(keys, key, hdrs, specs, i) {
+                    for (j, t) in four.into_iter().enumerate() {
+                        tags[i + j].write(t);
+                    }
+                    *tagged |= 0b1111 << i;
+                    i += 4;
+                    continue;
+                }
+                tags[i].write(seal_authenticated(&mut hdrs[i], key, pieces_of(s)));
+                *tagged |= 1 << i;
+            }
+            None => seal(&mut hdrs[i], pieces_of(s)),
+        }
+        i += 1;
+    }
 }
 
 /// Marks frames `i..i + 4` of the batch authenticated and returns their
