@@ -18,7 +18,7 @@ use via_wire::{flags, ConnRepr, Frame, Kind, ANY_ENDPOINT, ETH_HEADER_LEN, FRAME
 /// those three, each kept with where its VIA header lies and the key
 /// bytes it was checked under. A frame takes its verdict only when it is
 /// the next one kept, at that address, under that key; anything else
-/// clears them (and the engine clears them before each delivery).
+/// clears them (and the engine clears them when a delivery ends).
 #[derive(Default)]
 pub(crate) struct CheckedAhead {
     next: [(usize, bool); 3],

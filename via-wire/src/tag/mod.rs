@@ -21,8 +21,11 @@
 //! The Ethernet header is left out: the MAC addresses because composite
 //! devices rewrite them, the EtherType because only ours reaches the
 //! parser. Which key a frame is tagged with, and where keys come from, is
-//! the kernel agent's business (`via_kernel_agent::auth`). Why AEGIS:
-//! docs/DESIGN-NOTES.md, "Frame authentication".
+//! the kernel agent's business (`via_kernel_agent::auth`). Four frames of
+//! one length (a message's fragments) may be tagged or checked together
+//! ([`frame_tags4`], [`unit_tags4`], computed in [`lanes`]): the same tags
+//! as each gets alone. Why AEGIS: docs/DESIGN-NOTES.md, "Frame
+//! authentication" and "Four frames at once".
 
 use std::fmt;
 
@@ -65,7 +68,8 @@ pub struct Key {
     bytes: [u8; KEY_LEN],
     mac: Aegis128LMac<TAG_LEN>,
     wide: Aegis128X4Mac<TAG_LEN>,
-    /// 128L's state for four frames at once, where the CPU has AES-NI.
+    /// 128L's state for four frames at once, where the CPU has AVX-512
+    /// with VAES ([`lanes`]).
     lanes: Option<KeyState>,
 }
 
