@@ -276,6 +276,13 @@ for b in "${BOOTS[@]}"; do
             echo "qemu/run.sh: $what: the guest stopped before the suite started (silent for ${SILENCE} s after $((t1 - t0)) s; state above); booting it again"
             continue
         fi
+        # QEMU gone before the suite's first line, with nothing said (the
+        # guest's init powers off after the suite, so its last lines can be
+        # lost with it): a boot that died, as a silent one, booted again.
+        if [ "$rc" = 1 ] && [ "$attempt" = 1 ] && ! grep -qaE "$SUITE_STARTED" "$log"; then
+            echo "qemu/run.sh: $what: the guest ended before the suite started (after $((t1 - t0)) s, with no result); booting it again"
+            continue
+        fi
         if [ "$rc" = 5 ] && [ "$attempt" = 1 ]; then
             echo "qemu/run.sh: $what: the guest kernel stopped in the suite (every vCPU halted, or one left inside an interrupt; silent for ${SILENCE} s after $((t1 - t0)) s: state above); booting it again"
             continue
