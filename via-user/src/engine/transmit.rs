@@ -444,8 +444,9 @@ fn seal_with_keys(keys: &Keyring, hdrs: &mut Headers, specs: &[Spec], tags: &mut
 /// Marks frames `i..i + 4` of the batch authenticated and returns their
 /// tags under `key`, computed together (`via_wire::tag::frame_tags4`),
 /// when they can be: four frames under that one key, each payload in one
-/// piece (or none), all of one length (a message's fragments). `None`
-/// leaves the frames as they were, to be tagged one at a time.
+/// piece (or none), all of one length (a message's fragments). On `None`
+/// each is tagged alone (its header may be marked already, as it would
+/// be then).
 fn tag_four(keys: &Keyring, key: &Key, hdrs: &mut Headers, specs: &[Spec], i: usize) -> Option<[[u8; TAG_LEN]; 4]> {
     if !via_wire::tag::lanes::lanes_available() {
         return None; // (not even the three keys' lookups)

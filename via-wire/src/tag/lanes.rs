@@ -30,8 +30,9 @@ const C0: [u8; 16] = [0x00, 0x01, 0x01, 0x02, 0x03, 0x05, 0x08, 0x0d, 0x15, 0x22
 const C1: [u8; 16] = [0xdb, 0x3d, 0x18, 0x55, 0x6d, 0xc2, 0x2f, 0xf1, 0x20, 0x11, 0x31, 0x42, 0x73, 0xb5, 0x28, 0xdd];
 
 /// The AEGIS-128L state after initialisation under a key and the
-/// all-zero nonce: what every tag under that key starts from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// all-zero nonce: what every tag under that key starts from. (Not
+/// `Debug`: it stands for the key, which is never printed.)
+#[derive(Clone, Copy)]
 pub struct KeyState([[u8; 16]; 8]);
 
 impl KeyState {
