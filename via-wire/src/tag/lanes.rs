@@ -21,9 +21,10 @@ use std::arch::x86_64::*;
 
 use super::{Tag, KEY_LEN, TAG_LEN};
 
-/// Bytes of header every frame's covered bytes start with (two 32-byte
-/// AEGIS-128L blocks).
-pub const HEAD_LEN: usize = 64;
+/// Bytes of header every frame's covered bytes start with: the VIA
+/// header, two 32-byte AEGIS-128L blocks.
+pub const HEAD_LEN: usize = crate::VIA_HEADER_LEN;
+const _: () = assert!(HEAD_LEN == 64);
 
 /// AEGIS-128L's constants (RFC 10032 section 4.2).
 const C0: [u8; 16] = [0x00, 0x01, 0x01, 0x02, 0x03, 0x05, 0x08, 0x0d, 0x15, 0x22, 0x37, 0x59, 0x90, 0xe9, 0x79, 0x62];

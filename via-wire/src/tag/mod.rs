@@ -35,7 +35,7 @@ use aegis::aegis128x4::Aegis128X4Mac;
 pub mod lanes;
 
 use lanes::KeyState;
-use crate::{ETH_HEADER_LEN, FRAME_HEADER_LEN};
+use crate::{ETH_HEADER_LEN, FRAME_HEADER_LEN, VIA_HEADER_LEN};
 
 /// Bytes of the authentication tag that follows an authenticated frame's payload.
 pub const TAG_LEN: usize = 16;
@@ -109,7 +109,25 @@ fn wide_subkey(bytes: &[u8; KEY_LEN]) -> [u8; KEY_LEN] {
 
 /// The payload length the frame's header `head` states.
 fn stated_payload_len(head: &[u8]) -> usize {
-    usize::from(u16::from_be_bytes([head[PAYLOAD_LEN_AT], head[PAYLOAD_LEN_AT + 1]]))
+    via_stated_payload_len(&head[ETH_HEADER_LEN..])
+}
+
+/// The payload length the VIA header `via` (from its first byte) states.
+fn via_stated_payload_len(via: &[u8]) -> usize {
+    let at = PAYLOAD_LEN_AT - ETH_HEADER_LEN;
+    usize::from(u16::from_be_bytes([via[at], via[at + 1]]))
+}
+
+/// The tags of four frames by their VIA headers (`vias`, [`VIA_HEADER_LEN`]
+/// bytes each) and payloads, computed together: `None` unless every
+/// header states its payload's length, one length for all four and under
+/// [`WIDE_FROM`], and the CPU has the lanes.
+fn tags4_checked(key: &Key, vias: [&[u8]; 4], payloads: [&[u8]; 4]) -> Option<[Tag; 4]> {
+    let len = payloads[0].len();
+    if len >= WIDE_FROM || (0..4).any(|j| vias[j].len() != VIA_HEADER_LEN || via_stated_payload_len(vias[j]) != len || payloads[j].len() != len) {
+        return None;
+    }
+    lanes::tags4(key.lanes.as_ref()?, vias, payloads)
 }
 
 /// The tag of the frame whose headers are `head` ([`FRAME_HEADER_LEN`]
@@ -142,11 +160,10 @@ pub fn frame_tag<'a>(key: &Key, head: &[u8], payload: impl IntoIterator<Item = &
 /// bytes or more, a header stating another length, or a CPU without the
 /// instructions ([`lanes::lanes_available`]); then tag each alone.
 pub fn frame_tags4(key: &Key, heads: [&[u8]; 4], payloads: [&[u8]; 4]) -> Option<[Tag; 4]> {
-    let len = payloads[0].len();
-    if len >= WIDE_FROM || (0..4).any(|j| heads[j].len() < FRAME_HEADER_LEN || stated_payload_len(heads[j]) != len) {
+    if heads.iter().any(|h| h.len() < FRAME_HEADER_LEN) {
         return None;
     }
-    lanes::tags4(key.lanes.as_ref()?, heads.map(|h| &h[ETH_HEADER_LEN..FRAME_HEADER_LEN]), payloads)
+    tags4_checked(key, heads.map(|h| &h[ETH_HEADER_LEN..FRAME_HEADER_LEN]), payloads)
 }
 
 /// The tags of four frames given from their VIA headers on (`units[j]`:
@@ -156,18 +173,12 @@ pub fn frame_tags4(key: &Key, heads: [&[u8]; 4], payloads: [&[u8]; 4]) -> Option
 /// its header states; `None` as [`frame_tags4`] says, or when a unit is
 /// shorter than its header and payload.
 pub fn unit_tags4(key: &Key, units: [&[u8]; 4]) -> Option<[Tag; 4]> {
-    let via_len = FRAME_HEADER_LEN - ETH_HEADER_LEN;
-    let stated = |u: &[u8]| u.get(PAYLOAD_LEN_AT - ETH_HEADER_LEN..PAYLOAD_LEN_AT - ETH_HEADER_LEN + 2).map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])));
-    let len = stated(units[0])?;
-    if len >= WIDE_FROM {
-        return None;
+    let mut payloads: [&[u8]; 4] = [&[]; 4];
+    for (p, u) in payloads.iter_mut().zip(units) {
+        let len = via_stated_payload_len(u.get(..VIA_HEADER_LEN)?);
+        *p = u.get(VIA_HEADER_LEN..VIA_HEADER_LEN + len)?;
     }
-    for u in units {
-        if stated(u)? != len || u.len() < via_len + len {
-            return None;
-        }
-    }
-    lanes::tags4(key.lanes.as_ref()?, units.map(|u| &u[..via_len]), units.map(|u| &u[via_len..via_len + len]))
+    tags4_checked(key, units.map(|u| &u[..VIA_HEADER_LEN]), payloads)
 }
 
 /// Does `tag` authenticate the frame (headers `head`, payload `payload`)
