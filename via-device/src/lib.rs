@@ -7,8 +7,10 @@
 //! [`EventFd`], the descriptor a device makes readable when frames wait;
 //! [`pci`], network PCI functions as sysfs lists them (for drivers that
 //! find their NICs there); [`memlock`], explaining a pin of DMA memory
-//! that `RLIMIT_MEMLOCK` refused; and [`watch`], the words in a device's
-//! receive ring that a spinning wait watches between rounds of progress.
+//! that `RLIMIT_MEMLOCK` refused; [`watch`], the words in a device's
+//! receive ring that a spinning wait watches between rounds of progress;
+//! and [`probe`], time-stamp marks along a reply's path, built only with
+//! the `probe` feature (`scripts/turnaround.sh`).
 //!
 //! The trait is deliberately narrow (in the spirit of smoltcp's `phy::Device`
 //! and ixy.rs's `rx_batch`/`tx_batch`):
@@ -31,6 +33,7 @@ pub mod boxed;
 pub mod eventfd;
 pub mod memlock;
 pub mod pci;
+pub mod probe;
 pub mod registry;
 pub mod watch;
 

@@ -140,6 +140,7 @@ impl RxWatches {
     pub fn spin(&self, looks: u32) -> bool {
         for _ in 0..looks {
             if self.changed() {
+                crate::probe::seen();
                 return true;
             }
             std::hint::spin_loop();

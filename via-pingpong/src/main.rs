@@ -277,7 +277,12 @@ fn main() {
     let code = match mode.as_str() {
         "demo" => demo::run(&o),
         "server" => match server(&o) {
-            Ok(()) => 0,
+            Ok(()) => {
+                // Where each reply's time went (built with the probe
+                // feature: scripts/turnaround.sh); nothing otherwise.
+                via_device::probe::report(&format!("server {}", o.transport));
+                0
+            }
             Err(e) => {
                 eprintln!("via-pingpong server: {e}");
                 1

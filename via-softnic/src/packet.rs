@@ -415,12 +415,17 @@ impl FrameDevice for PacketDevice {
                 break;
             }
             walked += 1;
+            via_device::probe::seen();
+            if via_device::probe::ENABLED {
+                via_device::probe::stamped(ring.stamp_ns(i));
+            }
             match ring.frame(i) {
                 Slot::Frame(frame, _, _) if self.udp.is_none() => {
                     if self.filter.is_some_and(|f| !f.matches(frame)) {
                         st.rx_filtered_in_software += 1;
                     } else {
                         sink(frame, RxMeta { vouched: self.vouched, ..RxMeta::default() });
+                        via_device::probe::mark(via_device::probe::Stage::Delivered);
                         delivered += 1;
                     }
                 }
@@ -741,6 +746,14 @@ impl Ring {
         unsafe { AtomicU32::from_ptr(self.slot(i).cast()) }
     }
 
+    /// When the kernel put slot `i`'s frame there (its software time
+    /// stamp, CLOCK_REALTIME), in nanoseconds: for the turnaround probe.
+    fn stamp_ns(&self, i: usize) -> u64 {
+        // SAFETY: as in `frame`: a released slot's tpacket2_hdr.
+        let hdr = unsafe { self.slot(i).cast::<libc::tpacket2_hdr>().read() };
+        u64::from(hdr.tp_sec) * 1_000_000_000 + u64::from(hdr.tp_nsec)
+    }
+
     /// The frame in slot `i`; only for a slot whose status we read as
     /// TP_STATUS_USER (with Acquire), so the kernel has finished with it.
     fn frame(&mut self, i: usize) -> Slot<'_> {
@@ -897,7 +910,9 @@ impl TxScratch {
         // SAFETY: msgs[..n] are initialised message headers whose iovecs
         // point into `frames`, borrowed for the whole call; the kernel reads
         // them and writes only msg_len.
+        via_device::probe::sending();
         let r = unsafe { libc::sendmmsg(fd, self.msgs.as_mut_ptr(), n as _, libc::MSG_DONTWAIT) };
+        via_device::probe::sent();
         if r < 0 {
             Err(io::Error::last_os_error())
         } else {

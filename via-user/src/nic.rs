@@ -261,6 +261,7 @@ impl Nic {
             watches.clear();
             let sleep = {
                 let mut e = self.lock();
+                via_device::probe::mark(via_device::probe::Stage::Locked);
                 // After a watched word changed, the round comes first: what
                 // changed it is a frame this thread has yet to take (another
                 // thread's round that took it leaves it to the look after).

@@ -218,6 +218,7 @@ impl Vi {
 
     /// `VipPostSend`.
     pub fn post_send(&mut self, d: Descriptor) -> Result<()> {
+        via_device::probe::mark(via_device::probe::Stage::Posted);
         self.post(d, Queue::Send)
     }
 
@@ -326,6 +327,7 @@ impl Vi {
     fn wait(&mut self, q: Queue, timeout: Option<Duration>) -> Result<Descriptor> {
         self.check_unarmed(q)?;
         let a = self.raw().vi_wait(self.id, q == Queue::Send, timeout)?;
+        via_device::probe::mark(via_device::probe::Stage::WaitReturned);
         Ok(self.take(q, a))
     }
 

@@ -579,6 +579,7 @@ impl Engine {
 
     /// [`Engine::progress`] with the time already read.
     pub fn progress_at(&mut self, now: Time) -> bool {
+        via_device::probe::mark(via_device::probe::Stage::Round);
         let Engine { dev, core, .. } = self;
         let mut got = 0;
         for _ in 0..4 {
@@ -605,6 +606,7 @@ impl Engine {
     /// full: then with later progress).
     pub fn post_send(&mut self, id: u16, addr: usize, handle: u32) -> Result<()> {
         if self.core.post_unrung(id, addr, handle, post::Queue::Send)? {
+            via_device::probe::mark(via_device::probe::Stage::Validated);
             self.transmit_now(id);
         }
         Ok(())
