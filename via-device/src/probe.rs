@@ -86,7 +86,7 @@ mod on {
         if start == 0 {
             return;
         }
-        let b = ((ticks() - start) / BUCKET) as usize;
+        let b = (ticks().saturating_sub(start) / BUCKET) as usize;
         if let Some(h) = HIST[stage as usize].get(b) {
             h.fetch_add(1, Relaxed);
         }
@@ -107,15 +107,19 @@ mod on {
     pub fn sent() {
         let at = SEND_AT.swap(0, Relaxed);
         if at != 0 {
-            if let Some(h) = SYSCALL.get(((ticks() - at) / BUCKET) as usize) {
+            if let Some(h) = SYSCALL.get((ticks().saturating_sub(at) / BUCKET) as usize) {
                 h.fetch_add(1, Relaxed);
             }
         }
     }
 
-    /// The middle of a histogram's counts (its bucket's centre) and their number.
+    /// The middle of a histogram's counts (its bucket's centre) and their
+    /// number; None when it counted nothing.
     fn median_of(h: &[AtomicU64; BUCKETS]) -> Option<(u64, u64)> {
         let n: u64 = h.iter().map(|b| b.load(Relaxed)).sum();
+        if n == 0 {
+            return None;
+        }
         let mut acc = 0;
         let b = h.iter().position(|b| {
             acc += b.load(Relaxed);
@@ -135,28 +139,15 @@ mod on {
         let per_ns = ticks_per_ns();
         let mut line = format!("turnaround {label}: median ns from the frame seen:");
         for (k, h) in HIST.iter().enumerate() {
-            let n: u64 = h.iter().map(|b| b.load(Relaxed)).sum();
-            if n == 0 {
-                continue;
+            if let Some((median, n)) = median_of(h) {
+                line += &format!(" {} {:.0} (n {n})", NAMES[k], median as f64 / per_ns);
             }
-            let mut acc = 0;
-            let b = h.iter().position(|b| {
-                acc += b.load(Relaxed);
-                acc * 2 >= n
-            });
-            let median = (b.unwrap_or(0) as u64 * BUCKET + BUCKET / 2) as f64 / per_ns;
-            line += &format!(" {} {median:.0} (n {n})", NAMES[k]);
         }
         if let Some((median, n)) = median_of(&SYSCALL) {
             line += &format!("; sendmmsg {:.0} ns (n {n})", median as f64 / per_ns);
         }
-        let n: u64 = STAMPED.iter().map(|b| b.load(Relaxed)).sum();
-        let mut acc = 0;
-        if let Some(b) = STAMPED.iter().position(|b| {
-            acc += b.load(Relaxed);
-            acc * 2 >= n
-        }) {
-            line += &format!("; the kernel's stamp to device_seen {} ns (n {n})", b as u64 * BUCKET + BUCKET / 2);
+        if let Some((median, n)) = median_of(&STAMPED) {
+            line += &format!("; the kernel's stamp to device_seen {median} ns (n {n})");
         }
         eprintln!("{line}");
     }
