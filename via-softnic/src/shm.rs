@@ -614,6 +614,7 @@ impl ShmDevice {
     /// doorbell if a thread of it sleeps.
     #[inline(always)]
     fn publish(&mut self, r: Route, tail: u64) {
+        via_device::probe::sending();
         let c = self.seg.control(r.port);
         // Published: the owner, polling this slot, takes it.
         self.seg.slot_seq(r.port, tail).store(tail + 1, Ordering::Release);
@@ -719,6 +720,7 @@ impl ShmDevice {
                 // sequence word was stored after the copy) and is not
                 // written again until we publish a head past it, below.
                 let word = u64::from_le_bytes(unsafe { std::slice::from_raw_parts(s, 8) }.try_into().unwrap());
+                via_device::probe::seen();
                 prefetch_frame(s, word);
                 // SAFETY: as above.
                 let delivered = match unsafe { read_slot(s, word) } {
@@ -766,6 +768,7 @@ impl ShmDevice {
                         false
                     }
                 };
+                via_device::probe::mark(via_device::probe::Stage::Delivered);
                 n += usize::from(delivered);
                 head += 1;
             }
