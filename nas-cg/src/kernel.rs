@@ -94,9 +94,10 @@ impl SparseBlock {
 /// (transparent, 2 MiB) huge pages before it is first written. The product
 /// streams a block's values and indices whole in every call; in 4 KiB
 /// pages a class B block (tens of megabytes per process) costs a page walk
-/// every 4 KiB of it, and with huge pages CG B at 2 ranks took 16.1 and
-/// 16.8 s against 17.0 and 17.5 (2026-11-29, alternating pairs). Where the
-/// system turned transparent huge pages off, the advice does nothing.
+/// every 4 KiB of it: CG B at 2 processes went from 1.018 of NPB-MPI's
+/// time to 0.934 with huge pages (`cg-bench --against-npb`, 20 rounds each,
+/// 2026-11-29). Where the system turned transparent huge pages off, the
+/// advice does nothing.
 fn streamed<T>(items: impl ExactSizeIterator<Item = T>) -> Vec<T> {
     let mut v = Vec::with_capacity(items.len());
     advise_huge_pages(v.as_ptr() as usize, v.capacity() * std::mem::size_of::<T>());
