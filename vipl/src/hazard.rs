@@ -26,6 +26,7 @@
 use std::cell::Cell;
 use std::ptr::null_mut;
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::Once;
 
 /// Pins one thread holds at once (a call pins one or two handles; a
 /// thread that wants more pins count them in the slot instead).
@@ -51,15 +52,24 @@ const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
 
 /// Registers the process for expedited membarriers, once; to be called
-/// before the first handle exists (so before any pin can matter).
+/// before the first handle exists (so before any pin can matter). Every
+/// caller returns only once the registration is done: a second thread
+/// that returned while the first was still registering could pin and
+/// destroy while `ASYMMETRIC` changes, and a pin that found it set (a
+/// compiler barrier) would meet a destroy that found it clear (a fence
+/// without the membarrier): neither would see the other.
 pub fn enable() {
-    static DONE: AtomicBool = AtomicBool::new(false);
-    if DONE.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    // SAFETY: membarrier takes integer arguments only.
-    let r = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) };
-    ASYMMETRIC.store(r == 0, Ordering::Release);
+    static ONCE: Once = Once::new();
+    enable_with(&ONCE, &ASYMMETRIC, || {
+        // SAFETY: membarrier takes integer arguments only.
+        unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 }
+    });
+}
+
+/// [`enable`] with its state given: `register` runs once, and every
+/// caller returns after `asymmetric` holds its answer.
+fn enable_with(once: &Once, asymmetric: &AtomicBool, register: impl FnOnce() -> bool) {
+    once.call_once(|| asymmetric.store(register(), Ordering::Release));
 }
 
 /// The pinner's barrier, between publishing (or clearing) a pin and
@@ -184,3 +194,36 @@ fn take_record() -> &'static Record {
 // record is published and never after.
 unsafe impl Sync for Record {}
 unsafe impl Send for Record {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Barrier};
+
+    /// Threads that ask for the registration at once all return after it
+    /// is done: none finds the answer missing while the first registers.
+    #[test]
+    fn every_caller_returns_after_the_registration() {
+        let once = Arc::new(Once::new());
+        let asymmetric = Arc::new(AtomicBool::new(false));
+        let start = Arc::new(Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (once, asymmetric, start) = (Arc::clone(&once), Arc::clone(&asymmetric), Arc::clone(&start));
+                std::thread::spawn(move || {
+                    start.wait();
+                    enable_with(&once, &asymmetric, || {
+                        // A registration that takes a while, as the system
+                        // call may: the others arrive meanwhile.
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                        true
+                    });
+                    asymmetric.load(Ordering::Acquire)
+                })
+            })
+            .collect();
+        for t in threads {
+            assert!(t.join().unwrap(), "a caller returned before the registration was done");
+        }
+    }
+}
