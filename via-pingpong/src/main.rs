@@ -290,6 +290,9 @@ fn main() {
         },
         "client" => match client(&o) {
             Ok(rows) => {
+                // The client's turnaround too (pong seen to next ping
+                // sent), with the probe feature; nothing otherwise.
+                via_device::probe::report(&format!("client {}", o.transport));
                 if o.json {
                     println!("{}", json_array(&rows));
                 } else {
