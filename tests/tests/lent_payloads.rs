@@ -50,3 +50,17 @@ fn without_lending_payloads_are_copied() {
     // (fragments of nearly 64 KiB), every one without a CRC.
     assert!(unsealed >= 20, "frames over shared memory carry no CRC: {unsealed} came without");
 }
+
+/// A NIC whose MTU exceeds the wire's (veth's largest, 65,535 bytes,
+/// against the wire's 65,472) leaves the wire's own: fragments to a
+/// process on the wire are cut for the wire (they were cut for the NIC,
+/// too long for a slot, and never went: the connection stalled).
+#[test]
+fn a_nic_larger_than_the_wire_sends_the_wire_its_own_fragments() {
+    let net = TestNet::new(65535);
+    let wire = format!("{}-bignic", net.a);
+    let (lent, unsealed) = lent_echoes(&net, &wire, "65472,65536,1048576");
+    via_softnic::shm::remove_wire(&wire);
+    assert_eq!(lent, 0);
+    assert!(unsealed >= 20, "the echoes went over the wire: {unsealed} frames without a CRC");
+}

@@ -689,7 +689,12 @@ impl Context {
         conn.emit(&mut head);
         let path = dev.path_to(&head);
         vi.tx.head = HeaderTemplate::new(&conn);
-        vi.tx.frag = (path.mtu.saturating_sub(VIA_HEADER_LEN + tag) as u32).clamp(core_frag, u16::MAX as u32);
+        // The path's MTU, below the device's too: a composite's is its
+        // smallest NIC's, and the shared-memory wire's slots may be smaller
+        // than a NIC's frames (veth at 65,535 bytes against 65,472), which
+        // the wire would refuse for good. The device's if the path says 0.
+        let from_path = path.mtu.saturating_sub(VIA_HEADER_LEN + tag) as u32;
+        vi.tx.frag = if from_path == 0 { core_frag } else { from_path }.min(u16::MAX as u32);
         vi.tx.checksum = self.checksum && !path.checksummed;
         self.fix_box_route(dev, vi, &head);
     }
