@@ -47,6 +47,13 @@ pub struct TestNet {
 impl TestNet {
     /// Creates the two hosts with the given MTU on the link.
     pub fn new(mtu: usize) -> TestNet {
+        TestNet::with_mtus(mtu, mtu)
+    }
+
+    /// Creates the two hosts, host a's end of the link with MTU `mtu_a`
+    /// and host b's with `mtu_b` (a misconfigured segment: each end
+    /// drops frames longer than its own MTU).
+    pub fn with_mtus(mtu_a: usize, mtu_b: usize) -> TestNet {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             panic!("this test needs root: it creates network namespaces and opens AF_PACKET sockets");
@@ -57,7 +64,7 @@ impl TestNet {
         let r = (|| {
             ip(&["netns", "add", &net.a])?;
             ip(&["netns", "add", &net.b])?;
-            ip(&["link", "add", &net.va, "mtu", &mtu.to_string(), "type", "veth", "peer", "name", &net.vb, "mtu", &mtu.to_string()])?;
+            ip(&["link", "add", &net.va, "mtu", &mtu_a.to_string(), "type", "veth", "peer", "name", &net.vb, "mtu", &mtu_b.to_string()])?;
             ip(&["link", "set", &net.va, "netns", &net.a])?;
             ip(&["link", "set", &net.vb, "netns", &net.b])?;
             ip(&["-n", &net.a, "link", "set", &net.va, "up"])?;

@@ -54,6 +54,17 @@ fn sizes_jumbo_frames() {
     assert!(out.contains("OK 11"), "{out}");
 }
 
+/// Ends of one segment with different MTUs (9000 and 1500): each side
+/// learns the other's in the connection handshake and sends frames both
+/// ends take. (Cut for its own MTU, host a's 9000-byte frames were dropped
+/// by host b's end, and every message longer than 1436 B stalled.)
+#[test]
+fn ends_with_different_mtus_send_what_both_take() {
+    let net = TestNet::with_mtus(9000, 1500);
+    let out = run(&net, "sizes", &["--level", "rel", "--sizes", &sizes_for(1500)], &[]);
+    assert!(out.contains("OK 11"), "{out}");
+}
+
 #[test]
 fn several_vis_on_one_cq_deliver_in_order() {
     let net = TestNet::new(1500);

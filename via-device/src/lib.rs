@@ -179,6 +179,12 @@ pub struct Path {
     /// Frames cannot be corrupted on the way (the hardware checks an FCS,
     /// or the path is memory): they need no checksum of their own.
     pub checksummed: bool,
+    /// `mtu` holds at the far end too (a shared-memory wire: one segment,
+    /// one slot size). Otherwise it is this end's alone, and the far end
+    /// may take less (a segment whose ends were given different MTUs): the
+    /// engine sends at most what the peer said it takes when they
+    /// connected.
+    pub both_ends: bool,
 }
 
 /// What a device says of a received frame besides its bytes
@@ -350,7 +356,7 @@ pub trait FrameDevice: Send {
     /// way (shared memory, in a composite device: a larger MTU, and no
     /// corruption on the way).
     fn path_to(&mut self, _head: &[u8]) -> Path {
-        Path { mtu: self.mtu(), checksummed: self.capabilities().checksummed }
+        Path { mtu: self.mtu(), checksummed: self.capabilities().checksummed, both_ends: false }
     }
 
     /// Transmits the frames in order and rings the doorbell once. Returns

@@ -70,7 +70,7 @@ use std::sync::atomic::Ordering;
 use via_device::MAX_GATHER;
 use via_device::ETH_HEADER_LEN;
 use via_device::boxed::{BOX_PORT_OFFSET, BOX_SRC_VI_OFFSET};
-use via_device::{BoxRoute, Capabilities, EventFd, FrameDevice, LentPayload, MacAddr, PlacedWord, RxFilter, RxMeta, RxWatch, RxWatches, Sleep, TxFrame, BOX_HEADER_LEN};
+use via_device::{BoxRoute, Capabilities, EventFd, FrameDevice, LentPayload, MacAddr, Path, PlacedWord, RxFilter, RxMeta, RxWatch, RxWatches, Sleep, TxFrame, BOX_HEADER_LEN};
 
 mod members;
 mod payload_copy;
@@ -896,6 +896,12 @@ impl FrameDevice for ShmDevice {
 
     fn transmit_boxed(&mut self, route: &BoxRoute, header: &[u8; BOX_HEADER_LEN], payload: &[u8]) -> io::Result<bool> {
         ShmDevice::transmit_boxed(self, route, header, payload)
+    }
+
+    /// Every process on the wire takes frames up to its MTU (one slot
+    /// size), whatever its composite's NICs take.
+    fn path_to(&mut self, _head: &[u8]) -> Path {
+        Path { mtu: self.mtu(), checksummed: self.capabilities().checksummed, both_ends: true }
     }
 
     fn prepare_sleep(&mut self) -> Option<Sleep> {

@@ -692,8 +692,12 @@ impl Context {
         // The path's MTU, below the device's too: a composite's is its
         // smallest NIC's, and the shared-memory wire's slots may be smaller
         // than a NIC's frames (veth at 65,535 bytes against 65,472), which
-        // the wire would refuse for good. The device's if the path says 0.
-        let from_path = path.mtu.saturating_sub(VIA_HEADER_LEN + tag) as u32;
+        // the wire would refuse for good; and at most what the peer said
+        // its device takes (0: it did not say), unless the path's MTU
+        // holds at both ends (the wire). The device's if the path says 0.
+        let peer_mtu = peer.attrs.mtu as usize;
+        let mtu = if path.both_ends || peer_mtu == 0 { path.mtu } else { path.mtu.min(peer_mtu) };
+        let from_path = mtu.saturating_sub(VIA_HEADER_LEN + tag) as u32;
         vi.tx.frag = if from_path == 0 { core_frag } else { from_path }.min(u16::MAX as u32);
         vi.tx.checksum = self.checksum && !path.checksummed;
         self.fix_box_route(dev, vi, &head);
