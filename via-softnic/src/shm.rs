@@ -208,6 +208,8 @@ pub struct ShmDevice {
     rx_boxed: u64,
     tx_ring_full: u64,
     tx_no_port: u64,
+    /// Frames refused for their length (longer than a slot takes).
+    tx_oversize: u64,
     rx_bad_length: u64,
     rx_lent_failed: u64,
     rx_lent_refused: u64,
@@ -345,6 +347,7 @@ impl ShmDevice {
             rx_boxed: 0,
             tx_ring_full: 0,
             tx_no_port: 0,
+            tx_oversize: 0,
             rx_bad_length: 0,
             rx_lent_failed: 0,
             rx_lent_refused: 0,
@@ -437,7 +440,10 @@ impl ShmDevice {
         let mut copy = [0u8; 64];
         let head = match self.checked_start(0, f, &mut copy) {
             Ok(h) => h,
-            Err(e) => return Some(Err(e)),
+            Err(e) => {
+                self.tx_oversize += 1;
+                return Some(Err(e));
+            }
         };
         if MacAddr(head[..6].try_into().unwrap()).is_broadcast() {
             return None;
@@ -947,7 +953,13 @@ impl FrameDevice for ShmDevice {
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
         let mut copy = [0u8; 64];
         for (i, f) in frames.iter().enumerate() {
-            let head = self.checked_start(i, f, &mut copy)?;
+            let head = match self.checked_start(i, f, &mut copy) {
+                Ok(h) => h,
+                Err(e) => {
+                    self.tx_oversize += 1;
+                    return if i == 0 { Err(e) } else { Ok(i) };
+                }
+            };
             self.find_targets(head);
             if self.targets.is_empty() {
                 self.tx_no_port += 1;
@@ -970,6 +982,7 @@ impl FrameDevice for ShmDevice {
             ("shm_rx_boxed", self.rx_boxed),
             ("shm_tx_ring_full", self.tx_ring_full),
             ("shm_tx_no_port", self.tx_no_port),
+            ("shm_tx_oversize", self.tx_oversize),
             ("shm_rx_bad_length", self.rx_bad_length),
             ("shm_rx_lent_failed", self.rx_lent_failed),
             ("shm_rx_lent_refused", self.rx_lent_refused),

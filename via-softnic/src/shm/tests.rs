@@ -46,6 +46,20 @@ fn frames_reach_the_port_of_their_destination_only() {
 }
 
 #[test]
+fn a_frame_longer_than_a_slot_is_refused_and_counted_and_the_batch_before_it_goes() {
+    let w = wire("oversize");
+    let mut a = ShmDevice::open(&w, None).unwrap();
+    let mut b = ShmDevice::open(&w, None).unwrap();
+    let (ok, long) = (frame(b.mac(), 100, 7), frame(b.mac(), ETH_HEADER_LEN + MTU + 1, 8));
+    assert!(a.transmit(&[TxFrame::new(&long)]).is_err(), "a frame no slot takes is an error");
+    // After a frame that went: the prefix that went, as the trait says.
+    assert_eq!(a.transmit(&[TxFrame::new(&ok), TxFrame::new(&long)]).unwrap(), 1);
+    assert!(a.stats().contains(&("shm_tx_oversize", 2)));
+    assert_eq!(recv_all(&mut b), vec![ok]);
+    remove_wire(&w);
+}
+
+#[test]
 fn a_port_taken_again_delivers_nothing_its_last_owner_left_unread() {
     let w = wire("stale");
     let mut a = ShmDevice::open(&w, None).unwrap();
