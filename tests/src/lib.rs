@@ -99,18 +99,24 @@ impl TestNet {
     /// forwards between them; each host's default route goes through it.
     /// Devices carry VIA in UDP/IPv4 (`udp:<ifname>`).
     pub fn routed(mtu: usize) -> TestNet {
+        TestNet::routed_with_mtus(mtu, mtu)
+    }
+
+    /// [`TestNet::routed`] with host a's link at MTU `mtu_a` and host b's
+    /// at `mtu_b` (both ends of each link alike, the router's too).
+    pub fn routed_with_mtus(mtu_a: usize, mtu_b: usize) -> TestNet {
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let tag = format!("{}x{n}", std::process::id());
         let net = TestNet { a: format!("vta{tag}"), b: format!("vtb{tag}"), va: format!("va{tag}"), vb: format!("vb{tag}"), router: Some(format!("vtr{tag}")), udp: true };
         let r = net.router.as_deref().unwrap();
         let (ra, rb) = (format!("ra{tag}"), format!("rb{tag}"));
-        let m = mtu.to_string();
         let made = (|| {
             for ns in [&net.a, &net.b, r] {
                 ip(&["netns", "add", ns])?;
                 ip(&["-n", ns, "link", "set", "lo", "up"])?;
             }
-            for (host, h_if, r_if, subnet) in [(&net.a, &net.va, &ra, "10.1.0"), (&net.b, &net.vb, &rb, "10.2.0")] {
+            for (host, h_if, r_if, subnet, mtu) in [(&net.a, &net.va, &ra, "10.1.0", mtu_a), (&net.b, &net.vb, &rb, "10.2.0", mtu_b)] {
+                let m = mtu.to_string();
                 ip(&["link", "add", h_if, "mtu", &m, "type", "veth", "peer", "name", r_if, "mtu", &m])?;
                 ip(&["link", "set", h_if, "netns", host])?;
                 ip(&["link", "set", r_if, "netns", r])?;

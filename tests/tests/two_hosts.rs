@@ -65,6 +65,16 @@ fn ends_with_different_mtus_send_what_both_take() {
     assert!(out.contains("OK 11"), "{out}");
 }
 
+/// The same across a router in UDP, host a's link at 9000 and host b's
+/// at 1500: a's datagrams are no longer than b's link takes (the router
+/// would drop them: they may not be fragmented).
+#[test]
+fn routed_links_with_different_mtus_carry_what_both_take() {
+    let net = TestNet::routed_with_mtus(9000, 1500);
+    let out = run(&net, "sizes", &["--level", "rel", "--sizes", &sizes_for(1500 - 28)], &[]);
+    assert!(out.contains("OK 11"), "{out}");
+}
+
 #[test]
 fn several_vis_on_one_cq_deliver_in_order() {
     let net = TestNet::new(1500);
