@@ -440,10 +440,7 @@ impl ShmDevice {
         let mut copy = [0u8; 64];
         let head = match self.checked_start(0, f, &mut copy) {
             Ok(h) => h,
-            Err(e) => {
-                self.tx_oversize += 1;
-                return Some(Err(e));
-            }
+            Err(e) => return Some(Err(e)),
         };
         if MacAddr(head[..6].try_into().unwrap()).is_broadcast() {
             return None;
@@ -516,11 +513,12 @@ impl ShmDevice {
     }
 
     /// The start of frame `i` of a batch, `f`, once its length is one the
-    /// wire carries.
+    /// wire carries (one it does not is counted).
     #[inline]
-    fn checked_start<'f>(&self, i: usize, f: &'f TxFrame<'_>, copy: &'f mut [u8; 64]) -> io::Result<&'f [u8]> {
+    fn checked_start<'f>(&mut self, i: usize, f: &'f TxFrame<'_>, copy: &'f mut [u8; 64]) -> io::Result<&'f [u8]> {
         let (len, max) = (f.len(), ETH_HEADER_LEN + MTU);
         if !(ETH_HEADER_LEN..=max).contains(&len) {
+            self.tx_oversize += 1;
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame {i} of the batch is {len} bytes; shm wire {:?} takes {ETH_HEADER_LEN}..={max}", self.wire)));
         }
         Ok(f.start(copy))
@@ -955,10 +953,7 @@ impl FrameDevice for ShmDevice {
         for (i, f) in frames.iter().enumerate() {
             let head = match self.checked_start(i, f, &mut copy) {
                 Ok(h) => h,
-                Err(e) => {
-                    self.tx_oversize += 1;
-                    return if i == 0 { Err(e) } else { Ok(i) };
-                }
+                Err(e) => return if i == 0 { Err(e) } else { Ok(i) },
             };
             self.find_targets(head);
             if self.targets.is_empty() {
