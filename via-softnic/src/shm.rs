@@ -72,6 +72,7 @@ use via_device::ETH_HEADER_LEN;
 use via_device::boxed::{BOX_PORT_OFFSET, BOX_SRC_VI_OFFSET};
 use via_device::{BoxRoute, Capabilities, EventFd, FrameDevice, LentPayload, MacAddr, Path, PlacedWord, RxFilter, RxMeta, RxWatch, RxWatches, Sleep, TxFrame, BOX_HEADER_LEN};
 
+mod line_hints;
 mod members;
 mod payload_copy;
 mod segment;
@@ -622,6 +623,17 @@ impl ShmDevice {
         let c = self.seg.control(r.port);
         // Published: the owner, polling this slot, takes it.
         self.seg.slot_seq(r.port, tail).store(tail + 1, Ordering::Release);
+        // A small frame's lines go where the owner reads them soonest.
+        let s = self.seg.slot(r.port, tail);
+        // SAFETY: the length word lies in the slot, written by us above.
+        let len = (unsafe { s.add(SLOT_PREFIX - 8).cast::<u64>().read() } & !LENGTH_FLAGS) as usize;
+        let lines = (SLOT_PREFIX + len).div_ceil(64);
+        let hinted = lines <= line_hints::HINTED_LINES;
+        if hinted {
+            for l in 0..lines {
+                line_hints::demote(s.wrapping_add(64 * l));
+            }
+        }
         // SeqCst (on our own line: the owner spins on the slot's, which
         // a locked store would hold back until the payload drained), with
         // the look at `sleepers` below, pairs with `prepare_sleep`: either
@@ -633,6 +645,13 @@ impl ShmDevice {
         // once until it empties the eventfd.
         if c.sleepers.load(Ordering::SeqCst) as u32 != 0 {
             self.ring_doorbell(r);
+        }
+        // The next frame's lines past the first, owned before it comes.
+        if hinted {
+            let next = self.seg.slot(r.port, tail + 1);
+            for l in 1..lines {
+                line_hints::own(next.wrapping_add(64 * l));
+            }
         }
     }
 
