@@ -508,7 +508,7 @@ impl ShmDevice {
                 std::ptr::copy_nonoverlapping(payload.as_ptr(), s.add(8 + BOX_HEADER_LEN), payload.len());
             }
         }
-        self.publish(r, tail);
+        self.publish(r, tail, SLOT_PREFIX + BOX_HEADER_LEN + payload.len());
         self.tx_boxed += 1;
         Ok(true)
     }
@@ -570,7 +570,8 @@ impl ShmDevice {
                 write_frame(frame, s, &mut self.payload_copy, &self.seg.control(r.port).read_costs);
             }
         }
-        self.publish(r, tail);
+        // (A lent frame's record is small: its bytes are not counted.)
+        self.publish(r, tail, SLOT_PREFIX + frame.len());
         true
     }
 
@@ -615,24 +616,19 @@ impl ShmDevice {
     }
 
     /// Publishes slot `tail` of port `r`'s ring, written since
-    /// [`Self::reserve`] took it, lets the lock go, and rings the owner's
-    /// doorbell if a thread of it sleeps.
+    /// [`Self::reserve`] took it (its first `used` bytes), lets the lock
+    /// go, and rings the owner's doorbell if a thread of it sleeps.
     #[inline(always)]
-    fn publish(&mut self, r: Route, tail: u64) {
+    fn publish(&mut self, r: Route, tail: u64, used: usize) {
         via_device::probe::sending();
         let c = self.seg.control(r.port);
+        let s = self.seg.slot(r.port, tail);
         // Published: the owner, polling this slot, takes it.
         self.seg.slot_seq(r.port, tail).store(tail + 1, Ordering::Release);
         // A small frame's lines go where the owner reads them soonest.
-        let s = self.seg.slot(r.port, tail);
-        // SAFETY: the length word lies in the slot, written by us above.
-        let len = (unsafe { s.add(SLOT_PREFIX - 8).cast::<u64>().read() } & !LENGTH_FLAGS) as usize;
-        let lines = (SLOT_PREFIX + len).div_ceil(64);
-        let hinted = lines <= line_hints::HINTED_LINES;
+        let hinted = used <= line_hints::HINTED_BYTES;
         if hinted {
-            for l in 0..lines {
-                line_hints::demote(s.wrapping_add(64 * l));
-            }
+            line_hints::demote_used(s, used);
         }
         // SeqCst (on our own line: the owner spins on the slot's, which
         // a locked store would hold back until the payload drained), with
@@ -648,10 +644,7 @@ impl ShmDevice {
         }
         // The next frame's lines past the first, owned before it comes.
         if hinted {
-            let next = self.seg.slot(r.port, tail + 1);
-            for l in 1..lines {
-                line_hints::own(next.wrapping_add(64 * l));
-            }
+            line_hints::own_used_after_first(self.seg.slot(r.port, tail + 1), used);
         }
     }
 

@@ -18,9 +18,11 @@
 //! them runs them as NOPs, and neither faults. Elsewhere than x86-64 both
 //! do nothing.
 
-/// At most this many lines of a frame are hinted; a larger frame's copy
-/// is the processor's streaming business (`payload_copy`).
-pub(super) const HINTED_LINES: usize = 4;
+/// The most of a slot's bytes (its prefix and frame) that are hinted:
+/// three lines, what a 64-byte message takes boxed (two) or as a frame
+/// (an RDMA write's), and MTTL's requests and replies. A larger frame's
+/// copy is the processor's streaming business (`payload_copy`).
+pub(super) const HINTED_BYTES: usize = 192;
 
 /// Pushes the line holding `p` towards the cache the cores share.
 #[inline(always)]
@@ -46,4 +48,25 @@ pub(super) fn own(p: *const u8) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
+}
+
+/// [`demote`]s the lines of the first `used` bytes from `s` (a line's
+/// start; `used` at most [`HINTED_BYTES`]).
+#[inline(always)]
+pub(super) fn demote_used(s: *const u8, used: usize) {
+    demote(s);
+    demote(s.wrapping_add(64));
+    if used > 128 {
+        demote(s.wrapping_add(128));
+    }
+}
+
+/// [`own`]s the lines past the first of the first `used` bytes from `s`
+/// (a line's start; `used` at most [`HINTED_BYTES`]).
+#[inline(always)]
+pub(super) fn own_used_after_first(s: *const u8, used: usize) {
+    own(s.wrapping_add(64));
+    if used > 128 {
+        own(s.wrapping_add(128));
+    }
 }
