@@ -77,6 +77,7 @@ mod members;
 mod payload_copy;
 mod segment;
 
+use line_hints::LineHints;
 use members::Members;
 use payload_copy::{PayloadCopy, Policy, ReadTimer};
 use segment::{alive, Segment, BOX_VIS, CLAIMED, FREE, LIVE, SLOT_BYTES, SLOT_PREFIX};
@@ -195,6 +196,8 @@ pub struct ShmDevice {
     /// How large payloads are copied into a slot (through the cache or
     /// around it).
     payload_copy: PayloadCopy,
+    /// The cache-line hints this processor has (none if turned off).
+    hints: LineHints,
     /// What taking large frames costs us, published in our port's
     /// control block for the senders.
     read_timer: ReadTimer,
@@ -251,37 +254,49 @@ pub fn remove_wire(wire: &str) {
     let _ = std::fs::remove_file(segment_path(wire));
 }
 
-/// Splits `<wire>[,lend=<bytes>|,lend=off][,copy=timed|cached|streaming]`
-/// into the wire's name, the lending threshold and how large payloads are
-/// copied into the ring.
-fn parse_spec(spec: &str) -> io::Result<(&str, usize, Policy)> {
+/// What a wire's name says: `<wire>[,lend=<bytes>|off][,copy=timed|cached|streaming][,hints=on|off]`.
+struct Spec<'a> {
+    wire: &'a str,
+    /// Lendable payloads of at least this many bytes are lent.
+    lend_min: usize,
+    /// How large payloads are copied into the ring.
+    copy: Policy,
+    /// Whether small frames' cache lines are hinted (`line_hints`).
+    hints: bool,
+}
+
+fn parse_spec(spec: &str) -> io::Result<Spec<'_>> {
     let bad = |why: String| io::Error::new(io::ErrorKind::InvalidInput, format!("shm wire {spec:?}: {why}"));
     let (wire, opts) = spec.split_once(',').unwrap_or((spec, ""));
     if wire.is_empty() || wire.contains('/') {
         return Err(bad("want a non-empty name without '/'".into()));
     }
-    let mut lend_min = usize::MAX; // lending is off unless asked for
-    let mut copy = Policy::Timed;
+    let mut out = Spec { wire, lend_min: usize::MAX, copy: Policy::Timed, hints: true }; // lending is off unless asked for
     for opt in opts.split(',').filter(|o| !o.is_empty()) {
         match opt.split_once('=') {
-            Some(("lend", "off")) => lend_min = usize::MAX,
-            Some(("lend", n)) => lend_min = n.parse().map_err(|_| bad(format!("lend={n}: want a byte count or off")))?,
-            Some(("copy", v)) => copy = Policy::parse(v).ok_or_else(|| bad(format!("copy={v}: want timed, cached or streaming")))?,
-            _ => return Err(bad(format!("unknown option {opt:?} (known: lend=<bytes>|off, copy=timed|cached|streaming)"))),
+            Some(("lend", "off")) => out.lend_min = usize::MAX,
+            Some(("lend", n)) => out.lend_min = n.parse().map_err(|_| bad(format!("lend={n}: want a byte count or off")))?,
+            Some(("copy", v)) => out.copy = Policy::parse(v).ok_or_else(|| bad(format!("copy={v}: want timed, cached or streaming")))?,
+            Some(("hints", "on")) => out.hints = true,
+            Some(("hints", "off")) => out.hints = false,
+            Some(("hints", v)) => return Err(bad(format!("hints={v}: want on or off"))),
+            _ => return Err(bad(format!("unknown option {opt:?} (known: lend=<bytes>|off, copy=timed|cached|streaming, hints=on|off)"))),
         }
     }
-    Ok((wire, lend_min, copy))
+    Ok(out)
 }
 
 impl ShmDevice {
     /// Attaches to the wire named by `spec`
-    /// (`<wire>[,lend=<bytes>|off][,copy=timed|cached|streaming]`; made
-    /// on first use) as `identity`, or as a fresh locally administered
+    /// (`<wire>[,lend=<bytes>|off][,copy=timed|cached|streaming][,hints=on|off]`;
+    /// made on first use) as `identity`, or as a fresh locally administered
     /// MAC. With `lend=<bytes>` lendable payloads of at least that many
     /// bytes are lent rather than copied (module comment); `copy=` says
-    /// how large payloads are copied into the ring (`payload_copy`).
+    /// how large payloads are copied into the ring (`payload_copy`);
+    /// `hints=off` leaves small frames' cache lines where they are
+    /// (`line_hints`: on by default, where the processor has them).
     pub fn open(spec: &str, identity: Option<MacAddr>) -> io::Result<ShmDevice> {
-        let (wire, lend_min, copy) = parse_spec(spec)?;
+        let Spec { wire, lend_min, copy, hints } = parse_spec(spec)?;
         let path = segment_path(wire);
         let seg = std::sync::Arc::new(Segment::open(&path).map_err(|e| io::Error::new(e.kind(), format!("opening the shared-memory segment {path}: {e}")))?);
         let pid = std::process::id();
@@ -338,6 +353,7 @@ impl ShmDevice {
             found_for: TargetKey::default(),
             lend_min,
             payload_copy: PayloadCopy::new(copy),
+            hints: LineHints::detect(hints),
             read_timer: ReadTimer::default(),
             scratch: Vec::new(),
             members: Members::new(),
@@ -626,10 +642,7 @@ impl ShmDevice {
         // Published: the owner, polling this slot, takes it.
         self.seg.slot_seq(r.port, tail).store(tail + 1, Ordering::Release);
         // A small frame's lines go where the owner reads them soonest.
-        let hinted = used <= line_hints::HINTED_BYTES;
-        if hinted {
-            line_hints::demote_used(s, used);
-        }
+        self.hints.published(s, used);
         // SeqCst (on our own line: the owner spins on the slot's, which
         // a locked store would hold back until the payload drained), with
         // the look at `sleepers` below, pairs with `prepare_sleep`: either
@@ -643,9 +656,7 @@ impl ShmDevice {
             self.ring_doorbell(r);
         }
         // The next frame's lines past the first, owned before it comes.
-        if hinted {
-            line_hints::own_used_after_first(self.seg.slot(r.port, tail + 1), used);
-        }
+        self.hints.next_slot(self.seg.slot(r.port, tail + 1), used);
     }
 
     /// Rings the doorbells of the ports that found our ring full (we just

@@ -15,8 +15,10 @@
 //!   alone: taking it would only make the owner's poll fetch it back).
 //!
 //! Both instructions are hints in the hint-NOP space: a processor without
-//! them runs them as NOPs, and neither faults. Elsewhere than x86-64 both
-//! do nothing.
+//! them runs them as NOPs, and neither faults; each is used only where
+//! CPUID says the processor has it ([`LineHints::detect`]), and
+//! `shm:<wire>,hints=off` turns both off. Elsewhere than x86-64 both do
+//! nothing.
 
 /// The most of a slot's bytes (its prefix and frame) that are hinted:
 /// three lines, what a 64-byte message takes boxed (two) or as a frame
@@ -24,9 +26,61 @@
 /// copy is the processor's streaming business (`payload_copy`).
 pub(super) const HINTED_BYTES: usize = 192;
 
+/// Which hints this processor has, found once when a device opens.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct LineHints {
+    demote: bool,
+    own: bool,
+}
+
+impl LineHints {
+    /// The hints the processor says it has (CPUID: `cldemote`, leaf 7
+    /// ECX bit 25; `prefetchw`, leaf 0x8000_0001 ECX bit 8), or none when
+    /// `wanted` is false. Both instructions decode as NOPs where absent,
+    /// but a hint the processor lacks would cost its decoding for nothing.
+    pub(super) fn detect(wanted: bool) -> LineHints {
+        #[cfg(target_arch = "x86_64")]
+        if wanted {
+            use std::arch::x86_64::{__cpuid, __cpuid_count};
+            // (CPUID exists on every x86-64 processor; each leaf is asked
+            // for only within the maxima it reports.)
+            let (basic, extended) = (__cpuid(0).eax, __cpuid(0x8000_0000).eax);
+            let demote = basic >= 7 && __cpuid_count(7, 0).ecx & (1 << 25) != 0;
+            let own = extended >= 0x8000_0001 && __cpuid(0x8000_0001).ecx & (1 << 8) != 0;
+            return LineHints { demote, own };
+        }
+        let _ = wanted;
+        LineHints { demote: false, own: false }
+    }
+
+    /// Does it use any hint?
+    #[cfg(test)]
+    pub(super) fn any(&self) -> bool {
+        self.demote || self.own
+    }
+
+    /// Slot `s`'s first `used` bytes were just published: their lines
+    /// go to the shared cache (if at most [`HINTED_BYTES`]).
+    #[inline(always)]
+    pub(super) fn published(&self, s: *const u8, used: usize) {
+        if self.demote && used <= HINTED_BYTES {
+            demote_used(s, used);
+        }
+    }
+
+    /// The next frame goes into slot `next`: its lines past the first, as
+    /// many as the frame just published took, are taken for writing.
+    #[inline(always)]
+    pub(super) fn next_slot(&self, next: *const u8, used: usize) {
+        if self.own && used <= HINTED_BYTES {
+            own_used_after_first(next, used);
+        }
+    }
+}
+
 /// Pushes the line holding `p` towards the cache the cores share.
 #[inline(always)]
-pub(super) fn demote(p: *const u8) {
+fn demote(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: CLDEMOTE is a hint: it changes no architectural state and
     // raises no fault for any address (Intel SDM vol. 2A, CLDEMOTE).
@@ -39,7 +93,7 @@ pub(super) fn demote(p: *const u8) {
 
 /// Asks for the line holding `p` in this core's cache, owned for writing.
 #[inline(always)]
-pub(super) fn own(p: *const u8) {
+fn own(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: PREFETCHW is a hint: it reads nothing into the program and
     // cannot fault (Intel SDM vol. 2B, PREFETCHW).
@@ -53,7 +107,7 @@ pub(super) fn own(p: *const u8) {
 /// [`demote`]s the lines of the first `used` bytes from `s` (a line's
 /// start; `used` at most [`HINTED_BYTES`]).
 #[inline(always)]
-pub(super) fn demote_used(s: *const u8, used: usize) {
+fn demote_used(s: *const u8, used: usize) {
     demote(s);
     demote(s.wrapping_add(64));
     if used > 128 {
@@ -64,7 +118,7 @@ pub(super) fn demote_used(s: *const u8, used: usize) {
 /// [`own`]s the lines past the first of the first `used` bytes from `s`
 /// (a line's start; `used` at most [`HINTED_BYTES`]).
 #[inline(always)]
-pub(super) fn own_used_after_first(s: *const u8, used: usize) {
+fn own_used_after_first(s: *const u8, used: usize) {
     own(s.wrapping_add(64));
     if used > 128 {
         own(s.wrapping_add(128));
