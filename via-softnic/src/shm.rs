@@ -586,7 +586,8 @@ impl ShmDevice {
                 write_frame(frame, s, &mut self.payload_copy, &self.seg.control(r.port).read_costs);
             }
         }
-        // (A lent frame's record is small: its bytes are not counted.)
+        // (A lent frame counts its payload, which stays in the sender's
+        // memory: a large frame, not hinted.)
         self.publish(r, tail, SLOT_PREFIX + frame.len());
         true
     }

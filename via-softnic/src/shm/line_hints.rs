@@ -5,7 +5,8 @@
 //! takes them for writing (a read for ownership, which takes them from the
 //! receiver's cache, where they were read last), the receiver then takes
 //! them back. Two hints shorten both crossings where the cores share only
-//! the last-level cache (docs/DESIGN-NOTES.md, "The machine's two states"):
+//! the last-level cache (docs/DESIGN-NOTES.md, "Where a small frame's
+//! lines wait": 64 B over the wire 0.42 -> 0.26 us on an Intel Xeon):
 //! - [`demote`] (`CLDEMOTE`), once a frame is published, pushes its lines
 //!   from the sender's private caches to the shared one, where the
 //!   receiver's read finds them without asking the sender's core;
