@@ -182,7 +182,9 @@ RESULT='^guest: [0-9]+ passed, [0-9]+ failed, [0-9]+ planned$'
 BOUND='^guest: [0-9]+ NICs bound to vfio-pci \([a-z0-9:,]+\)'
 # boot KIND:N LOG: one guest run; returns 0 if the guest printed its result,
 # 3 if it fell silent in the boot phase, 4 if it fell silent after the
-# suite started (state saved in LOG either way), 1 otherwise.
+# suite started (state saved in LOG either way), 6 if QEMU itself died by
+# a signal of its own (SIGSEGV, SIGBUS, SIGABRT: QEMU_SIGNAL says which),
+# 1 otherwise.
 boot() {
     local b=$1 log=$2 mon=$WORK/monitor i=0 dev
     local args=(-accel tcg -machine q35 -cpu max -smp 2 -m 1024 -device intel-iommu
@@ -228,6 +230,7 @@ boot() {
     local watchdog=$!
     set +e
     timeout --foreground -k 10 "$TIMEOUT" qemu-system-x86_64 "${args[@]}" </dev/null 2>&1 | sed -u 's/\r$//' | tee "$log"
+    local qemu_rc=${PIPESTATUS[0]}
     set -e
     kill "$watchdog" "$reader" 2>/dev/null; wait "$watchdog" "$reader" 2>/dev/null || true
     if [ -e "$WORK/silent" ] || [ -e "$WORK/hung" ]; then
@@ -253,6 +256,13 @@ boot() {
         return 3
     fi
     grep -qaE "$RESULT" "$log" && return 0
+    # 128 + the signal: QEMU's own crash (seen once in CI on 2026-12-07:
+    # QEMU 7.2 died of SIGSEGV in the middle of a guest's suite, and the
+    # same suite passed when booted again). Not our watchdog's SIGKILL
+    # (137) nor timeout's SIGTERM (124/143).
+    case "$qemu_rc" in
+        134|135|139) QEMU_SIGNAL=$((qemu_rc - 128)); return 6 ;;
+    esac
     return 1
 }
 
@@ -283,6 +293,10 @@ for b in "${BOOTS[@]}"; do
             echo "qemu/run.sh: $what: the guest ended before the suite started (after $((t1 - t0)) s, with no result); booting it again"
             continue
         fi
+        if [ "$rc" = 6 ] && [ "$attempt" = 1 ]; then
+            echo "qemu/run.sh: $what: QEMU itself died (signal $QEMU_SIGNAL) after $((t1 - t0)) s, the guest's suite unfinished: not the guest's failure; booting it again"
+            continue
+        fi
         if [ "$rc" = 5 ] && [ "$attempt" = 1 ]; then
             echo "qemu/run.sh: $what: the guest kernel stopped in the suite (every vCPU halted, or one left inside an interrupt; silent for ${SILENCE} s after $((t1 - t0)) s: state above); booting it again"
             continue
@@ -297,6 +311,8 @@ for b in "${BOOTS[@]}"; do
     ok=0
     if [ "$rc" = 3 ]; then
         echo "qemu/run.sh: $what: FAIL: the guest stopped again before the suite started (silent for ${SILENCE} s; state above)"
+    elif [ "$rc" = 6 ]; then
+        echo "qemu/run.sh: $what: FAIL: QEMU itself died (signal $QEMU_SIGNAL) twice, $took"
     elif [ "$rc" = 5 ]; then
         echo "qemu/run.sh: $what: FAIL: the guest kernel stopped in the suite twice (silent for ${SILENCE} s; state above)"
     elif [ "$rc" = 4 ]; then
