@@ -624,14 +624,22 @@ fn memory_only(hwtype: u16, driver: Option<&str>) -> bool {
 /// without, 17.5-18.3 us with).
 #[inline]
 fn prefetch(bytes: &[u8]) {
+    prefetch_lines(bytes.as_ptr(), bytes.len());
+}
+
+/// Prefetches the lines of the `len` bytes at `at`, which need not be
+/// ours to read now: nothing is dereferenced (the receive ring's slots
+/// the kernel has yet to fill, [`Ring::prefetch_next`]).
+#[inline]
+fn prefetch_lines(at: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
+    for off in (0..len).step_by(64) {
         // SAFETY: a prefetch is a hint: it reads nothing into the program
-        // and cannot fault; the address lies inside `bytes`.
-        unsafe { core::arch::x86_64::_mm_prefetch(line.as_ptr().cast::<i8>(), core::arch::x86_64::_MM_HINT_T0) };
+        // and cannot fault, whatever the address.
+        unsafe { core::arch::x86_64::_mm_prefetch(at.wrapping_add(off).cast::<i8>(), core::arch::x86_64::_MM_HINT_T0) };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
+    let _ = (at, len);
 }
 
 /// Where addressing a chunk of frames stopped.
@@ -770,10 +778,8 @@ impl Ring {
     fn prefetch_next(&self) {
         let mut i = self.next;
         for _ in 0..RX_PREFETCH_SLOTS {
-            // SAFETY: a slot is frame_size (>= 128 + the MTU) bytes of the
-            // mapping, which lives as long as `self`; a prefetch reads
-            // nothing into the program.
-            prefetch(unsafe { std::slice::from_raw_parts(self.slot(i), RX_PREFETCH_BYTES.min(self.geometry.frame_size)) });
+            // (The kernel may be writing there: no reference is made.)
+            prefetch_lines(self.slot(i), RX_PREFETCH_BYTES.min(self.geometry.frame_size));
             i = if i + 1 == self.geometry.frame_nr { 0 } else { i + 1 };
         }
     }
