@@ -779,7 +779,7 @@ impl Ring {
         let mut i = self.next;
         for _ in 0..RX_PREFETCH_SLOTS {
             // (The kernel may be writing there: no reference is made.)
-            prefetch_lines(self.slot(i), RX_PREFETCH_BYTES.min(self.geometry.frame_size));
+            prefetch_lines(self.slot(i), RX_PREFETCH_BYTES);
             i = if i + 1 == self.geometry.frame_nr { 0 } else { i + 1 };
         }
     }
