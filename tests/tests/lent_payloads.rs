@@ -4,8 +4,10 @@
 //! move every size from 0 B to 1 MiB both ways, contents checked, and the
 //! payloads from the lending threshold up arrive lent (read from the
 //! sender's memory with `process_vm_readv`), none below it or with lending
-//! off. Frames that cross the wire carry no CRC (memory cannot corrupt
-//! them; the device vouches for each), and arrive intact all the same.
+//! off; a message longer than a frame goes whole, as one lent frame. By
+//! default the wire lends from 64 KiB on, where the kernel allows it.
+//! Frames that cross the wire carry no CRC (memory cannot corrupt them;
+//! the device vouches for each), and arrive intact all the same.
 //! Needs root.
 
 use via_tests::{testpeer_pair, PeerSide, TestNet};
@@ -29,21 +31,40 @@ fn lent_echoes(net: &TestNet, wire: &str, sizes: &str) -> (u64, u64) {
 fn payloads_from_the_threshold_up_are_lent_and_arrive_intact() {
     let net = TestNet::new(1500);
     let wire = format!("{}-lent", net.a);
-    // Below the threshold: framed. From it up: lent, fragment by fragment
-    // (the engine sends a process on the wire fragments of nearly 64 KiB:
-    // 4096 B to 65537 B lend one each, their short tails are framed; 1 MiB
-    // lends 16 and frames its tail).
+    // Below the threshold: framed. From it up: lent, each message as one
+    // frame (the engine cuts fragments of nearly 64 KiB for a process on
+    // the wire, but a message the wire lends goes whole: 4096 B to 1 MiB
+    // lend one frame each).
     assert_eq!(lent_echoes(&net, &format!("{wire},lend=4096"), "0,1,4095").0, 0, "nothing reaches the threshold");
-    let (lent, _) = lent_echoes(&net, &format!("{wire},lend=4096"), "0,1,4095,4096,65535,65536,65537,1048576");
+    let (lent, unsealed) = lent_echoes(&net, &format!("{wire},lend=4096"), "0,1,4095,4096,65535,65536,65537,1048576");
+    assert_eq!(lent, 5, "one lent frame a message");
+    // The echoes of 8 messages and the control frames: had 65536 B and
+    // more been cut, 2 + 2 + 17 frames would have come for them alone.
+    assert!(unsealed < 8 + 10, "{unsealed} frames");
+    // A threshold above a frame's payload: a message reaching it goes
+    // whole; a shorter one (but longer than a frame) is cut and framed.
+    let (lent, _) = lent_echoes(&net, &format!("{wire},lend=262144"), "65537,262143,262144,1048576");
     via_softnic::shm::remove_wire(&wire);
-    assert_eq!(lent, 4 + 16, "lent fragments");
+    assert_eq!(lent, 2, "262144 and 1048576 B lent whole");
+}
+
+#[test]
+fn by_default_messages_from_64_kib_are_lent_whole() {
+    let net = TestNet::new(1500);
+    let wire = format!("{}-default", net.a);
+    let (lent, _) = lent_echoes(&net, &wire, "4096,65535,65536,1048576");
+    via_softnic::shm::remove_wire(&wire);
+    // The kernel may forbid reading another process's memory (Yama's
+    // ptrace scope 2 or 3, a seccomp filter): then nothing is lent.
+    let want = if via_softnic::shm::lending_possible() { 2 } else { 0 };
+    assert_eq!(lent, want, "lending possible here: {}", via_softnic::shm::lending_possible());
 }
 
 #[test]
 fn without_lending_payloads_are_copied() {
     let net = TestNet::new(1500);
     let wire = format!("{}-copied", net.a);
-    let (lent, unsealed) = lent_echoes(&net, &wire, "4096,65536,1048576");
+    let (lent, unsealed) = lent_echoes(&net, &format!("{wire},lend=off"), "4096,65536,1048576");
     via_softnic::shm::remove_wire(&wire);
     assert_eq!(lent, 0);
     // The echoes of 4 KiB, 64 KiB and 1 MiB: 1 + 2 + 17 frames at least
@@ -59,7 +80,7 @@ fn without_lending_payloads_are_copied() {
 fn a_nic_larger_than_the_wire_sends_the_wire_its_own_fragments() {
     let net = TestNet::new(65535);
     let wire = format!("{}-bignic", net.a);
-    let (lent, unsealed) = lent_echoes(&net, &wire, "65472,65536,1048576");
+    let (lent, unsealed) = lent_echoes(&net, &format!("{wire},lend=off"), "65472,65536,1048576");
     via_softnic::shm::remove_wire(&wire);
     assert_eq!(lent, 0);
     assert!(unsealed >= 20, "the echoes went over the wire: {unsealed} frames without a CRC");

@@ -185,6 +185,12 @@ pub struct Path {
     /// engine sends at most what the peer said it takes when they
     /// connected.
     pub both_ends: bool,
+    /// The device lends every lendable payload ([`TxFrame::lendable`]) of
+    /// at least this many bytes (it sends the headers and the pieces'
+    /// addresses; the receiver reads the payload with one system call), so
+    /// such a frame is not bound by `mtu`: a message may go whole, as one
+    /// frame. None: it lends nothing, or not for certain.
+    pub lends_from: Option<usize>,
 }
 
 /// What a device says of a received frame besides its bytes
@@ -356,7 +362,7 @@ pub trait FrameDevice: Send {
     /// way (shared memory, in a composite device: a larger MTU, and no
     /// corruption on the way).
     fn path_to(&mut self, _head: &[u8]) -> Path {
-        Path { mtu: self.mtu(), checksummed: self.capabilities().checksummed, both_ends: false }
+        Path { mtu: self.mtu(), checksummed: self.capabilities().checksummed, both_ends: false, lends_from: None }
     }
 
     /// Transmits the frames in order and rings the doorbell once. Returns

@@ -519,7 +519,7 @@ impl FrameDevice for CompositeDevice {
         host.ways
             .iter()
             .map(|&(k, _)| nics[k].dev.path_to(head))
-            .reduce(|p, q| Path { mtu: p.mtu.min(q.mtu), checksummed: p.checksummed && q.checksummed, both_ends: p.both_ends && q.both_ends })
+            .reduce(|p, q| Path { mtu: p.mtu.min(q.mtu), checksummed: p.checksummed && q.checksummed, both_ends: p.both_ends && q.both_ends, lends_from: None })
             .expect("a host in the table has a way")
     }
 

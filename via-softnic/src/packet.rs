@@ -392,7 +392,7 @@ impl FrameDevice for PacketDevice {
     /// Datagrams with the UDP checksum offloaded need no CRC of their own
     /// (the receiving device vouches for them); raw frames do.
     fn path_to(&mut self, _head: &[u8]) -> Path {
-        Path { mtu: FrameDevice::mtu(self), checksummed: self.vouched || self.udp.as_ref().is_some_and(|u| u.plan.vnet), both_ends: false }
+        Path { mtu: FrameDevice::mtu(self), checksummed: self.vouched || self.udp.as_ref().is_some_and(|u| u.plan.vnet), both_ends: false, lends_from: None }
     }
 
     fn wait_fd(&self) -> RawFd {

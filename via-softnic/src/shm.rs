@@ -40,11 +40,15 @@
 //! that is at least `<bytes>` long goes into the ring as its headers and a
 //! [`LentPayload`] record (the sender's pid and the pieces' addresses);
 //! the receiver copies the payload once, with `process_vm_readv`, straight
-//! into its destination ([`FrameDevice::receive_lent`]). It is off unless
-//! asked for: on the machines measured so far a `process_vm_readv` costs
-//! more than the two `memcpy`s it saves (docs/BENCHMARKS.md). Slots are
-//! large enough for any frame up to the MTU (64 KiB), so frames that are
-//! not lent are copied whole.
+//! into its destination ([`FrameDevice::receive_lent`]). A lent frame is
+//! not bound by the MTU, and the engine sends a message the path lends
+//! whole, as one frame ([`via_device::Path::lends_from`]): the receiver
+//! reads it with one system call. By default payloads of 64 KiB and more
+//! are lent ([`LEND_MIN_DEFAULT`]), where the kernel lets processes of one
+//! user read each other's memory; below that the two copies through the
+//! ring, which the two ends make side by side, move more. Slots are large
+//! enough for any frame up to the MTU (64 KiB), so frames that are not
+//! lent are copied whole.
 //!
 //! Boxed messages (`via_device::boxed`): a one-frame send of the engine's
 //! to a process on the wire may go as a record of its own in the same
@@ -254,6 +258,21 @@ pub fn remove_wire(wire: &str) {
     let _ = std::fs::remove_file(segment_path(wire));
 }
 
+/// Lendable payloads of at least this many bytes are lent unless the
+/// wire's name says otherwise (`lend=`), where this process may read
+/// another's memory (`sys::lending_possible`). A message longer than a
+/// frame then goes whole, read by the receiver with one system call: from
+/// 64 KiB on that took 0.5-0.6 of the time of the two copies through the
+/// ring, and moved 1.1-1.5x the bytes a second (docs/BENCHMARKS.md).
+/// Below, the copies, which the two cores make side by side, move more.
+pub const LEND_MIN_DEFAULT: usize = 65536;
+
+/// Does this process lend by default ([`LEND_MIN_DEFAULT`]): may processes
+/// of its user read each other's memory here?
+pub fn lending_possible() -> bool {
+    sys::lending_possible()
+}
+
 /// What a wire's name says: `<wire>[,lend=<bytes>|off][,copy=timed|cached|streaming][,hints=on|off]`.
 struct Spec<'a> {
     wire: &'a str,
@@ -271,7 +290,8 @@ fn parse_spec(spec: &str) -> io::Result<Spec<'_>> {
     if wire.is_empty() || wire.contains('/') {
         return Err(bad("want a non-empty name without '/'".into()));
     }
-    let mut out = Spec { wire, lend_min: usize::MAX, copy: Policy::Timed, hints: true }; // lending is off unless asked for
+    let lend_min = if lending_possible() { LEND_MIN_DEFAULT } else { usize::MAX };
+    let mut out = Spec { wire, lend_min, copy: Policy::Timed, hints: true };
     for opt in opts.split(',').filter(|o| !o.is_empty()) {
         match opt.split_once('=') {
             Some(("lend", "off")) => out.lend_min = usize::MAX,
@@ -291,7 +311,8 @@ impl ShmDevice {
     /// (`<wire>[,lend=<bytes>|off][,copy=timed|cached|streaming][,hints=on|off]`;
     /// made on first use) as `identity`, or as a fresh locally administered
     /// MAC. With `lend=<bytes>` lendable payloads of at least that many
-    /// bytes are lent rather than copied (module comment); `copy=` says
+    /// bytes are lent rather than copied (module comment; by default
+    /// [`LEND_MIN_DEFAULT`], `lend=off` copies all); `copy=` says
     /// how large payloads are copied into the ring (`payload_copy`);
     /// `hints=off` leaves small frames' cache lines where they are
     /// (`line_hints`: on by default, where the processor has them).
@@ -530,11 +551,15 @@ impl ShmDevice {
     }
 
     /// The start of frame `i` of a batch, `f`, once its length is one the
-    /// wire carries (one it does not is counted).
+    /// wire carries (one it does not is counted): up to the MTU, or any
+    /// length if its payload is lent (only its headers go into the ring,
+    /// and only a unicast frame is lent: see `send_to_targets`).
     #[inline]
     fn checked_start<'f>(&mut self, i: usize, f: &'f TxFrame<'_>, copy: &'f mut [u8; 64]) -> io::Result<&'f [u8]> {
-        let (len, max) = (f.len(), ETH_HEADER_LEN + MTU);
-        if !(ETH_HEADER_LEN..=max).contains(&len) {
+        let len = f.len();
+        let max = if self.lends(f) { usize::MAX } else { ETH_HEADER_LEN + MTU };
+        let unicast = f.header.first().is_some_and(|b| b & 1 == 0);
+        if !(ETH_HEADER_LEN..=max).contains(&len) || (len > ETH_HEADER_LEN + MTU && !unicast) {
             self.tx_oversize += 1;
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame {i} of the batch is {len} bytes; shm wire {:?} takes {ETH_HEADER_LEN}..={max}", self.wire)));
         }
@@ -546,7 +571,7 @@ impl ShmDevice {
     /// later). A broadcast one is best effort.
     #[inline]
     fn send_to_targets(&mut self, f: &TxFrame<'_>, broadcast: bool) -> bool {
-        let lend = f.lendable && !broadcast && f.payload_len() >= self.lend_min;
+        let lend = self.lends(f) && !broadcast;
         for k in 0..self.targets.len() {
             if !self.append(self.targets[k], f, lend) && !broadcast {
                 self.tx_ring_full += 1;
@@ -556,6 +581,13 @@ impl ShmDevice {
         self.tx_frames += 1;
         self.tx_lent += u64::from(lend && !self.targets.is_empty());
         true
+    }
+
+    /// Is `f`'s payload lent (if it goes to one port)? What `path_to`
+    /// promises the engine (`Path::lends_from`).
+    #[inline(always)]
+    fn lends(&self, f: &TxFrame<'_>) -> bool {
+        f.lendable && f.payload_len() >= self.lend_min
     }
 
     /// Appends `frame` to port `r`'s ring, its payload lent if `lend`;
@@ -776,6 +808,12 @@ impl ShmDevice {
                         sink(frame, RxMeta { lent: Some(&lent), vouched: true, ..RxMeta::default() });
                         true
                     }
+                    Some((frame, Some(lent))) if frame.len() + lent.len() > ETH_HEADER_LEN + MTU => {
+                        // A whole message lent as one frame: longer than
+                        // a caller that takes no lent payloads takes.
+                        self.rx_bad_length += 1;
+                        false
+                    }
                     Some((frame, Some(lent))) => {
                         // Read the payload in: a whole frame for a caller
                         // that takes no lent payloads.
@@ -929,7 +967,8 @@ impl FrameDevice for ShmDevice {
     /// Every process on the wire takes frames up to its MTU (one slot
     /// size), whatever its composite's NICs take.
     fn path_to(&mut self, _head: &[u8]) -> Path {
-        Path { mtu: self.mtu(), checksummed: self.capabilities().checksummed, both_ends: true }
+        let lends_from = (self.lend_min != usize::MAX).then_some(self.lend_min);
+        Path { mtu: self.mtu(), checksummed: self.capabilities().checksummed, both_ends: true, lends_from }
     }
 
     fn prepare_sleep(&mut self) -> Option<Sleep> {
@@ -1032,6 +1071,25 @@ mod sys {
     pub fn allow_fd_copies() {
         // SAFETY: prctl with integer arguments only.
         unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+    }
+
+    /// May processes of our user read each other's memory
+    /// (`process_vm_readv`), as a lent payload's receiver does? Not under
+    /// Yama's "admin-only" or "no attach" policies (scope 2 and 3; under
+    /// scope 1 every process on a wire allows it, `allow_fd_copies`), nor
+    /// where a seccomp filter refuses the call (it is tried once, on our
+    /// own memory). Asked once per process.
+    pub fn lending_possible() -> bool {
+        static POSSIBLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *POSSIBLE.get_or_init(|| {
+            let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok().and_then(|s| s.trim().parse::<u32>().ok()).unwrap_or(0);
+            let (src, mut dst) = (0x5eed_u64, 0_u64);
+            let local = libc::iovec { iov_base: (&raw mut dst).cast(), iov_len: 8 };
+            let remote = libc::iovec { iov_base: (&raw const src).cast_mut().cast(), iov_len: 8 };
+            // SAFETY: both ranges are our own locals, alive for the call.
+            let got = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+            scope < 2 && got == 8 && dst == src
+        })
     }
 
     /// Our own copy of descriptor `fd` of process `pid`.

@@ -39,6 +39,9 @@ pub struct WqEntry {
     /// Sent boxed (`engine::boxed`): it completes once the peer says it
     /// placed it, not by acknowledged frames (`nframes` stays 0).
     pub boxed: bool,
+    /// Sent whole, as one frame whose payload the device lends
+    /// ([`via_device::Path::lends_from`]): `nframes` is 1.
+    pub lent_whole: bool,
     /// Index of the first local data segment: 0, or 1 for RDMA, whose
     /// segment 0 is the remote address segment.
     pub seg0: u16,

@@ -26,6 +26,12 @@
 //! keyed MAC of the VIA header and the payload ([`crate::tag`]);
 //! `payload_len` does not count it.
 //!
+//! A payload longer than `payload_len` can say (65,535 bytes) is never
+//! in a frame: only a sender on the same host may lend one (its address,
+//! not its bytes, goes with the headers: a whole message at once), and
+//! then `payload_len` says 65,535 and the lent record the length
+//! ([`Frame::new_checked_lent`], [`lent_payload_len`]).
+//!
 //! In a standalone ACK (kind `Ack`), `rdma_addr` is the selective
 //! acknowledgement: bit `i` set when the receiver holds PSN `ack + 1 + i`
 //! past a gap. With `ACK_REQ`, the ACK is a NAK: the receiver has a gap
@@ -273,6 +279,12 @@ impl<'a> Frame<&'a [u8]> {
     }
 }
 
+
+/// What `payload_len` says of a payload of `len` bytes: the length, or
+/// 65,535 for a longer one (lent: the module comment).
+pub fn lent_payload_len(len: usize) -> u16 {
+    u16::try_from(len).unwrap_or(u16::MAX)
+}
 impl<T: AsRef<[u8]>> Frame<T> {
     /// Checks everything the accessors rely on: length, EtherType, version,
     /// kind and that `payload_len` fits in the frame.
@@ -286,11 +298,11 @@ impl<T: AsRef<[u8]>> Frame<T> {
 
     /// For a frame whose payload (`lent_len` bytes) was lent by a sender
     /// on this host and is not in `buf`: `buf` must be exactly the headers,
-    /// and `payload_len` must say `lent_len`. [`Frame::payload`] of such a
-    /// frame is empty.
+    /// and `payload_len` must say `lent_len` ([`lent_payload_len`] of it).
+    /// [`Frame::payload`] of such a frame is empty.
     pub fn new_checked_lent(buf: T, lent_len: usize) -> Result<Self, WireError> {
         let f = Self::check_header(buf)?;
-        if f.buf.as_ref().len() != FRAME_HEADER_LEN || f.payload_len() as usize != lent_len {
+        if f.buf.as_ref().len() != FRAME_HEADER_LEN || f.payload_len() != lent_payload_len(lent_len) {
             return Err(WireError::BadLength);
         }
         Ok(f)
@@ -750,6 +762,20 @@ mod tests {
         assert_eq!(HeaderRepr::parse(&f), r);
         assert_eq!(f.payload(), b"abcd");
         assert_eq!(&buf[DST_EP_OFFSET..DST_EP_OFFSET + 4], &0x01020304u32.to_be_bytes());
+    }
+
+    #[test]
+    fn a_lent_frame_says_its_length_up_to_what_the_field_holds() {
+        for (len, said) in [(0, 0), (4, 4), (65_535, 65_535), (65_536, 65_535), (1 << 20, 65_535)] {
+            assert_eq!(lent_payload_len(len), said);
+            let mut hdr = [0u8; FRAME_HEADER_LEN];
+            HeaderRepr { payload_len: said, msg_len: len as u32, offset: 0, ..sample() }.emit(&mut hdr);
+            assert!(Frame::new_checked_lent(&hdr[..], len).is_ok(), "{len}");
+            // A record that says a length the field would say otherwise
+            // is refused. (Past 65,535 the field tells no lengths apart:
+            // the record's, bounded by the message's, is the one.)
+            assert_eq!(Frame::new_checked_lent(&hdr[..], 65_534).err(), (len != 65_534).then_some(WireError::BadLength), "{len}");
+        }
     }
 
     #[test]

@@ -192,13 +192,56 @@ fn long_lendable_payloads_are_lent_and_read_once() {
 }
 
 #[test]
+fn a_lent_payload_may_be_longer_than_a_frame() {
+    let w = wire("lendwhole");
+    let mut a = ShmDevice::open(&format!("{w},lend=4096"), None).unwrap();
+    let mut b = ShmDevice::open(&w, None).unwrap();
+    let head = frame(b.mac(), 60, 0);
+    let p: Vec<u8> = (0..3 * MTU).map(|i| (i * 13 + i / 251) as u8).collect();
+    let mut big = TxFrame::new(&head);
+    big.push(&p[..MTU]);
+    big.push(&p[MTU..]);
+    big.lendable = true;
+    // Lent: only its headers and record go into the ring.
+    assert_eq!(a.transmit(&[big]).unwrap(), 1);
+    assert!(a.stats().contains(&("shm_tx_lent", 1)), "{:?}", a.stats());
+    let mut got = Vec::new();
+    assert_eq!(b.receive_lent(8, &mut |f, m| {
+        assert_eq!(f, &head[..]);
+        let l = m.lent.expect("lent");
+        let mut bytes = vec![0u8; l.len()];
+        // SAFETY: `bytes` holds l.len() bytes.
+        unsafe { l.read(0, bytes.as_mut_ptr(), l.len()) }.unwrap();
+        got = bytes;
+    }).unwrap(), 1);
+    assert!(got == p, "the whole payload, read at once");
+    // A caller that takes no lent payloads takes frames up to the MTU:
+    // this one is dropped and counted.
+    assert_eq!(a.transmit(&[big]).unwrap(), 1);
+    assert!(recv_all(&mut b).is_empty());
+    assert!(b.stats().contains(&("shm_rx_bad_length", 1)), "{:?}", b.stats());
+    // Copied, it would not fit a slot: refused, as is a lendable one on
+    // a wire that does not lend.
+    let mut kept = big;
+    kept.lendable = false;
+    let e = a.transmit(&[kept]).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+    let mut c = ShmDevice::open(&format!("{w},lend=off"), None).unwrap();
+    assert_eq!(c.transmit(&[big]).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+    assert!(a.stats().contains(&("shm_tx_oversize", 1)) && c.stats().contains(&("shm_tx_oversize", 1)));
+    remove_wire(&w);
+}
+
+#[test]
 fn the_lending_threshold_is_set_by_name() {
     let w = wire("lendopt");
     let mut a = ShmDevice::open(&format!("{w},lend=off"), None).unwrap();
-    let b = ShmDevice::open(&format!("{w},lend=100"), None).unwrap();
+    let mut b = ShmDevice::open(&format!("{w},lend=100"), None).unwrap();
     let c = ShmDevice::open(&w, None).unwrap();
     assert_eq!(a.wire_name(), w);
-    assert_eq!((a.lend_min, b.lend_min, c.lend_min), (usize::MAX, 100, usize::MAX), "off by default");
+    let default = if lending_possible() { LEND_MIN_DEFAULT } else { usize::MAX };
+    assert_eq!((a.lend_min, b.lend_min, c.lend_min), (usize::MAX, 100, default), "from 64 KiB by default, where the kernel allows");
+    assert_eq!((a.path_to(&[]).lends_from, b.path_to(&[]).lends_from), (None, Some(100)), "the path says what it lends");
     let head = frame(b.mac(), 60, 0);
     let p = vec![9u8; 40000];
     let mut f = TxFrame::new(&head);

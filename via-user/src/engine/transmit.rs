@@ -193,7 +193,7 @@ fn fragment_fields(e: &WqEntry, reliable: bool, psn: u32, ack: u32, off: u32, le
         rdma_addr: e.raddr,
         rdma_handle: e.rhandle,
         msg_seq: e.msg_seq,
-        payload_len: if e.awaits_response() { request_payload_len(e) } else { len as u16 },
+        payload_len: if e.awaits_response() { request_payload_len(e) } else { via_wire::lent_payload_len(len as usize) },
     }
 }
 
@@ -700,6 +700,9 @@ impl Context {
         let from_path = mtu.saturating_sub(VIA_HEADER_LEN + tag) as u32;
         vi.tx.frag = if from_path == 0 { core_frag } else { from_path }.min(u16::MAX as u32);
         vi.tx.checksum = self.checksum && !path.checksummed;
+        // Whole messages lent where the path lends (never with a tag or
+        // a CRC, which would have to follow a payload that is not sent).
+        vi.tx.lends_from = path.lends_from.filter(|_| tag == 0 && !vi.tx.checksum).map(|n| n.min(u32::MAX as usize) as u32);
         self.fix_box_route(dev, vi, &head);
     }
 
@@ -789,7 +792,11 @@ impl Context {
             }
             if en.nframes == 0 {
                 en.first_psn = vi.tx.psn;
-                en.nframes = if is_read { 1 } else { en.len.div_ceil(frag).max(1) };
+                // A message the path lends goes whole, as one frame, if
+                // its segments were checked at post (so its pieces are
+                // few and never copied to a bounce slot: `gather`).
+                en.lent_whole = reliable && !is_read && vi.tx.lends_from.is_some_and(|from| en.len >= from && en.len > frag) && en.checked_segments(mem.epoch()).is_some();
+                en.nframes = if is_read || en.lent_whole { 1 } else { en.len.div_ceil(frag).max(1) };
                 en.msg_seq = vi.tx.next_msg_seq;
                 vi.tx.next_msg_seq = vi.tx.next_msg_seq.wrapping_add(1);
                 if is_read {
@@ -797,6 +804,7 @@ impl Context {
                 }
             }
             let e: &WqEntry = en;
+            let frag = if e.lent_whole { e.len } else { frag };
             debug_assert_eq!(e.first_psn.wrapping_add(vi.tx.off / frag), vi.tx.psn);
             let off = vi.tx.off;
             let len = if is_read { 0 } else { frag.min(e.len - off) };
@@ -992,7 +1000,9 @@ impl Context {
         let mut off = vi.served.jobs.front().map_or(0, |job| job.off);
         while n < BATCH && j < vi.served.jobs.len() {
             let job = vi.served.jobs[j];
-            let len = frag.min(job.len - off);
+            // The rest of a response goes whole where the path lends it.
+            let rest = job.len - off;
+            let len = if vi.tx.lends_from.is_some_and(|from| rest >= from) { rest } else { frag.min(rest) };
             let mut fl = flags::RELIABLE | flags::ACK;
             if off == 0 {
                 fl |= flags::FIRST;
@@ -1019,7 +1029,7 @@ impl Context {
                 off = vi.served.jobs.get(j).map_or(0, |x| x.off);
                 continue;
             }
-            HeaderRepr { kind: Kind::RdmaReadResp as u8, flags: fl, psn: job.psn, msg_len: job.len, offset: off, msg_seq: job.msg_seq, payload_len: len as u16, ..base }.emit(&mut hdrs[n]);
+            HeaderRepr { kind: Kind::RdmaReadResp as u8, flags: fl, psn: job.psn, msg_len: job.len, offset: off, msg_seq: job.msg_seq, payload_len: via_wire::lent_payload_len(len as usize), ..base }.emit(&mut hdrs[n]);
             specs[n] = Spec { n: usize::from(len > 0), resp: Some(len), lendable: true, ..Spec::default() };
             specs[n].pieces[0] = (addr, len as usize);
             n += 1;

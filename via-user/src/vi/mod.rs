@@ -192,6 +192,10 @@ pub struct Sender {
     /// Data frames carry a CRC (fixed with `frag`: not over a path that
     /// cannot corrupt them).
     pub checksum: bool,
+    /// Messages of at least this many bytes go whole, as one frame whose
+    /// payload the device lends (fixed with `frag`, from the path's
+    /// `lends_from`; None: never).
+    pub lends_from: Option<u32>,
     /// The headers all frames of the connection share (fixed with `frag`).
     pub head: HeaderTemplate,
     /// Send-queue index and byte offset of the next fragment to transmit.
