@@ -35,11 +35,13 @@ pub mod memlock;
 pub mod pci;
 pub mod probe;
 pub mod registry;
+pub mod shared_copy;
 pub mod watch;
 
 pub use boxed::{BoxRepr, BoxRoute, BoxTemplate, BoxView, PlacedWord, BOX_HEADER_LEN};
 pub use eventfd::EventFd;
 pub use registry::{drivers, open_device, DeviceOpener, Driver, HostRoute, DRIVERS};
+pub use shared_copy::{SharedCopy, SharedCopyRef};
 pub use watch::{RxWatch, RxWatches};
 
 #[doc(hidden)]
@@ -66,6 +68,9 @@ pub struct Capabilities {
     /// striping over several NICs): a receiver that finds a gap waits a
     /// moment for it to fill before it calls it a loss.
     pub reorders: bool,
+    /// The device does work for its peers between frames
+    /// ([`FrameDevice::serve_peers`]): the engine asks it every round.
+    pub serves_peers: bool,
 }
 
 /// One frame to transmit: `header` (Ethernet + VIA header, built by the
@@ -234,7 +239,18 @@ pub struct LentPayload {
     pub pieces: [(u64, u32); MAX_GATHER],
     /// How many entries of `pieces` are used.
     pub n: usize,
+    /// A block in memory both ends map, beside the record, through which
+    /// the sender may take a share of the copy ([`shared_copy`]). The
+    /// device that hands the payload out keeps it mapped until the frame
+    /// is released.
+    pub shared: Option<SharedCopyRef>,
 }
+
+// SAFETY: the shared block is used through atomics alone, by any thread
+// of either process; its mapping is the device's to keep (`shared`).
+unsafe impl Send for LentPayload {}
+// SAFETY: as for Send.
+unsafe impl Sync for LentPayload {}
 
 impl LentPayload {
     pub fn len(&self) -> usize {
@@ -245,36 +261,27 @@ impl LentPayload {
         self.len() == 0
     }
 
-    /// Copies bytes `[from, from + len)` of the payload to `dst` with one
-    /// `process_vm_readv` (the single copy, done by the kernel). Fails if
-    /// the range is outside the payload, the sender is gone or no longer
-    /// has the memory.
+    /// Copies bytes `[from, from + len)` of the payload to `dst`: with one
+    /// `process_vm_readv` (the single copy, done by the kernel), or shared
+    /// with the sender where the device gave the two ends a block for it
+    /// ([`shared_copy`]). Fails if the range is outside the payload, the
+    /// sender is gone or no longer has the memory.
     ///
     /// # Safety
-    /// `dst` must be valid for writes of `len` bytes.
+    /// `dst` must be valid for writes of `len` bytes (by the sender too,
+    /// until this returns, if a block is shared).
     pub unsafe fn read(&self, from: usize, dst: *mut u8, len: usize) -> io::Result<()> {
+        if let Some(r) = self.shared {
+            // SAFETY: the device that handed the payload out keeps the
+            // block and the word mapped while it is being read
+            // (`LentPayload::shared`); the caller vouches for `dst`.
+            return unsafe { r.block.as_ref().pull((r.posted.as_ref(), r.ticket), &self.alone(), from, dst, len) };
+        }
         if len == 0 {
             return Ok(());
         }
-        let mut remote = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_GATHER];
-        let (mut k, mut skip, mut want) = (0, from, len);
-        for &(addr, plen) in &self.pieces[..self.n] {
-            let plen = plen as usize;
-            if skip >= plen {
-                skip -= plen;
-                continue;
-            }
-            let take = (plen - skip).min(want);
-            remote[k] = libc::iovec { iov_base: (addr as usize + skip) as *mut libc::c_void, iov_len: take };
-            k += 1;
-            (skip, want) = (0, want - take);
-            if want == 0 {
-                break;
-            }
-        }
-        if want != 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bytes {from}..{} of a {}-byte lent payload", from + len, self.len())));
-        }
+        let mut remote = [EMPTY_IOV; MAX_GATHER];
+        let k = self.ranges(from, len, &mut remote)?;
         let local = libc::iovec { iov_base: dst.cast(), iov_len: len };
         // SAFETY: the caller vouches for `dst`; the kernel checks the
         // remote ranges against the sender's address space.
@@ -285,7 +292,56 @@ impl LentPayload {
             n => Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("read {n} of {len} lent bytes from process {}", self.pid))),
         }
     }
+
+    /// The sender's side: writes bytes `[from, from + len)` of its own
+    /// payload (the pieces are this process's memory) to address `dst` of
+    /// process `pid`, with one `process_vm_writev`. The kernel checks the
+    /// destination against that process's address space.
+    pub fn write_to(&self, pid: u32, from: usize, dst: u64, len: usize) -> io::Result<()> {
+        let mut local = [EMPTY_IOV; MAX_GATHER];
+        let k = self.ranges(from, len, &mut local)?;
+        let remote = libc::iovec { iov_base: dst as usize as *mut libc::c_void, iov_len: len };
+        // SAFETY: the local ranges are the pieces this process lent (kept
+        // until acknowledged); the kernel checks the remote range.
+        let put = unsafe { libc::process_vm_writev(pid as libc::pid_t, local.as_ptr(), k as libc::c_ulong, &remote, 1, 0) };
+        match put {
+            n if n == len as isize => Ok(()),
+            n if n < 0 => Err(io::Error::last_os_error()),
+            n => Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("wrote {n} of {len} lent bytes to process {pid}"))),
+        }
+    }
+
+    /// The same payload without its shared block (read by this end alone).
+    fn alone(&self) -> LentPayload {
+        LentPayload { shared: None, ..*self }
+    }
+
+    /// The pieces' ranges that hold bytes `[from, from + len)`, into
+    /// `out`; how many.
+    fn ranges(&self, from: usize, len: usize, out: &mut [libc::iovec; MAX_GATHER]) -> io::Result<usize> {
+        let (mut k, mut skip, mut want) = (0, from, len);
+        for &(addr, plen) in &self.pieces[..self.n] {
+            if want == 0 {
+                break;
+            }
+            let plen = plen as usize;
+            if skip >= plen {
+                skip -= plen;
+                continue;
+            }
+            let take = (plen - skip).min(want);
+            out[k] = libc::iovec { iov_base: (addr as usize + skip) as *mut libc::c_void, iov_len: take };
+            k += 1;
+            (skip, want) = (0, want - take);
+        }
+        if want != 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bytes {from}..{} of a {}-byte lent payload", from + len, self.len())));
+        }
+        Ok(k)
+    }
 }
+
+const EMPTY_IOV: libc::iovec = libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 };
 
 /// A receive filter the engine asks the device to apply (in the kernel for
 /// AF_PACKET, in the driver otherwise): accept only frames of `ethertype`
@@ -361,6 +417,15 @@ pub trait FrameDevice: Send {
     /// device's capabilities, unless it reaches that destination another
     /// way (shared memory, in a composite device: a larger MTU, and no
     /// corruption on the way).
+    /// Work the device does for its peers between frames: the shared-
+    /// memory wire's share of copying the payloads it lent
+    /// ([`shared_copy`]). Returns how much it did (0: nothing; the
+    /// default). A wait that sees work done keeps spinning, as for frames.
+    /// Asked only of a device whose capabilities say `serves_peers`.
+    fn serve_peers(&mut self) -> usize {
+        0
+    }
+
     fn path_to(&mut self, _head: &[u8]) -> Path {
         Path { mtu: self.mtu(), checksummed: self.capabilities().checksummed, both_ends: false, lends_from: None }
     }

@@ -423,7 +423,7 @@ impl FrameDevice for E1000eDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { checksummed: true, needs_pinning: true, reorders: false }
+        Capabilities { checksummed: true, needs_pinning: true, reorders: false, serves_peers: false }
     }
 
     fn wait_fd(&self) -> RawFd {

@@ -405,6 +405,7 @@ impl FrameDevice for CompositeDevice {
             checksummed: c.clone().all(|c| c.checksummed),
             needs_pinning: c.clone().any(|c| c.needs_pinning),
             reorders: c.clone().any(|c| c.reorders) || self.striped,
+            serves_peers: self.shm.as_ref().is_some_and(|s| s.capabilities().serves_peers),
         }
     }
 
@@ -463,6 +464,10 @@ impl FrameDevice for CompositeDevice {
     }
 
     /// Every member's words: frames may come by any of them.
+    fn serve_peers(&mut self) -> usize {
+        self.shm.as_mut().map_or(0, |s| s.serve_peers())
+    }
+
     fn rx_watch(&self, w: &mut RxWatches) {
         for i in 0..self.members() {
             match self.watches[i] {

@@ -263,6 +263,10 @@ impl FrameDevice for FaultyDevice {
         self.inner.receive_lent(budget, &mut |f, meta| sink(f, RxMeta { vouched: meta.vouched && whole, ahead: Ahead::default(), ..meta }))
     }
 
+    fn serve_peers(&mut self) -> usize {
+        self.inner.serve_peers()
+    }
+
     fn path_to(&mut self, head: &[u8]) -> Path {
         let p = self.inner.path_to(head);
         Path { checksummed: p.checksummed && self.faults.corrupt == 0.0, ..p }

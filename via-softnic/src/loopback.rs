@@ -152,7 +152,7 @@ impl FrameDevice for LoopbackDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { checksummed: true, needs_pinning: false, reorders: false }
+        Capabilities { checksummed: true, needs_pinning: false, reorders: false, serves_peers: false }
     }
 
     fn wait_fd(&self) -> RawFd {

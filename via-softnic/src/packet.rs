@@ -386,7 +386,7 @@ impl FrameDevice for PacketDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { checksummed: self.vouched, needs_pinning: false, reorders: false }
+        Capabilities { checksummed: self.vouched, needs_pinning: false, reorders: false, serves_peers: false }
     }
 
     /// Datagrams with the UDP checksum offloaded need no CRC of their own

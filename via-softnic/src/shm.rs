@@ -72,6 +72,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::Ordering;
 use via_device::MAX_GATHER;
+use via_device::SharedCopy;
 use via_device::ETH_HEADER_LEN;
 use via_device::boxed::{BOX_PORT_OFFSET, BOX_SRC_VI_OFFSET};
 use via_device::{BoxRoute, Capabilities, EventFd, FrameDevice, LentPayload, MacAddr, Path, PlacedWord, RxFilter, RxMeta, RxWatch, RxWatches, Sleep, TxFrame, BOX_HEADER_LEN};
@@ -80,6 +81,7 @@ mod line_hints;
 mod members;
 mod payload_copy;
 mod segment;
+mod shared_copies;
 
 use line_hints::LineHints;
 use members::Members;
@@ -207,6 +209,10 @@ pub struct ShmDevice {
     read_timer: ReadTimer,
     /// Where plain `receive` reads a lent frame in whole.
     scratch: Vec<u8>,
+    /// Numbers our lent records (`shared_copies`).
+    records: shared_copies::RecordCount,
+    /// Chunks of our lent payloads we wrote for their receivers.
+    chunks_written: u64,
     /// The processes whose lent payloads and doorbells we use.
     members: Members,
     rx_frames: u64,
@@ -377,6 +383,8 @@ impl ShmDevice {
             hints: LineHints::detect(hints),
             read_timer: ReadTimer::default(),
             scratch: Vec::new(),
+            records: shared_copies::RecordCount::new(port),
+            chunks_written: 0,
             members: Members::new(),
             rx_frames: 0,
             tx_frames: 0,
@@ -614,6 +622,9 @@ impl ShmDevice {
                     (rec[1 + 2 * i], rec[2 + 2 * i]) = (p.as_ptr() as u64, p.len() as u64);
                 }
                 std::ptr::copy_nonoverlapping(rec.as_ptr().cast::<u8>(), s.add(8 + h.next_multiple_of(8)), 8 * (1 + 2 * frame.pieces));
+                // The block beside it through which the receiver may
+                // share the copy with us (`via_device::shared_copy`).
+                (*s.add(shared_copy_at(h)).cast::<SharedCopy>()).reset(self.records.next(frame.payload_len()));
             } else {
                 write_frame(frame, s, &mut self.payload_copy, &self.seg.control(r.port).read_costs);
             }
@@ -804,7 +815,9 @@ impl ShmDevice {
                         self.rx_lent_refused += 1;
                         false
                     }
-                    Some((frame, Some(lent))) if lent_ok => {
+                    Some((frame, Some(mut lent))) if lent_ok => {
+                        // SAFETY: the slot is ours until we publish a head past it.
+                        lent.shared = unsafe { shared_copies::shared_ref(&self.seg, s, frame.len(), self.port, head, lent.pid) };
                         sink(frame, RxMeta { lent: Some(&lent), vouched: true, ..RxMeta::default() });
                         true
                     }
@@ -888,6 +901,14 @@ fn placed_word_of(seg: &Segment, record: &[u8]) -> Option<PlacedWord> {
 /// `s` must point at the length word of a published slot (the slot's
 /// [`SLOT_BYTES`] less its sequence word to its end) that nobody writes
 /// while the result is in use.
+/// Where a lent record's shared block lies, from the slot's length word
+/// (`s` in `append` and `read_slot`), for headers of `h` bytes: past the
+/// record, on the next 64-byte boundary of the slot (which is 8 bytes
+/// before `s`).
+fn shared_copy_at(h: usize) -> usize {
+    (8 + 8 + h.next_multiple_of(8) + 8 * (1 + 2 * MAX_GATHER)).next_multiple_of(64) - 8
+}
+
 unsafe fn read_slot<'a>(s: *const u8, word: u64) -> Option<(&'a [u8], Option<LentPayload>)> {
     const ROOM: usize = SLOT_BYTES - (SLOT_PREFIX - 8);
     let len = (word & !LENGTH_FLAGS) as usize;
@@ -909,6 +930,9 @@ unsafe fn read_slot<'a>(s: *const u8, word: u64) -> Option<(&'a [u8], Option<Len
         unsafe { std::ptr::copy_nonoverlapping(s.add(at + 8 * i), b.as_mut_ptr(), 8) };
         u64::from_le_bytes(b)
     };
+    if shared_copy_at(len) + std::mem::size_of::<SharedCopy>() > ROOM {
+        return None;
+    }
     let w0 = word_at(0);
     let mut lent = LentPayload { pid: w0 as u32, n: (w0 >> 32) as usize, ..LentPayload::default() };
     if lent.n > MAX_GATHER {
@@ -931,7 +955,7 @@ impl FrameDevice for ShmDevice {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { checksummed: true, needs_pinning: false, reorders: false }
+        Capabilities { checksummed: true, needs_pinning: false, reorders: false, serves_peers: true }
     }
 
     fn wait_fd(&self) -> RawFd {
@@ -1004,11 +1028,25 @@ impl FrameDevice for ShmDevice {
         // SAFETY: the slot lies in the segment's mapping, which the
         // device holds (an `Arc`) until it is dropped.
         w.push(unsafe { RxWatch::u64(seq, now) });
+        // A receiver of ours posting a copy for us to share.
+        if self.records.shared {
+            let posted = &self.seg.control(self.port).copy_posted;
+            // SAFETY: as above (the word lies in our port's control block).
+            w.push(unsafe { RxWatch::u64(posted, posted.load(Ordering::Acquire)) });
+        }
     }
 
-    /// The slot taken next holds a frame.
+    fn serve_peers(&mut self) -> usize {
+        let Some((block, record, lent)) = shared_copies::posted_to(&self.seg, self.port, self.pid, &self.records) else { return 0 };
+        let wrote = block.help(record, &lent);
+        self.chunks_written += wrote as u64;
+        wrote
+    }
+
+    /// The slot taken next holds a frame, or a receiver posted a copy
+    /// for us to share.
     fn rx_pending(&self) -> Option<bool> {
-        Some(self.seg.slot_seq(self.port, self.rx_head).load(Ordering::Acquire) == self.rx_head + 1)
+        Some(self.seg.slot_seq(self.port, self.rx_head).load(Ordering::Acquire) == self.rx_head + 1 || shared_copies::posted_to(&self.seg, self.port, self.pid, &self.records).is_some())
     }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
@@ -1035,6 +1073,7 @@ impl FrameDevice for ShmDevice {
             ("shm_rx_frames", self.rx_frames),
             ("shm_tx_frames", self.tx_frames),
             ("shm_tx_lent", self.tx_lent),
+            ("shm_lent_chunks_written", self.chunks_written),
             ("shm_tx_streamed", self.payload_copy.streamed),
             ("shm_tx_boxed", self.tx_boxed),
             ("shm_rx_boxed", self.rx_boxed),

@@ -97,7 +97,11 @@ pub(super) struct Control {
     _pad2: [u8; 40],
     /// Frames taken out (written by the owner alone, once per batch).
     pub head: AtomicU64,
-    _pad3: [u8; 56],
+    /// Where a receiver of the owner's lent payloads last posted a copy
+    /// for the owner to share (`shared_copies`): 0, or `(port + 1) << 48`
+    /// with the ring index of the slot that holds the record.
+    pub copy_posted: AtomicU64,
+    _pad3: [u8; 48],
     /// What taking a large frame costs the owner, by how it was written
     /// (`payload_copy`: written now and then, read by senders as often).
     pub read_costs: ReadCosts,
@@ -183,7 +187,12 @@ impl Segment {
 
     /// Is `pid` the owner of a live port?
     pub fn has_member(&self, pid: u32) -> bool {
-        (0..PORTS).any(|p| {
+        self.port_of(pid).is_some()
+    }
+
+    /// The live port process `pid` owns, if any.
+    pub fn port_of(&self, pid: u32) -> Option<usize> {
+        (0..PORTS).find(|&p| {
             let c = self.control(p);
             c.state.load(Ordering::Acquire) == LIVE && c.pid.load(Ordering::Acquire) == pid
         })

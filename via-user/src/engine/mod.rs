@@ -437,6 +437,8 @@ pub struct Engine {
     hdrs: Box<transmit::Headers>,
     /// Where each frame of the batch being built takes its payload from.
     specs: Box<[transmit::Spec; BATCH]>,
+    /// The device does work for its peers each round (`serve_peers`).
+    serves_peers: bool,
 }
 
 impl Engine {
@@ -504,7 +506,7 @@ impl Engine {
             ready: Vec::new(),
         };
         let core = Core { vis: Vec::new(), cx };
-        Ok(Engine { dev, core, hdrs: Box::new([[0u8; FRAME_HEADER_LEN]; BATCH]), specs: Box::new([transmit::Spec::default(); BATCH]) })
+        Ok(Engine { dev, core, hdrs: Box::new([[0u8; FRAME_HEADER_LEN]; BATCH]), specs: Box::new([transmit::Spec::default(); BATCH]), serves_peers: caps.serves_peers })
     }
 
     /// Registers memory and makes it reachable by the device (an IOMMU
@@ -580,8 +582,9 @@ impl Engine {
     /// [`Engine::progress`] with the time already read.
     pub fn progress_at(&mut self, now: Time) -> bool {
         via_device::probe::mark(via_device::probe::Stage::Round);
-        let Engine { dev, core, .. } = self;
-        let mut got = 0;
+        let Engine { dev, core, serves_peers, .. } = self;
+        // Our share of copies our receivers posted (work, as frames are).
+        let mut got = if *serves_peers { dev.serve_peers() } else { 0 };
         for _ in 0..4 {
             let n = dev.receive_lent(64, &mut |f, meta| core.on_frame(f, meta, now)).unwrap_or(0);
             if n != 0 {
