@@ -43,7 +43,10 @@
 //! into its destination ([`FrameDevice::receive_lent`]). A lent frame is
 //! not bound by the MTU, and the engine sends a message the path lends
 //! whole, as one frame ([`via_device::Path::lends_from`]): the receiver
-//! reads it with one system call. By default payloads of 64 KiB and more
+//! reads it with one system call, or, for two chunks or more, shares the
+//! copy with the sender, which writes its chunks from the back while the
+//! receiver reads from the front (`shared_copies`,
+//! [`via_device::shared_copy`]). By default payloads of 64 KiB and more
 //! are lent ([`LEND_MIN_DEFAULT`]), where the kernel lets processes of one
 //! user read each other's memory; below that the two copies through the
 //! ring, which the two ends make side by side, move more. Slots are large
@@ -1037,6 +1040,9 @@ impl FrameDevice for ShmDevice {
     }
 
     fn serve_peers(&mut self) -> usize {
+        if !self.records.shared {
+            return 0; // the common case: nothing lent that is worth sharing
+        }
         let Some((block, record, lent)) = shared_copies::posted_to(&self.seg, self.port, self.pid, &self.records) else { return 0 };
         let wrote = block.help(record, &lent);
         self.chunks_written += wrote as u64;
@@ -1046,7 +1052,7 @@ impl FrameDevice for ShmDevice {
     /// The slot taken next holds a frame, or a receiver posted a copy
     /// for us to share.
     fn rx_pending(&self) -> Option<bool> {
-        Some(self.seg.slot_seq(self.port, self.rx_head).load(Ordering::Acquire) == self.rx_head + 1 || shared_copies::posted_to(&self.seg, self.port, self.pid, &self.records).is_some())
+        Some(self.seg.slot_seq(self.port, self.rx_head).load(Ordering::Acquire) == self.rx_head + 1 || (self.records.shared && shared_copies::posted_to(&self.seg, self.port, self.pid, &self.records).is_some()))
     }
 
     fn transmit(&mut self, frames: &[TxFrame<'_>]) -> io::Result<usize> {
