@@ -270,10 +270,12 @@ pub fn remove_wire(wire: &str) {
 /// Lendable payloads of at least this many bytes are lent unless the
 /// wire's name says otherwise (`lend=`), where this process may read
 /// another's memory (`sys::lending_possible`). A message longer than a
-/// frame then goes whole, read by the receiver with one system call: from
-/// 64 KiB on that took 0.5-0.6 of the time of the two copies through the
-/// ring, and moved 1.1-1.5x the bytes a second (docs/BENCHMARKS.md).
-/// Below, the copies, which the two cores make side by side, move more.
+/// frame then goes whole, read by the receiver with one system call (from
+/// two chunks on, copied by both ends: `shared_copies`): from 64 KiB on
+/// that took 0.5-0.6 of the time of the two copies through the ring, and
+/// moved 1.1-1.5x the bytes a second, 2.5-3x from 256 KiB
+/// (docs/BENCHMARKS.md). Below, the copies, which the two cores make side
+/// by side, move more.
 pub const LEND_MIN_DEFAULT: usize = 65536;
 
 /// Does this process lend by default ([`LEND_MIN_DEFAULT`]): may processes
@@ -568,11 +570,11 @@ impl ShmDevice {
     #[inline]
     fn checked_start<'f>(&mut self, i: usize, f: &'f TxFrame<'_>, copy: &'f mut [u8; 64]) -> io::Result<&'f [u8]> {
         let len = f.len();
-        let max = if self.lends(f) { usize::MAX } else { ETH_HEADER_LEN + MTU };
         let unicast = f.header.first().is_some_and(|b| b & 1 == 0);
-        if !(ETH_HEADER_LEN..=max).contains(&len) || (len > ETH_HEADER_LEN + MTU && !unicast) {
+        let max = if self.lends(f) && unicast { usize::MAX } else { ETH_HEADER_LEN + MTU };
+        if !(ETH_HEADER_LEN..=max).contains(&len) {
             self.tx_oversize += 1;
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame {i} of the batch is {len} bytes; shm wire {:?} takes {ETH_HEADER_LEN}..={max}", self.wire)));
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("frame {i} of the batch is {len} bytes; shm wire {:?} takes {ETH_HEADER_LEN}..={} (more only if it lends the payload)", self.wire, ETH_HEADER_LEN + MTU)));
         }
         Ok(f.start(copy))
     }
@@ -897,13 +899,6 @@ fn placed_word_of(seg: &Segment, record: &[u8]) -> Option<PlacedWord> {
     Some(unsafe { PlacedWord::new(seg.placed(port, vi)) })
 }
 
-/// The frame in a slot whose length word is `word`, and its lent payload
-/// if it has one; None if the slot's contents are inconsistent.
-///
-/// # Safety
-/// `s` must point at the length word of a published slot (the slot's
-/// [`SLOT_BYTES`] less its sequence word to its end) that nobody writes
-/// while the result is in use.
 /// Where a lent record's shared block lies, from the slot's length word
 /// (`s` in `append` and `read_slot`), for headers of `h` bytes: past the
 /// record, on the next 64-byte boundary of the slot (which is 8 bytes
@@ -912,6 +907,13 @@ fn shared_copy_at(h: usize) -> usize {
     (8 + 8 + h.next_multiple_of(8) + 8 * (1 + 2 * MAX_GATHER)).next_multiple_of(64) - 8
 }
 
+/// The frame in a slot whose length word is `word`, and its lent payload
+/// if it has one; None if the slot's contents are inconsistent.
+///
+/// # Safety
+/// `s` must point at the length word of a published slot (the slot's
+/// [`SLOT_BYTES`] less its sequence word to its end) that nobody writes
+/// while the result is in use.
 unsafe fn read_slot<'a>(s: *const u8, word: u64) -> Option<(&'a [u8], Option<LentPayload>)> {
     const ROOM: usize = SLOT_BYTES - (SLOT_PREFIX - 8);
     let len = (word & !LENGTH_FLAGS) as usize;
@@ -1118,12 +1120,13 @@ mod sys {
         unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
     }
 
-    /// May processes of our user read each other's memory
-    /// (`process_vm_readv`), as a lent payload's receiver does? Not under
+    /// May processes of our user read and write each other's memory
+    /// (`process_vm_readv`, `process_vm_writev`), as a lent payload's ends
+    /// do? Not under
     /// Yama's "admin-only" or "no attach" policies (scope 2 and 3; under
     /// scope 1 every process on a wire allows it, `allow_fd_copies`), nor
-    /// where a seccomp filter refuses the call (it is tried once, on our
-    /// own memory). Asked once per process.
+    /// where a seccomp filter refuses the calls (they are tried once, on
+    /// our own memory). Asked once per process.
     pub fn lending_possible() -> bool {
         static POSSIBLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *POSSIBLE.get_or_init(|| {
@@ -1132,8 +1135,12 @@ mod sys {
             let local = libc::iovec { iov_base: (&raw mut dst).cast(), iov_len: 8 };
             let remote = libc::iovec { iov_base: (&raw const src).cast_mut().cast(), iov_len: 8 };
             // SAFETY: both ranges are our own locals, alive for the call.
-            let got = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-            scope < 2 && got == 8 && dst == src
+            let read = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+            // (And the sender's share of a copy, `process_vm_writev`.)
+            let back = libc::iovec { iov_base: (&raw const dst).cast_mut().cast(), iov_len: 8 };
+            // SAFETY: as above.
+            let written = unsafe { libc::process_vm_writev(libc::getpid(), &back, 1, &local, 1, 0) };
+            scope < 2 && read == 8 && written == 8 && dst == src
         })
     }
 
