@@ -273,7 +273,7 @@ pub fn remove_wire(wire: &str) {
 /// frame then goes whole, read by the receiver with one system call (from
 /// two chunks on, copied by both ends: `shared_copies`): from 64 KiB on
 /// that took 0.5-0.6 of the time of the two copies through the ring, and
-/// moved 1.1-1.5x the bytes a second, 2.5-3x from 256 KiB
+/// moved 1.1-1.5x the bytes a second read whole, 2.5-3x at 1 MiB shared
 /// (docs/BENCHMARKS.md). Below, the copies, which the two cores make side
 /// by side, move more.
 pub const LEND_MIN_DEFAULT: usize = 65536;
