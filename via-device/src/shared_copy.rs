@@ -107,7 +107,7 @@ impl SharedCopy {
     fn open(&self, posted: (&AtomicU64, u64), from: usize, dst: *mut u8, len: usize) -> Option<usize> {
         let chunks = len.div_ceil(CHUNK);
         let record = self.record();
-        if chunks < 2 || chunks > 0xffff || record == 0 {
+        if !(2..=0xffff).contains(&chunks) || record == 0 {
             return None;
         }
         self.rpid.store(std::process::id(), Ordering::Relaxed);
@@ -167,7 +167,7 @@ impl SharedCopy {
             }
             looks = looks.wrapping_add(1);
             // Now and then: is the sender still there to finish?
-            if looks % (1 << 16) == 0 && gone(lent.pid) {
+            if looks.is_multiple_of(1 << 16) && gone(lent.pid) {
                 result = Err(io::Error::other(format!("the sender of a lent payload (process {}) died writing its share", lent.pid)));
                 break;
             }
