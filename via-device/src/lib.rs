@@ -286,11 +286,7 @@ impl LentPayload {
         // SAFETY: the caller vouches for `dst`; the kernel checks the
         // remote ranges against the sender's address space.
         let got = unsafe { libc::process_vm_readv(self.pid as libc::pid_t, &local, 1, remote.as_ptr(), k as libc::c_ulong, 0) };
-        match got {
-            n if n == len as isize => Ok(()),
-            n if n < 0 => Err(io::Error::last_os_error()),
-            n => Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("read {n} of {len} lent bytes from process {}", self.pid))),
-        }
+        moved_all(got, len, || format!("read {got} of {len} lent bytes from process {}", self.pid))
     }
 
     /// The sender's side: writes bytes `[from, from + len)` of its own
@@ -304,15 +300,11 @@ impl LentPayload {
         // SAFETY: the local ranges are the pieces this process lent (kept
         // until acknowledged); the kernel checks the remote range.
         let put = unsafe { libc::process_vm_writev(pid as libc::pid_t, local.as_ptr(), k as libc::c_ulong, &remote, 1, 0) };
-        match put {
-            n if n == len as isize => Ok(()),
-            n if n < 0 => Err(io::Error::last_os_error()),
-            n => Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("wrote {n} of {len} lent bytes to process {pid}"))),
-        }
+        moved_all(put, len, || format!("wrote {put} of {len} lent bytes to process {pid}"))
     }
 
     /// The same payload without its shared block (read by this end alone).
-    fn alone(&self) -> LentPayload {
+    pub fn alone(&self) -> LentPayload {
         LentPayload { shared: None, ..*self }
     }
 
@@ -342,6 +334,16 @@ impl LentPayload {
 }
 
 const EMPTY_IOV: libc::iovec = libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 };
+
+/// A `process_vm_readv`/`writev` that returned `n` for `len` bytes: all
+/// moved, the call's error, or a short count (`short` says which).
+fn moved_all(n: isize, len: usize, short: impl FnOnce() -> String) -> io::Result<()> {
+    match n {
+        n if n == len as isize => Ok(()),
+        n if n < 0 => Err(io::Error::last_os_error()),
+        _ => Err(io::Error::new(io::ErrorKind::UnexpectedEof, short())),
+    }
+}
 
 /// A receive filter the engine asks the device to apply (in the kernel for
 /// AF_PACKET, in the driver otherwise): accept only frames of `ethertype`
@@ -412,11 +414,6 @@ pub trait FrameDevice: Send {
         self.receive(budget, &mut |f| sink(f, RxMeta::default()))
     }
 
-    /// The path to frames that start with `head` (their destination and
-    /// the words receive filters look at): [`FrameDevice::mtu`] and the
-    /// device's capabilities, unless it reaches that destination another
-    /// way (shared memory, in a composite device: a larger MTU, and no
-    /// corruption on the way).
     /// Work the device does for its peers between frames: the shared-
     /// memory wire's share of copying the payloads it lent
     /// ([`shared_copy`]). Returns how much it did (0: nothing; the
@@ -426,6 +423,11 @@ pub trait FrameDevice: Send {
         0
     }
 
+    /// The path to frames that start with `head` (their destination and
+    /// the words receive filters look at): [`FrameDevice::mtu`] and the
+    /// device's capabilities, unless it reaches that destination another
+    /// way (shared memory, in a composite device: a larger MTU, and no
+    /// corruption on the way).
     fn path_to(&mut self, _head: &[u8]) -> Path {
         Path { mtu: self.mtu(), checksummed: self.capabilities().checksummed, both_ends: false, lends_from: None }
     }

@@ -463,11 +463,12 @@ impl FrameDevice for CompositeDevice {
         Ok(n)
     }
 
-    /// Every member's words: frames may come by any of them.
+    /// The wire's work for its peers (NICs do none).
     fn serve_peers(&mut self) -> usize {
         self.shm.as_mut().map_or(0, |s| s.serve_peers())
     }
 
+    /// Every member's words: frames may come by any of them.
     fn rx_watch(&self, w: &mut RxWatches) {
         for i in 0..self.members() {
             match self.watches[i] {

@@ -821,8 +821,10 @@ impl ShmDevice {
                         false
                     }
                     Some((frame, Some(mut lent))) if lent_ok => {
-                        // SAFETY: the slot is ours until we publish a head past it.
-                        lent.shared = unsafe { shared_copies::shared_ref(&self.seg, s, frame.len(), self.port, head, lent.pid) };
+                        // SAFETY: the slot is ours until we publish a head
+                        // past it (read_slot found its block).
+                        let block = unsafe { shared_block(s, word) };
+                        lent.shared = block.and_then(|b| shared_copies::shared_ref(&self.seg, b, self.port, head, lent.pid));
                         sink(frame, RxMeta { lent: Some(&lent), vouched: true, ..RxMeta::default() });
                         true
                     }
@@ -907,6 +909,25 @@ fn shared_copy_at(h: usize) -> usize {
     (8 + 8 + h.next_multiple_of(8) + 8 * (1 + 2 * MAX_GATHER)).next_multiple_of(64) - 8
 }
 
+/// A slot's bytes from its length word on.
+const SLOT_ROOM: usize = SLOT_BYTES - (SLOT_PREFIX - 8);
+
+/// The shared block of the lent record in the slot whose length word,
+/// `word`, lies at `s`: None unless the word says lent and the block fits
+/// in the slot.
+///
+/// # Safety
+/// `s` must point at a slot's length word, in the segment's mapping.
+unsafe fn shared_block<'a>(s: *const u8, word: u64) -> Option<&'a SharedCopy> {
+    let at = shared_copy_at((word & !LENGTH_FLAGS) as usize);
+    if word & LENT == 0 || at + std::mem::size_of::<SharedCopy>() > SLOT_ROOM {
+        return None;
+    }
+    // SAFETY: inside the slot (checked above), at a 64-byte boundary of
+    // the 64-byte aligned slot (`shared_copy_at`).
+    Some(unsafe { &*s.add(at).cast::<SharedCopy>() })
+}
+
 /// The frame in a slot whose length word is `word`, and its lent payload
 /// if it has one; None if the slot's contents are inconsistent.
 ///
@@ -915,9 +936,8 @@ fn shared_copy_at(h: usize) -> usize {
 /// [`SLOT_BYTES`] less its sequence word to its end) that nobody writes
 /// while the result is in use.
 unsafe fn read_slot<'a>(s: *const u8, word: u64) -> Option<(&'a [u8], Option<LentPayload>)> {
-    const ROOM: usize = SLOT_BYTES - (SLOT_PREFIX - 8);
     let len = (word & !LENGTH_FLAGS) as usize;
-    if !(ETH_HEADER_LEN..=ROOM - 8).contains(&len) {
+    if !(ETH_HEADER_LEN..=SLOT_ROOM - 8).contains(&len) {
         return None;
     }
     // SAFETY: `len` was checked against the slot.
@@ -926,7 +946,7 @@ unsafe fn read_slot<'a>(s: *const u8, word: u64) -> Option<(&'a [u8], Option<Len
         return Some((frame, None));
     }
     let at = 8 + len.next_multiple_of(8);
-    if at + 8 * (1 + 2 * MAX_GATHER) > ROOM {
+    if at + 8 * (1 + 2 * MAX_GATHER) > SLOT_ROOM {
         return None;
     }
     let word_at = |i: usize| {
@@ -935,9 +955,8 @@ unsafe fn read_slot<'a>(s: *const u8, word: u64) -> Option<(&'a [u8], Option<Len
         unsafe { std::ptr::copy_nonoverlapping(s.add(at + 8 * i), b.as_mut_ptr(), 8) };
         u64::from_le_bytes(b)
     };
-    if shared_copy_at(len) + std::mem::size_of::<SharedCopy>() > ROOM {
-        return None;
-    }
+    // SAFETY: as the caller promised.
+    unsafe { shared_block(s, word) }?;
     let w0 = word_at(0);
     let mut lent = LentPayload { pid: w0 as u32, n: (w0 >> 32) as usize, ..LentPayload::default() };
     if lent.n > MAX_GATHER {

@@ -17,7 +17,7 @@ use via_device::shared_copy::{SharedCopy, SharedCopyRef};
 use via_device::LentPayload;
 
 use super::segment::{Segment, SLOT_PREFIX};
-use super::{read_slot, shared_copy_at, PORTS};
+use super::{read_slot, shared_block, PORTS};
 
 /// The ticket for the record `record` in slot `index` of port `port`.
 pub(super) fn ticket(port: usize, index: u64, record: u32) -> u64 {
@@ -54,11 +54,9 @@ impl RecordCount {
 
 /// The copy a receiver last posted to port `port` (ours, process `pid`,
 /// numbering its records with `records`), if it still has chunks left:
-/// its block, its record and our payload as lent.
+/// its block, its record and our payload as lent. (Callers look only once
+/// the port has lent a payload worth sharing, `RecordCount::shared`.)
 pub(super) fn posted_to<'s>(seg: &'s Segment, port: usize, pid: u32, records: &RecordCount) -> Option<(&'s SharedCopy, u32, LentPayload)> {
-    if !records.shared {
-        return None;
-    }
     let posted = &seg.control(port).copy_posted;
     let t = posted.load(Ordering::Acquire);
     if t == 0 {
@@ -83,12 +81,8 @@ fn open_copy<'s>(seg: &'s Segment, p: usize, index: u64, record: u32, pid: u32, 
     // SAFETY: the slot lies in the mapping; its length word is read as
     // any word of a slot another process may write (checked below).
     let word = u64::from_le_bytes(unsafe { std::slice::from_raw_parts(s, 8) }.try_into().unwrap());
-    let block_at = shared_copy_at((word & !super::LENGTH_FLAGS) as usize);
-    if word & super::LENT == 0 || block_at + std::mem::size_of::<SharedCopy>() > super::segment::SLOT_BYTES - (SLOT_PREFIX - 8) {
-        return None;
-    }
-    // SAFETY: inside the slot (checked above), 64-byte aligned.
-    let block = unsafe { &*s.add(block_at).cast::<SharedCopy>() };
+    // SAFETY: `s` is a slot's length word.
+    let block = unsafe { shared_block(s, word) }?;
     // The job first, then the record: while the job names our record with
     // chunks left, the receiver holds the slot and the record is ours.
     if block.open_record() != Some(record) {
@@ -97,23 +91,13 @@ fn open_copy<'s>(seg: &'s Segment, p: usize, index: u64, record: u32, pid: u32, 
     // SAFETY: as above; read_slot checks every length it reads.
     let (_, lent) = unsafe { read_slot(s, word) }?;
     let lent = lent.filter(|l| l.pid == pid)?;
-    Some((block, record, LentPayload { shared: None, ..lent }))
+    Some((block, record, lent.alone()))
 }
 
-/// For a receiver: the shared block of the lent record at `s` (the length
-/// word of slot `index` of our port `port`, headers of `h` bytes), and the
-/// word of its sender's port (process `pid`) where we post a copy there.
-/// None if the sender has no live port.
-///
-/// # Safety
-/// The slot must be ours (taken, not yet given back), holding a lent
-/// record published there.
-pub(super) unsafe fn shared_ref(seg: &Segment, s: *const u8, h: usize, port: usize, index: u64, pid: u32) -> Option<SharedCopyRef> {
+/// For a receiver: the shared block of a lent record in slot `index` of
+/// our port `port`, and the word of its sender's port (process `pid`)
+/// where we post a copy there. None if the sender has no live port.
+pub(super) fn shared_ref(seg: &Segment, block: &SharedCopy, port: usize, index: u64, pid: u32) -> Option<SharedCopyRef> {
     let sender = seg.port_of(pid)?;
-    // SAFETY: read_slot checked that the block lies inside the slot; it
-    // is 64-byte aligned (`shared_copy_at`).
-    let block = unsafe { NonNull::new_unchecked(s.add(shared_copy_at(h)).cast_mut().cast::<SharedCopy>()) };
-    // SAFETY: as the caller promised, the block is ours to read.
-    let record = unsafe { block.as_ref() }.record();
-    Some(SharedCopyRef { block, posted: NonNull::from(&seg.control(sender).copy_posted), ticket: ticket(port, index, record) })
+    Some(SharedCopyRef { block: NonNull::from(block), posted: NonNull::from(&seg.control(sender).copy_posted), ticket: ticket(port, index, block.record()) })
 }
