@@ -14,7 +14,7 @@ pub fn rdma_read(pe: usize, off: u64, len: usize) -> Option<bool> {
         let r = match rt.start_read(pe, off, len)? {
             Ok((h, landing)) => {
                 while !rt.comm.senddone(h).unwrap_or_else(|e| fatal(e)) {}
-                rt.heap.free(landing);
+                rt.heap.free_landing(landing, len);
                 true
             }
             Err(_) => false,

@@ -156,7 +156,7 @@ impl<T: Pod> GlobalPtr<T> {
         }
         let landing = with(|rt| {
             let bulk = rt.comm.bulk().map(|b| b.threshold()).is_some_and(|t| len >= t);
-            if bulk { rt.heap.alloc(len) } else { None }
+            if bulk { rt.heap.alloc_landing(len) } else { None }
         });
         let token = with(|rt| {
             let t = rt.new_token();
@@ -174,7 +174,7 @@ impl<T: Pod> GlobalPtr<T> {
         let (st, data) = runtime::wait_reply(token);
         if st != status::OK {
             if let Some(l) = landing {
-                with(|rt| rt.heap.free(l));
+                with(|rt| rt.heap.free_landing(l, len));
             }
             panic!("reading {len} bytes at {self:?}: {}", String::from_utf8_lossy(&data));
         }
@@ -284,7 +284,7 @@ pub(crate) fn take_landing(landing: u64, out: &mut [u8]) {
         // SAFETY: our landing block, `out.len()` bytes, written by the
         // transfer that completed; `out` is a distinct buffer.
         unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
-        rt.heap.free(landing);
+        rt.heap.free_landing(landing, out.len());
     });
 }
 

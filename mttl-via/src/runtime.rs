@@ -281,12 +281,12 @@ impl Runtime {
     /// transport's error (the block freed again) if it refused.
     fn start_direct(&mut self, len: usize, transfer: impl FnOnce(&mut dyn crate::comm::Bulk, u64) -> crate::comm::Result<SendHandle>) -> Option<crate::comm::Result<(SendHandle, u64)>> {
         self.comm.bulk()?;
-        let landing = self.heap.alloc(len)?;
+        let landing = self.heap.alloc_landing(len)?;
         let bulk = self.comm.bulk().expect("checked above");
         Some(match transfer(bulk, landing) {
             Ok(h) => Ok((h, landing)),
             Err(e) => {
-                self.heap.free(landing);
+                self.heap.free_landing(landing, len);
                 Err(e)
             }
         })

@@ -199,6 +199,26 @@ impl RawNic {
         self.0.lock().core.post(id, addr, handle, Queue::Send)
     }
 
+    /// Posts the sends `ds` to VI `id` in order (each named by `key`:
+    /// address and memory handle) and rings the doorbell, all under one
+    /// engine lock: how many were posted, and the error of the one refused
+    /// (those after it are not posted).
+    pub fn vi_post_sends<D>(&self, id: u16, ds: &[D], key: impl Fn(&D) -> (usize, u32)) -> (usize, Result<()>) {
+        let mut e = self.0.lock();
+        let mut r = Ok(());
+        let mut n = 0;
+        for d in ds {
+            let (addr, handle) = key(d);
+            r = e.core.post(id, addr, handle, Queue::Send);
+            if r.is_err() {
+                break;
+            }
+            n += 1;
+        }
+        e.ring_doorbell();
+        (n, r)
+    }
+
     /// Creates a shared receive queue of up to `depth` receives under
     /// `ptag` (an extension: `engine::srq`).
     pub fn srq_create(&self, ptag: Ptag, depth: usize) -> Result<u16> {

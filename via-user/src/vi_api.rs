@@ -47,6 +47,9 @@ pub struct Vi {
     /// The shared receive queue's descriptors, when the VI draws its
     /// receives from one (they are handed back from there).
     pool: Option<crate::srq_api::PoolDescriptors>,
+    /// A chain of sends being posted ([`Vi::post_sends`]), empty between
+    /// calls (kept for its allocation).
+    chain: Vec<Descriptor>,
 }
 
 type DescriptorCallback = Box<dyn FnOnce(Descriptor) + Send>;
@@ -61,7 +64,7 @@ fn qi(q: Queue) -> usize {
 impl Vi {
     /// Owns VI `id` of `nic`, just created.
     pub(crate) fn owning(nic: &Nic, id: u16) -> Vi {
-        Vi { nic: nic.clone(), id, owned: true, sent: VecDeque::new(), received: VecDeque::new(), armed: Default::default(), on_post: [None, None], noticing: [false; 2], pool: None }
+        Vi { nic: nic.clone(), id, owned: true, sent: VecDeque::new(), received: VecDeque::new(), armed: Default::default(), on_post: [None, None], noticing: [false; 2], pool: None, chain: Vec::new() }
     }
 
     /// Draws this VI's receives from `srq` (an extension): allowed while
@@ -181,15 +184,30 @@ impl Vi {
     /// RDMA verbs has it). Stops at the first descriptor the engine
     /// refuses; those before it stay posted.
     pub fn post_sends(&mut self, ds: impl IntoIterator<Item = Descriptor>) -> Result<()> {
-        let mut r = Ok(());
-        for d in ds {
-            r = self.raw().vi_post_deferred(self.id, d.addr(), d.handle());
-            if r.is_err() {
-                break;
+        // The chain is gathered first: nothing of the caller's (its
+        // iterator, a descriptor's drop) runs under the engine lock.
+        let mut chain = std::mem::take(&mut self.chain);
+        chain.extend(ds);
+        let r = if self.noticing[qi(Queue::Send)] {
+            // A notification may take the first: one post at a time.
+            let mut r = Ok(());
+            for d in chain.drain(..) {
+                r = self.raw().vi_post_deferred(self.id, d.addr(), d.handle());
+                if r.is_err() {
+                    break;
+                }
+                self.keep(d, Queue::Send);
             }
-            self.keep(d, Queue::Send);
-        }
-        self.raw().ring_doorbell();
+            self.raw().ring_doorbell();
+            r
+        } else {
+            // One engine lock for the whole chain and its doorbell.
+            let (n, r) = self.raw().vi_post_sends(self.id, &chain, |d| (d.addr(), d.handle()));
+            self.sent.extend(chain.drain(..n));
+            r
+        };
+        chain.clear(); // the refused descriptor and those after it
+        self.chain = chain;
         r
     }
 

@@ -419,3 +419,47 @@ fn a_descriptor_kept_under_other_vi_attributes_is_checked_again() {
     let r = b.recv_done().unwrap().expect("a receive longer than the VI's limit completes at once");
     assert!(r.errors() & status::LENGTH_ERROR != 0, "status {:#x}", r.status());
 }
+
+#[test]
+fn a_chain_of_sends_posts_until_one_is_refused() {
+    let server = Host::new("chain");
+    let client = Host::new("chain");
+    let smac = server.nic.mac();
+    let t = thread::spawn(move || {
+        let buf = server.region(8 * 4096);
+        let mut vi = server.vi(Reliability::ReliableDelivery);
+        for k in 0..8 {
+            vi.post_recv(server.desc(&buf, k * 4096, 4096)).unwrap();
+        }
+        let req = server.nic.connect_wait(b"chain", T).unwrap();
+        server.nic.accept(&req, &vi).unwrap();
+        // Six messages: a whole chain of four, then the two before the
+        // refused one of the second chain, in posting order.
+        for i in 0..6usize {
+            let d = vi.recv_wait(T).unwrap();
+            d.check_ok().unwrap();
+            assert_eq!(buf.to_vec(i * 4096..i * 4096 + 100).unwrap(), data(i as u8, 100), "message {i}");
+        }
+        assert!(vi.recv_wait(Some(Duration::from_millis(200))).is_err(), "nothing after the refused descriptor was sent");
+    });
+    let buf = client.region(8 * 4096);
+    let mut vi = client.vi(Reliability::ReliableDelivery);
+    connect(&client, &mut vi, smac, b"chain");
+    for i in 0..6usize {
+        buf.write(i * 4096, &data(i as u8, 100)).unwrap();
+    }
+    vi.post_sends((0..4).map(|i| client.desc(&buf, i * 4096, 100))).unwrap();
+    assert_eq!(vi.posted().0, 4);
+    // A descriptor of another NIC names memory this one never registered:
+    // the post refuses it, keeps the two before and never sees the last.
+    let elsewhere = Host::new("chain-elsewhere");
+    let stray = elsewhere.region(4096);
+    let chain = vec![client.desc(&buf, 4 * 4096, 100), client.desc(&buf, 5 * 4096, 100), elsewhere.desc(&stray, 0, 100), client.desc(&buf, 6 * 4096, 100)];
+    let e = vi.post_sends(chain).unwrap_err();
+    assert_eq!(e.code, VipReturn::InvalidParameter, "{e}");
+    assert_eq!(vi.posted().0, 6, "the two before the refused descriptor stay posted");
+    for _ in 0..6 {
+        vi.send_wait(T).unwrap().check_ok().unwrap();
+    }
+    t.join().unwrap();
+}

@@ -207,6 +207,9 @@ pub struct ViaTransport {
     send_mem: MemoryRegion,
     free_slots: Vec<usize>,
     descs: Vec<Descriptor>,
+    /// A flush's batch of descriptors and what each frees, kept empty
+    /// between flushes (no allocation per batch).
+    batch: (Vec<Descriptor>, Vec<Posted>),
     pending: PendingList,
     heap: MemoryRegion,
     max_xfer: usize,
@@ -321,6 +324,7 @@ impl ViaTransport {
             send_mem,
             free_slots: (0..SEND_SLOTS).rev().collect(),
             descs: Vec::new(),
+            batch: (Vec::new(), Vec::new()),
             pending: PendingList::default(),
             heap,
             max_xfer,
@@ -379,8 +383,8 @@ impl ViaTransport {
     /// and a send slot), in one batch: one doorbell for all its frames.
     fn flush(&mut self, node: usize) -> Result<()> {
         let payload = self.slot - HDR;
-        let mut batch: Vec<Descriptor> = Vec::new();
-        let mut recs: Vec<Posted> = Vec::new();
+        // (The batch's vectors are kept from flush to flush.)
+        let (mut batch, mut recs) = std::mem::take(&mut self.batch);
         loop {
             let p = self.peers[node].as_mut().expect("peer");
             let Some(front) = p.backlog.front_mut() else { break };
@@ -480,10 +484,11 @@ impl ViaTransport {
                 }
             }
         }
-        if batch.is_empty() {
-            return Ok(());
-        }
-        self.post(node, batch, recs)
+        let r = if batch.is_empty() { Ok(()) } else { self.post(node, &mut batch, &mut recs) };
+        batch.clear();
+        recs.clear();
+        self.batch = (batch, recs);
+        r
     }
 
     /// The descriptor of an RDMA operation on `local`, a range of our heap.
@@ -519,11 +524,11 @@ impl ViaTransport {
 
     /// Posts `batch` to `node`'s VI with one doorbell; `recs` say what
     /// each descriptor's completion frees.
-    fn post(&mut self, node: usize, batch: Vec<Descriptor>, recs: Vec<Posted>) -> Result<()> {
+    fn post(&mut self, node: usize, batch: &mut Vec<Descriptor>, recs: &mut Vec<Posted>) -> Result<()> {
         let rank = self.rank;
         let p = self.peers[node].as_mut().expect("peer");
-        p.vi.post_sends(batch).map_err(|e| err(format!("rank {rank}: posting sends to rank {node}: {e}")))?;
-        p.posted.extend(recs);
+        p.vi.post_sends(batch.drain(..)).map_err(|e| err(format!("rank {rank}: posting sends to rank {node}: {e}")))?;
+        p.posted.extend(recs.drain(..));
         Ok(())
     }
 
@@ -543,7 +548,7 @@ impl ViaTransport {
         self.send_mem.write(base, &hdr).map_err(err)?;
         let mut d = self.desc()?;
         d.set(&[(&self.send_mem, base..base + HDR)], None).map_err(err)?;
-        self.post(node, vec![d], vec![Posted { slot: Some(s), seq: None }])
+        self.post(node, &mut vec![d], &mut vec![Posted { slot: Some(s), seq: None }])
     }
 
     /// Files one CQ entry: receives go to the pending list's tail, sends
