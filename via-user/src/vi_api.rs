@@ -47,9 +47,6 @@ pub struct Vi {
     /// The shared receive queue's descriptors, when the VI draws its
     /// receives from one (they are handed back from there).
     pool: Option<crate::srq_api::PoolDescriptors>,
-    /// A chain of sends being posted ([`Vi::post_sends`]), empty between
-    /// calls (kept for its allocation).
-    chain: Vec<Descriptor>,
 }
 
 type DescriptorCallback = Box<dyn FnOnce(Descriptor) + Send>;
@@ -64,7 +61,7 @@ fn qi(q: Queue) -> usize {
 impl Vi {
     /// Owns VI `id` of `nic`, just created.
     pub(crate) fn owning(nic: &Nic, id: u16) -> Vi {
-        Vi { nic: nic.clone(), id, owned: true, sent: VecDeque::new(), received: VecDeque::new(), armed: Default::default(), on_post: [None, None], noticing: [false; 2], pool: None, chain: Vec::new() }
+        Vi { nic: nic.clone(), id, owned: true, sent: VecDeque::new(), received: VecDeque::new(), armed: Default::default(), on_post: [None, None], noticing: [false; 2], pool: None }
     }
 
     /// Draws this VI's receives from `srq` (an extension): allowed while
@@ -186,8 +183,7 @@ impl Vi {
     pub fn post_sends(&mut self, ds: impl IntoIterator<Item = Descriptor>) -> Result<()> {
         // The chain is gathered first: nothing of the caller's (its
         // iterator, a descriptor's drop) runs under the engine lock.
-        let mut chain = std::mem::take(&mut self.chain);
-        chain.extend(ds);
+        let mut chain: Vec<Descriptor> = ds.into_iter().collect();
         let r = if self.noticing[qi(Queue::Send)] {
             // A notification may take the first: one post at a time.
             let mut r = Ok(());
@@ -206,8 +202,7 @@ impl Vi {
             self.sent.extend(chain.drain(..n));
             r
         };
-        chain.clear(); // the refused descriptor and those after it
-        self.chain = chain;
+        drop(chain); // the refused descriptor and those after it
         r
     }
 
