@@ -245,8 +245,10 @@ impl Nic {
         // as in oversubscribed runs) costs a wake-up per frame.
         let mut burst: u32 = 0;
         // Where the device's next frame will show, while nothing is queued
-        // to go out: spun on between rounds instead of a round per look.
-        let mut watches = RxWatches::default();
+        // to go out: spun on between rounds instead of a round per look
+        // (made at the first look that needs it: a wait its first round
+        // completes, as a ping-pong's mostly are, never clears its table).
+        let mut watches: Option<RxWatches> = None;
         // The time the last round ran at, when a watched word changed
         // since: the round it calls for runs at that time too, without a
         // clock read between the frame's arrival and its completion (a
@@ -258,7 +260,9 @@ impl Nic {
         let mut seen_since: Option<Time> = None;
         let mut round_at: Time;
         loop {
-            watches.clear();
+            if let Some(w) = watches.as_mut() {
+                w.clear();
+            }
             let sleep = {
                 let mut e = self.lock();
                 via_device::probe::mark(via_device::probe::Stage::Locked);
@@ -314,15 +318,15 @@ impl Nic {
                     Some((wake_fd, device_sleep, until.map(|u| u.saturating_duration_since(now))))
                 } else {
                     if burst == 0 && e.idle() {
-                        e.rx_watch(&mut watches);
+                        e.rx_watch(watches.get_or_insert_with(RxWatches::default));
                     }
                     burst = burst.saturating_sub(1);
                     None
                 }
             };
             match sleep {
-                None if watches.usable() => {
-                    if watches.spin(WATCH_LOOKS) {
+                None if watches.as_ref().is_some_and(RxWatches::usable) => {
+                    if watches.as_ref().is_some_and(|w| w.spin(WATCH_LOOKS)) {
                         seen_since = Some(round_at);
                     }
                 }
