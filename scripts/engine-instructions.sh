@@ -2,15 +2,17 @@
 # Instructions per one-way 64-byte message, both ends, counted by callgrind
 # on the engine_cost bench (two NICs in one thread over an in-memory queue
 # device, the full Rust API): the measured loop only (setup excluded), as
-# send/receive and as RDMA write.
+# send/receive and as RDMA write; and per RDMA read (the read_cost bench,
+# the same harness: a read's request and response, both ends).
 # Needs valgrind. Usage: scripts/engine-instructions.sh [ITERS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 iters="${1:-50000}"
 command -v valgrind >/dev/null || { echo "needs valgrind (apt-get install valgrind)" >&2; exit 1; }
-bench="$(cargo bench -p via-user --bench engine_cost --no-run --message-format=json 2>/dev/null \
-    | sed -n 's/.*"executable":"\([^"]*engine_cost[^"]*\)".*/\1/p' | tail -1)"
-[ -x "$bench" ] || { echo "could not build the engine_cost bench" >&2; exit 1; }
+built="$(cargo bench -p via-user --bench engine_cost --bench read_cost --no-run --message-format=json 2>/dev/null)"
+bench="$(echo "$built" | sed -n 's/.*"executable":"\([^"]*engine_cost[^"]*\)".*/\1/p' | tail -1)"
+reads="$(echo "$built" | sed -n 's/.*"executable":"\([^"]*read_cost[^"]*\)".*/\1/p' | tail -1)"
+[ -x "$bench" ] && [ -x "$reads" ] || { echo "could not build the engine_cost and read_cost benches" >&2; exit 1; }
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 # Instructions of the measured loop (setup left out) of one bench run
@@ -25,9 +27,10 @@ trap 'rm -rf "$out"' EXIT
 # natively: left to itself, a process under valgrind, whose crc32 is
 # emulated bit by bit, would time the tables faster (via-wire crc32c.rs).
 count() {
-    local name="$1"; shift
+    local name="$1" bin="$bench"; shift
+    if [ "${1%%=*}" = BIN ]; then bin="${1#BIN=}"; shift; fi
     env "$@" VIA_CLOCK_FRESH_TICKS="${VIA_CLOCK_FRESH_TICKS:-500000}" VIA_ACK_IDLE_US="${VIA_ACK_IDLE_US:-2000}" VIA_CRC32C="${VIA_CRC32C:-sse42}" valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*ping_pong*' \
-         --callgrind-out-file="$out/$name" "$bench" >/dev/null 2>&1
+         --callgrind-out-file="$out/$name" "$bin" >/dev/null 2>&1
     callgrind_annotate "$out/$name" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,
 }
 printf '%-14s %-7s %12s\n' mode device instructions
@@ -36,6 +39,13 @@ for mode in send write; do
     total="$(count "$device-$mode" DEVICE="$device" ITERS="$iters" ONLY="$mode")"
     printf '%-14s %-7s %12d\n' "$mode" "$device" $((total / (iters * 2)))
 done
+done
+# An RDMA read of 64 bytes, its request and its response, both ends'
+# work, the peer's engine serving it as a passive target's does: what
+# MTTL's small remote read costs the engines (the read_cost bench).
+for device in queue shm; do
+    total="$(count "$device-read" BIN="$reads" DEVICE="$device" ITERS="$iters" ONLY=read)"
+    printf '%-14s %-7s %12d   (an RDMA read: request and response)\n' read "$device" $((total / (iters * 2)))
 done
 # Receives of two segments (a 32-byte header, then the rest), as
 # via-pingpong posts them.
