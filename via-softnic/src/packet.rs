@@ -38,9 +38,18 @@ const ARPHRD_LOOPBACK: u16 = 772;
 const SLOT_NET_OFFSET: usize = align16(align16(size_of::<libc::tpacket2_hdr>()) + size_of::<libc::sockaddr_ll>() + 16);
 /// Extra room per slot beyond MTU (a VLAN tag and then some).
 const SLOT_SLACK: usize = 32;
+/// The receive ring's size: 8 MiB of slots, from 64 slots (of up to 128
+/// KiB: the superframes of VIA in UDP, a 64 KiB-MTU link) to 4,096 (of 2
+/// KiB: MTU 1500, as many frames as a 6 MiB burst). The receiver's
+/// first look at a slot costs a page walk when the ring's pages are more
+/// than the TLB holds: 256 slots of 128 KiB took a 64 KiB via-udp
+/// message 22.5 us one way, 64 slots 17.6 us (DESIGN-NOTES, "The ring's
+/// pages").
 const RING_BYTES: usize = 8 << 20;
-const RING_MIN_FRAMES: usize = 256;
+const RING_MIN_FRAMES: usize = 64;
 const RING_MAX_FRAMES: usize = 4096;
+/// The most slots an explicit count may ask for.
+const RING_LIMIT_FRAMES: usize = 1 << 16;
 /// Largest MTU the ring is sized for (the loopback interface has 65536).
 const MAX_MTU: usize = 65536;
 const SEND_BUFFER: c_int = 4 << 20;
@@ -60,11 +69,11 @@ pub(crate) struct RingGeometry {
 }
 
 impl RingGeometry {
-    pub(crate) fn for_mtu(mtu: usize, page_size: usize) -> RingGeometry {
+    pub(crate) fn for_mtu(mtu: usize, page_size: usize, frames: Option<usize>) -> RingGeometry {
         let frame_size = (SLOT_NET_OFFSET + mtu + SLOT_SLACK).next_power_of_two();
         let block_size = frame_size.max(page_size.next_power_of_two());
         let per_block = block_size / frame_size;
-        let wanted = (RING_BYTES / frame_size).clamp(RING_MIN_FRAMES, RING_MAX_FRAMES);
+        let wanted = frames.unwrap_or_else(|| (RING_BYTES / frame_size).clamp(RING_MIN_FRAMES, RING_MAX_FRAMES)).clamp(1, RING_LIMIT_FRAMES);
         let block_nr = wanted.div_ceil(per_block);
         RingGeometry { frame_size, frame_nr: block_nr * per_block, block_size, block_nr }
     }
@@ -99,20 +108,26 @@ pub struct PacketOptions {
     /// the kernel writes the next frames ([`PacketDevice::rx_watch`]). On
     /// by default; `VIA_RX_PREFETCH=0` turns it off.
     pub rx_prefetch: bool,
+    /// Slots in the receive ring, rounded up to whole blocks; None picks
+    /// them from the ring's byte budget ([`RingGeometry::for_mtu`]).
+    /// `VIA_RX_RING_FRAMES=N` sets them.
+    pub rx_ring_frames: Option<usize>,
 }
 
 impl Default for PacketOptions {
     fn default() -> Self {
-        PacketOptions { qdisc_bypass: true, udp_port: None, udp_gso: true, rx_prefetch: true }
+        PacketOptions { qdisc_bypass: true, udp_port: None, udp_gso: true, rx_prefetch: true, rx_ring_frames: None }
     }
 }
 
 impl PacketOptions {
     /// The defaults, adjusted by `VIA_QDISC_BYPASS` and `VIA_RX_PREFETCH`
-    /// (`0` turns either off).
+    /// (`0` turns either off) and `VIA_RX_RING_FRAMES` (a slot count;
+    /// anything else is ignored).
     pub fn from_env() -> Self {
         let off = |var: &str| matches!(std::env::var(var).as_deref().map(str::trim), Ok("0"));
-        PacketOptions { qdisc_bypass: !off("VIA_QDISC_BYPASS"), rx_prefetch: !off("VIA_RX_PREFETCH"), ..PacketOptions::default() }
+        let frames = std::env::var("VIA_RX_RING_FRAMES").ok().and_then(|v| v.trim().parse().ok()).filter(|&n: &usize| n > 0);
+        PacketOptions { qdisc_bypass: !off("VIA_QDISC_BYPASS"), rx_prefetch: !off("VIA_RX_PREFETCH"), rx_ring_frames: frames, ..PacketOptions::default() }
     }
 }
 
@@ -289,7 +304,7 @@ impl PacketDevice {
         if vnet {
             sys::setsockopt(raw, libc::SOL_PACKET, libc::PACKET_VNET_HDR, &(1 as c_int)).map_err(|e| context("asking for virtio-net headers (PACKET_VNET_HDR)", e))?;
         }
-        let geometry = RingGeometry::for_mtu(if vnet { MAX_MTU } else { mtu }, sys::page_size());
+        let geometry = RingGeometry::for_mtu(if vnet { MAX_MTU } else { mtu }, sys::page_size(), options.rx_ring_frames);
         let req = libc::tpacket_req {
             tp_block_size: geometry.block_size as u32,
             tp_block_nr: geometry.block_nr as u32,
@@ -1163,7 +1178,7 @@ mod tests {
     fn ring_geometry_fits_the_kernel_rules() {
         for page in [4096, 16384, 65536] {
             for mtu in [0, 576, 1500, 4000, 9000, 9216, 16000, 65535, 65536] {
-                let g = RingGeometry::for_mtu(mtu, page);
+                let g = RingGeometry::for_mtu(mtu, page, None);
                 assert!(g.frame_size.is_power_of_two() && g.frame_size >= SLOT_NET_OFFSET + mtu + SLOT_SLACK, "{g:?}");
                 assert_eq!(g.frame_size % 16, 0);
                 assert_eq!(g.block_size % page, 0, "{g:?}");
@@ -1173,11 +1188,18 @@ mod tests {
                 assert!(g.frame_nr <= RING_MAX_FRAMES.max(g.block_size / g.frame_size), "{g:?}");
             }
         }
-        let std = RingGeometry::for_mtu(1500, 4096);
+        let std = RingGeometry::for_mtu(1500, 4096, None);
         assert_eq!((std.frame_size, std.frame_nr), (2048, 4096));
-        let jumbo = RingGeometry::for_mtu(9000, 4096);
+        let jumbo = RingGeometry::for_mtu(9000, 4096, None);
         assert_eq!((jumbo.frame_size, jumbo.frame_nr), (16384, 512));
+        // Superframe slots (VIA in UDP) and a 64 KiB MTU: 8 MiB, 64 slots.
+        let superframes = RingGeometry::for_mtu(MAX_MTU, 4096, None);
+        assert_eq!((superframes.frame_size, superframes.frame_nr), (131072, 64));
         assert_eq!(SLOT_NET_OFFSET, 80);
+        // A count asked for is taken, in whole blocks.
+        let asked = RingGeometry::for_mtu(1500, 4096, Some(1023));
+        assert_eq!((asked.frame_size, asked.frame_nr, asked.block_nr), (2048, 1024, 512));
+        assert_eq!(RingGeometry::for_mtu(1500, 4096, Some(usize::MAX)).frame_nr, RING_LIMIT_FRAMES);
     }
 
     #[test]
