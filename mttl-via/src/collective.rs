@@ -181,7 +181,7 @@ impl Group {
     /// dividing `v.len()`; member k gets the k-th of equal blocks.
     pub fn reduce_scatter_sum<T: Pod + std::ops::AddAssign>(&self, v: &mut [T]) -> std::ops::Range<usize> {
         let (me, n, rank) = (self.me, self.members.len(), &self.members);
-        assert!(n.is_power_of_two() && v.len() % n == 0, "reduce_scatter over {n} members of {} elements", v.len());
+        assert!(n.is_power_of_two() && v.len().is_multiple_of(n), "reduce_scatter over {n} members of {} elements", v.len());
         let seq = next_seq();
         if n == 1 {
             return 0..v.len();

@@ -92,7 +92,8 @@ impl<T: Pod> GlobalPtr<T> {
         self.pe as usize == runtime::my_pe()
     }
 
-    /// The pointer `i` elements further on (`p + i`).
+    /// The pointer `i` elements further on (`p + i`), as `pointer::add`.
+    #[allow(clippy::should_implement_trait)]
     pub fn add(self, i: usize) -> GlobalPtr<T> {
         let off = self.off + (i * std::mem::size_of::<T>()) as u64;
         GlobalPtr { pe: self.pe, off, _t: PhantomData }
@@ -203,7 +204,7 @@ impl<T: Pod> GlobalPtr<T> {
     fn read_direct(self, pe: usize, out: &mut [u8]) -> bool {
         let len = out.len();
         let started = with(|rt| {
-            if !rt.comm.bulk().is_some_and(|b| len < b.threshold()) {
+            if rt.comm.bulk().is_none_or(|b| len >= b.threshold()) {
                 return None;
             }
             rt.start_read(pe, self.off, len)

@@ -40,7 +40,7 @@ impl Grid {
         let k = p.trailing_zeros();
         let nprows = 1usize << (k / 2);
         let npcols = p / nprows;
-        if na % npcols != 0 {
+        if !na.is_multiple_of(npcols) {
             return Err(format!("the matrix order {na} does not split into {npcols} column blocks"));
         }
         let (pr, pc) = (rank / npcols, rank % npcols);

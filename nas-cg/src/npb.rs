@@ -87,6 +87,8 @@ impl Rng {
         r
     }
 
+    /// The next number of NPB's generator (`randlc`), as NPB names it.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> f64 {
         randlc(&mut self.tran, AMULT)
     }

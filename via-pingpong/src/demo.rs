@@ -299,8 +299,11 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 /// (None where that round's run failed).
 #[derive(Default)]
 pub struct Rounds {
-    values: Vec<((String, &'static str), Vec<Option<f64>>)>,
+    values: Vec<(Headline, Vec<Option<f64>>)>,
 }
+
+/// A headline figure's transport and what it measures.
+type Headline = (String, &'static str);
 
 impl Rounds {
     fn push(&mut self, t: &str, op: &'static str, round: usize, v: f64) {

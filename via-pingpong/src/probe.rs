@@ -32,6 +32,7 @@ impl Probe {
     /// One latency run of `proto` ("tcp" or "udp") at `size` bytes: the
     /// server in namespace `server_ns` on `ip:port`, pinned to CPU 0, the
     /// client in `client_ns` on CPU 1 (as the demo pins every transport).
+    #[allow(clippy::too_many_arguments)] // where and how the pair runs, as the demo's other runs are given
     pub fn latency(&self, proto: &str, server_ns: &str, client_ns: &str, ip: &str, port: u16, size: usize, count: usize) -> Result<Row, String> {
         let exe = self.path.to_string_lossy().to_string();
         let args = |ns: &str, role: &str, cpu: &str| -> Vec<String> {

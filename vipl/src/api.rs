@@ -122,7 +122,7 @@ pub(crate) fn ptag_of(h: VipHandle) -> Result<Ptag, ViaError> {
 }
 
 fn timeout(ms: c_ulong) -> Option<Duration> {
-    (ms != VIP_INFINITE).then(|| Duration::from_millis(ms as u64))
+    (ms != VIP_INFINITE).then(|| Duration::from_millis(ms))
 }
 
 /// Writes `v` through the output pointer `p`.
@@ -699,7 +699,7 @@ pub unsafe extern "C" fn VipConnectRequest(vi: VipHandle, local: *const VipNetAd
         net_address(local)?;
         let (host, disc) = net_address(remote)?;
         nic.raw().vi_connect(id, mac_of(host)?, disc, timeout(ms))?;
-        write_remote_attrs(&nic, id, remote_attrs)
+        write_remote_attrs(nic, id, remote_attrs)
     })
 }
 
@@ -740,7 +740,7 @@ pub unsafe extern "C" fn VipConnectPeerDone(vi: VipHandle, remote_attrs: *mut Vi
         if !nic.raw().vi_peer_done(id)? {
             return Err(ViaError::not_done());
         }
-        write_remote_attrs(&nic, id, remote_attrs)
+        write_remote_attrs(nic, id, remote_attrs)
     })
 }
 
@@ -753,7 +753,7 @@ pub unsafe extern "C" fn VipConnectPeerWait(vi: VipHandle, remote_attrs: *mut Vi
         let pinned = vi_of(vi)?;
         let (nic, _, id) = pinned.parts();
         nic.raw().vi_peer_wait(id)?;
-        write_remote_attrs(&nic, id, remote_attrs)
+        write_remote_attrs(nic, id, remote_attrs)
     })
 }
 
@@ -821,7 +821,7 @@ pub unsafe extern "C" fn VipCQDone(cq: VipHandle, vi: *mut VipHandle, recv_queue
             return Err(invalid("NULL output pointer"));
         }
         match nic.raw().cq_done(id)? {
-            Some(c) => cq_answer(&vis, c, vi, recv_queue),
+            Some(c) => cq_answer(vis, c, vi, recv_queue),
             None => Err(ViaError::not_done()),
         }
     })
@@ -839,7 +839,7 @@ pub unsafe extern "C" fn VipCQWait(cq: VipHandle, ms: c_ulong, vi: *mut VipHandl
             return Err(invalid("NULL output pointer"));
         }
         let c = nic.raw().cq_wait(id, timeout(ms))?;
-        cq_answer(&vis, c, vi, recv_queue)
+        cq_answer(vis, c, vi, recv_queue)
     })
 }
 

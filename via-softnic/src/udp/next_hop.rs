@@ -114,7 +114,7 @@ impl NextHops {
         };
         let e = &self.entries[i];
         let wait = match e.hop {
-            Hop::Ready(_) if self.lookups % CLOCK_EVERY != 0 => return e.hop,
+            Hop::Ready(_) if !self.lookups.is_multiple_of(CLOCK_EVERY) => return e.hop,
             Hop::Ready(_) => REFRESH,
             Hop::Pending => RETRY,
             Hop::Unreachable => RETRY_UNREACHABLE,

@@ -910,7 +910,7 @@ fn main() {
     let only = std::env::var("VIA_GUEST_ONLY").ok().filter(|o| !o.is_empty());
     let given = nics_given();
     let checks = match &given {
-        Ok(g) => plan(&g, only.as_deref()),
+        Ok(g) => plan(g, only.as_deref()),
         Err(e) => Err(e.clone()),
     };
     let checks = checks.unwrap_or_else(|e| {
