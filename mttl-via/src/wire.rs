@@ -25,6 +25,26 @@ pub trait Wire: Sized {
     fn put(&self, out: &mut Vec<u8>);
     /// Takes one value off the front of `inp`.
     fn get(inp: &mut &[u8]) -> Result<Self, WireError>;
+
+    /// Appends the encodings of `values`, one after another (a `Vec`'s
+    /// elements). The numbers override it with one copy of the run.
+    fn put_all(values: &[Self], out: &mut Vec<u8>) {
+        for v in values {
+            v.put(out);
+        }
+    }
+
+    /// Takes `n` values off the front of `inp`, as [`Wire::put_all`] put
+    /// them. The numbers override it with one pass over the run.
+    fn get_all(n: usize, inp: &mut &[u8]) -> Result<Vec<Self>, WireError> {
+        // A length beyond the buffer is a lie for any type with content:
+        // allocate no more than the bytes left could hold.
+        let mut v = Vec::with_capacity(n.min(inp.len()));
+        for _ in 0..n {
+            v.push(Self::get(inp)?);
+        }
+        Ok(v)
+    }
 }
 
 /// Takes `n` bytes off the front of `inp`.
@@ -62,6 +82,30 @@ macro_rules! wire_num {
             fn get(inp: &mut &[u8]) -> Result<Self, WireError> {
                 let b = take(inp, std::mem::size_of::<$t>())?;
                 Ok(<$t>::from_le_bytes(b.try_into().expect("length checked")))
+            }
+            // A run of numbers is their little-endian bytes in order: on a
+            // little-endian machine, their memory, copied once each way (a
+            // 1 KiB Vec<u8> went byte by byte: ~3 us of an invoke).
+            fn put_all(values: &[Self], out: &mut Vec<u8>) {
+                if cfg!(target_endian = "little") {
+                    out.extend_from_slice(pod_bytes(values));
+                } else {
+                    for v in values {
+                        out.extend_from_slice(&v.to_le_bytes());
+                    }
+                }
+            }
+            fn get_all(n: usize, inp: &mut &[u8]) -> Result<Vec<Self>, WireError> {
+                const SIZE: usize = std::mem::size_of::<$t>();
+                let bytes = n.checked_mul(SIZE).ok_or_else(|| WireError(format!("{n} elements of {SIZE} bytes")))?;
+                let b = take(inp, bytes)?;
+                if cfg!(target_endian = "little") {
+                    let mut v = vec![<$t>::default(); n];
+                    pod_bytes_mut(&mut v).copy_from_slice(b);
+                    Ok(v)
+                } else {
+                    Ok(b.chunks_exact(SIZE).map(|c| <$t>::from_le_bytes(c.try_into().expect("chunks of SIZE"))).collect())
+                }
             }
         }
     )*};
@@ -117,17 +161,11 @@ fn get_len(inp: &mut &[u8]) -> Result<usize, WireError> {
 impl<T: Wire> Wire for Vec<T> {
     fn put(&self, out: &mut Vec<u8>) {
         (self.len() as u32).put(out);
-        for v in self {
-            v.put(out);
-        }
+        T::put_all(self, out);
     }
     fn get(inp: &mut &[u8]) -> Result<Self, WireError> {
         let n = get_len(inp)?;
-        let mut v = Vec::with_capacity(n.min(inp.len()));
-        for _ in 0..n {
-            v.push(T::get(inp)?);
-        }
-        Ok(v)
+        T::get_all(n, inp)
     }
 }
 
@@ -248,5 +286,25 @@ mod tests {
         u32::MAX.put(&mut lie);
         assert!(decode::<Vec<u64>>(&lie).is_err());
         assert!(decode::<String>(&lie).is_err());
+        // A run of numbers one byte short, and a count whose bytes overflow.
+        let mut short = encode(&vec![1u32, 2, 3]);
+        short.pop();
+        assert!(decode::<Vec<u32>>(&short).is_err());
+        assert!(u64::get_all(usize::MAX, &mut &[0u8; 16][..]).is_err());
+    }
+
+    #[test]
+    fn runs_of_numbers_are_their_bytes_in_order() {
+        // The one-copy encoding of a Vec of numbers is the element by
+        // element one: length, then each value little endian.
+        let v = vec![0x0102u16, 0x0304, 0xfffe];
+        assert_eq!(encode(&v), [3, 0, 0, 0, 2, 1, 4, 3, 0xfe, 0xff]);
+        let bytes: Vec<u8> = (0..=255).collect();
+        let mut want = vec![0, 1, 0, 0];
+        want.extend_from_slice(&bytes);
+        assert_eq!(encode(&bytes), want);
+        // Nested and mixed sequences still go element by element.
+        let nested = (vec![vec![1u8, 2], vec![], vec![3]], vec![(1u8, 2.5f64)], vec![-1i64, i64::MIN], vec![f32::NAN.to_bits()]);
+        assert_eq!(decode::<(Vec<Vec<u8>>, Vec<(u8, f64)>, Vec<i64>, Vec<u32>)>(&encode(&nested)).unwrap(), nested);
     }
 }
