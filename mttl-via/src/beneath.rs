@@ -30,9 +30,19 @@ pub fn rdma_read(pe: usize, off: u64, len: usize) -> Option<bool> {
 /// its encoding. Messages of `pe` met before the answer are handled as
 /// the scheduler would handle them.
 pub fn round_trip(pe: usize, payload: &[u8]) {
+    echo(pe, kind::ECHO, payload)
+}
+
+/// [`round_trip`] with `payload` answered by itself: what a value written
+/// into a peer's `Sync` and written back costs beneath the threads.
+pub fn round_trip_whole(pe: usize, payload: &[u8]) {
+    echo(pe, kind::ECHO_WHOLE, payload)
+}
+
+fn echo(pe: usize, how: u8, payload: &[u8]) {
     with(|rt| {
         let mut m = Vec::with_capacity(1 + payload.len());
-        m.push(kind::ECHO);
+        m.push(how);
         m.extend_from_slice(payload);
         rt.send(pe, &m);
         let mut buf = Vec::new();

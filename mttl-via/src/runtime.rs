@@ -46,6 +46,9 @@ pub(crate) mod kind {
     /// (the size of a small result): `beneath::round_trip`.
     pub const ECHO: u8 = 13;
     pub const ECHO_BACK: u8 = 14;
+    /// [payload]: answered at once by the loop with ECHO_BACK and the
+    /// payload itself: `beneath::round_trip_whole`.
+    pub const ECHO_WHOLE: u8 = 16;
     /// [token u32][off u64][op u8][a u64][b u64]: run an atomic on the
     /// heap word at `off` (op 0: add `a`; 1: compare `a`, swap `b`), reply
     /// with the value before (8 bytes LE). Where the transport has no

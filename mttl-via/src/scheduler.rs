@@ -135,6 +135,12 @@ pub(crate) fn dispatch(rt: &mut Runtime, node: usize, msg: &mut Vec<u8>) -> Resu
             }
         }
         kind::ECHO => rt.send(node, &[kind::ECHO_BACK, 0, 0, 0, 0, 0, 0, 0, 0]),
+        kind::ECHO_WHOLE => {
+            let mut m = Vec::with_capacity(1 + b.len());
+            m.push(kind::ECHO_BACK);
+            m.extend_from_slice(b);
+            rt.send(node, &m);
+        }
         kind::ECHO_BACK => return Err(format!("an echo answer from rank {node} that nobody waits for")),
         kind::ABORT => {
             fatal(format!("stopping: rank {node} failed: {}", String::from_utf8_lossy(b)));

@@ -1,7 +1,9 @@
-//! `mttl-bench [nread] [invoke] [exchange] [threads] [--paths A,B] [--rounds R] [--quick] [--plot DIR]`
+//! `mttl-bench [nread] [invoke] [sync] [exchange] [threads] [--paths A,B] [--rounds R] [--quick] [--plot DIR]`
 //!
 //! MTTL's figures 4 and 5: latency and throughput of remote reads
-//! (`GlobalPtr::nread`) and of remote invocations, per size, over two
+//! (`GlobalPtr::nread`) and of remote invocations, and of `Sync` writes
+//! (`sync`: a value written into the peer's Sync, which a thread there
+//! reads and writes back into ours), per size, over two
 //! paths in the same run (two ranks under `mttl-run`, the paths
 //! alternating round by round; each figure is the median of the rounds),
 //! as a table with A/B ratios and, with `--plot`, as SVG charts. Paths:
@@ -14,13 +16,14 @@
 //! Latency is t_typical (the median) of one blocking operation at a time;
 //! each row also times the operation beneath it alone
 //! (`mttl_via::beneath`: for nread the transport's RDMA read, where it
-//! has one; for invoke a send/receive round trip of the same payload)
+//! has one; for invoke a send/receive round trip of the same payload,
+//! for a Sync write there and back one with the payload both ways)
 //! and prints the ratio of the two (issue 26: at most 1.3);
 //! throughput is bytes per second with 16 threads each keeping one
 //! operation in flight, over ten times as many operations as the latency
 //! takes.
 
-use mttl_via::{ainvoke, invoke, my_pe, pe_num, remote, sendrecv, GlobalPtr};
+use mttl_via::{ainvoke, invoke, my_pe, pe_num, remote, sendrecv, GlobalPtr, GlobalSync, Pending, Sync};
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Instant;
@@ -63,6 +66,46 @@ remote! {
     fn invoker(pe: u64, size: u64, count: u64) {
         let v = vec![7u8; size as usize];
         for _ in 0..count { assert_eq!(invoke(pe as usize, sink, (v.clone(),)), size); }
+    }
+    // The peer's half of a Sync ping-pong: says where its Sync is, then
+    // writes each value it reads there back into `back`.
+    fn sync_echo(hello: GlobalSync<GlobalSync<Vec<u8>>>, back: GlobalSync<Vec<u8>>, count: u64) {
+        let mine = Sync::<Vec<u8>>::new();
+        hello.write(mine.global());
+        for _ in 0..count { back.write(mine.read()); }
+    }
+    fn sync_pinger(pe: u64, size: u64, count: u64) {
+        let mut ping = SyncPing::new(pe as usize, size as usize, count);
+        for _ in 0..count { ping.once(); }
+        ping.finish();
+    }
+}
+
+/// Our half of a Sync ping-pong with a thread on `pe` (`sync_echo`):
+/// `once` writes `size` bytes into its Sync and reads them back from ours.
+struct SyncPing {
+    back: Sync<Vec<u8>>,
+    there: GlobalSync<Vec<u8>>,
+    echo: Pending<()>,
+    payload: Vec<u8>,
+}
+
+impl SyncPing {
+    /// A peer thread that echoes `count` values.
+    fn new(pe: usize, size: usize, count: u64) -> SyncPing {
+        let (back, hello) = (Sync::<Vec<u8>>::new(), Sync::<GlobalSync<Vec<u8>>>::new());
+        let echo = ainvoke(pe, sync_echo, (hello.global(), back.global(), count));
+        SyncPing { back, there: hello.read(), echo, payload: vec![7u8; size] }
+    }
+
+    fn once(&mut self) {
+        self.there.write(self.payload.clone());
+        assert_eq!(self.back.read().len(), self.payload.len());
+    }
+
+    /// Waits for the peer's thread, done once it echoed `count` values.
+    fn finish(self) {
+        self.echo.wait();
     }
 }
 
@@ -114,16 +157,27 @@ fn measure(op: &str, quick: bool) {
         let p = GlobalPtr::<u8>::alloc_on(target, size);
         let payload = vec![7u8; size];
         let mut buf = vec![0u8; size];
+        // (`typical_us` runs n / 10 + 1 untimed, then n timed.)
+        let mut ping = (op == "sync").then(|| SyncPing::new(target, size, n / 10 + 1 + n));
         let mut one = || match op {
             "nread" => p.nread(&mut buf),
+            "sync" => ping.as_mut().expect("a Sync ping-pong").once(),
             _ => assert_eq!(invoke(target, sink, (payload.clone(),)), size as u64),
         };
         let lat = typical_us(n, &mut one);
+        if let Some(ping) = ping {
+            ping.finish();
+        }
         // The operation beneath, timed alike: for a read the transport's
         // RDMA read alone (NaN where the transport has none), for an
-        // invocation a send/receive round trip of the same payload.
+        // invocation a send/receive round trip of the same payload, for a
+        // Sync write there and back one with the payload both ways.
         let bare = || match op {
             "nread" => mttl_via::beneath::rdma_read(target, p.heap_offset(), size) == Some(true),
+            "sync" => {
+                mttl_via::beneath::round_trip_whole(target, &payload);
+                true
+            }
             _ => {
                 mttl_via::beneath::round_trip(target, &payload);
                 true
@@ -144,6 +198,7 @@ fn measure(op: &str, quick: bool) {
         let workers: Vec<_> = (0..nthreads)
             .map(|_| match op {
                 "nread" => ainvoke(me, reader, (p, size as u64, per)),
+                "sync" => ainvoke(me, sync_pinger, (target as u64, size as u64, per)),
                 _ => ainvoke(me, invoker, (target as u64, size as u64, per)),
             })
             .collect();
@@ -225,8 +280,8 @@ struct Opts {
     plot: Option<String>,
 }
 
-const USAGE: &str = "usage: mttl-bench [nread] [invoke] [exchange] [threads] [--paths A,B] [--rounds R] [--quick] [--plot DIR]
-  nread, invoke, exchange: latency and throughput per size over two paths (default nread invoke threads)
+const USAGE: &str = "usage: mttl-bench [nread] [invoke] [sync] [exchange] [threads] [--paths A,B] [--rounds R] [--quick] [--plot DIR]
+  nread, invoke, sync, exchange: latency and throughput per size over two paths (default nread invoke sync threads)
   threads: user-level thread creation, switch and memory
   --paths A,B   two of via (software NIC alone), via-shm (composite device), tcp (the TCP layer); default via,tcp
   --rounds R    rounds (default 3); each runs both paths, the first one alternating from round to round
@@ -278,7 +333,7 @@ fn parse(args: &[String]) -> Opts {
                 }
                 i += 1;
             }
-            op @ ("nread" | "invoke" | "exchange" | "threads") => o.ops.push(op.into()),
+            op @ ("nread" | "invoke" | "sync" | "exchange" | "threads") => o.ops.push(op.into()),
             other => {
                 eprintln!("mttl-bench: unknown argument {other:?}\n{USAGE}");
                 std::process::exit(2)
@@ -287,7 +342,7 @@ fn parse(args: &[String]) -> Opts {
         i += 1;
     }
     if o.ops.is_empty() {
-        o.ops = vec!["nread".into(), "invoke".into(), "threads".into()];
+        o.ops = vec!["nread".into(), "invoke".into(), "sync".into(), "threads".into()];
     }
     o
 }
@@ -404,7 +459,11 @@ fn main() {
         }
         // Each round's figure against the operation beneath it, timed in
         // the same process right after.
-        let under = if *op == "nread" { "the RDMA read" } else { "a send/receive round trip" };
+        let under = match *op {
+            "nread" => "the RDMA read",
+            "sync" => "a send/receive round trip with the payload both ways",
+            _ => "a send/receive round trip",
+        };
         for ((o2, t, size), v) in &beneath {
             if o2 != op {
                 continue;
