@@ -28,9 +28,15 @@ pub(crate) fn dispatch(rt: &mut Runtime, node: usize, msg: &mut Vec<u8>) -> Resu
         kind::INVOKE => {
             let id = u64_at(&mut b).map_err(bad)?;
             let token = u32_at(&mut b).map_err(bad)?;
-            let args = b.to_vec();
             match registry::lookup(id) {
-                Some(e) => spawn_call(node, token, format!("{} invoked by rank {node}", e.name), move || (e.call)(&args).map_err(|w| w.to_string())),
+                Some(e) => {
+                    // The thread takes the message whole and decodes its
+                    // arguments where they lie: no copy of them (the
+                    // loop's buffer grows again for the next message).
+                    let at = msg.len() - b.len();
+                    let whole = std::mem::take(msg);
+                    spawn_call(node, token, format!("{} invoked by rank {node}", e.name), move || (e.call)(&whole[at..]).map_err(|w| w.to_string()))
+                }
                 None => {
                     let why = format!("rank {} has no remote function with identity {id:#x}", rt.rank);
                     if token == 0 {
