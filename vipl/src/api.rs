@@ -121,8 +121,10 @@ pub(crate) fn ptag_of(h: VipHandle) -> Result<Ptag, ViaError> {
     }
 }
 
+// (c_ulong is u64 here but 32 bits where `long` is: the cast stays.)
+#[allow(clippy::unnecessary_cast)]
 fn timeout(ms: c_ulong) -> Option<Duration> {
-    (ms != VIP_INFINITE).then(|| Duration::from_millis(ms))
+    (ms != VIP_INFINITE).then(|| Duration::from_millis(ms as u64))
 }
 
 /// Writes `v` through the output pointer `p`.
