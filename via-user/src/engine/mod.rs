@@ -194,6 +194,11 @@ pub struct Counters {
     pub retransmits: u64,
     pub rto_expiries: u64,
     pub acks_sent: u64,
+    /// ACKs owed because `ack_every` frames came in order with none going
+    /// back (not asked for by the sender, not timed; whether a standalone
+    /// ACK or a frame of ours then carried it): the rule a reply that
+    /// follows at once should leave idle.
+    pub acks_by_count: u64,
     pub naks_sent: u64,
     pub tx_ring_full: u64,
     /// Sends that went boxed, and boxed messages placed here
@@ -274,6 +279,7 @@ impl Counters {
             ("retransmits", self.retransmits),
             ("rto_expiries", self.rto_expiries),
             ("acks_sent", self.acks_sent),
+            ("acks_by_count", self.acks_by_count),
             ("naks_sent", self.naks_sent),
             ("tx_ring_full", self.tx_ring_full),
             ("tx_boxed", self.tx_boxed),

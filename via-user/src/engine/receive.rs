@@ -497,6 +497,10 @@ impl Context {
         if reliable {
             match vi.acks.on_accepted(now, &self.ack_timing, f.flags() & flags::ACK_REQ != 0) {
                 AckDue::Now => self.outbox.owe_ack(vi.id),
+                AckDue::Counted => {
+                    self.counters.acks_by_count += 1;
+                    self.outbox.owe_ack(vi.id)
+                }
                 AckDue::At(t) => self.arm(t),
                 AckDue::Armed => {}
             }

@@ -57,6 +57,9 @@ pub struct AckScheduler {
 pub enum AckDue {
     /// Send an ACK this round.
     Now,
+    /// Send an ACK this round: `every` frames came without one (the
+    /// first frame that made it owed so; the engine counts these).
+    Counted,
     /// Wake the engine at this instant for a delayed ACK.
     At(Time),
     /// Nothing new: a delayed ACK is already armed.
@@ -84,7 +87,13 @@ impl AckScheduler {
     #[inline(always)]
     pub fn on_accepted(&mut self, now: Time, t: &AckTiming, requested: bool) -> AckDue {
         self.count += 1;
-        if self.count >= t.every || requested {
+        if self.count >= t.every && !requested {
+            // Counted once, at the frame that made it owed.
+            let first = !self.now;
+            self.now = true;
+            return if first { AckDue::Counted } else { AckDue::Now };
+        }
+        if requested {
             self.now = true;
             return AckDue::Now;
         }
@@ -188,7 +197,8 @@ mod tests {
         assert_eq!(a.on_accepted(t0, &t, false), AckDue::Armed);
         assert!(a.owed() && a.deadline() == Some(t0 + d));
         assert!(!a.on_timer(t0), "not yet");
-        assert_eq!(a.on_accepted(t0, &t, false), AckDue::Now, "the third frame");
+        assert_eq!(a.on_accepted(t0, &t, false), AckDue::Counted, "the third frame");
+        assert_eq!(a.on_accepted(t0, &t, false), AckDue::Now, "owed already: counted once");
         a.carried();
         assert!(!a.owed() && a.deadline().is_none(), "a transmission settles it");
         assert_eq!(a.on_accepted(t0, &t, true), AckDue::Now, "asked for");
