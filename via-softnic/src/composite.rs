@@ -119,7 +119,7 @@ pub struct CompositeDevice {
     /// (The wire asked at every round instead, its own look being one load
     /// too, counted ~40 instructions fewer a message in `engine_cost` and
     /// measured ~3 % slower in the two-process ping-pong, six alternating
-    /// pairs: 0.274 against 0.266 us. Why is not known; the watch's making
+    /// pairs: 0.275 against 0.267 us. Why is not known; the watch's making
     /// loads the next slot's word right after the empty receive.)
     watches: [Option<RxWatch>; MAX_NICS + 1],
     /// Some host is reached by several members: receive in rounds.
