@@ -569,7 +569,9 @@ impl Context {
             }
         }
         self.resend_holes(dev, vi, hdrs, specs, now);
-        loop {
+        // Nothing posted past the transmit position (a flush for read
+        // responses or ACKs alone): no batch to build.
+        while vi.tx.idx != vi.sq.tail {
             let n = self.build_data(vi, hdrs, specs, BATCH);
             if n == 0 {
                 break;
