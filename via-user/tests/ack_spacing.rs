@@ -151,9 +151,6 @@ fn a_large_message_answered_at_once_needs_no_standalone_ack() {
         // Counted by the rule itself (`acks_by_count`), not by the ACKs
         // sent, which a pause of the threads' own (four threads and two
         // progress threads on two cores) may add to through the idle timer.
-        // Counted by the rule itself (`acks_by_count`), not by the ACKs
-        // sent, which a pause of the threads' own may add to through the
-        // idle timer.
         if standalone {
             // One after the 32nd frame of each message (of most: a pause
             // that the idle timer acknowledged restarts the count): what 0

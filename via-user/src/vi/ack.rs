@@ -87,15 +87,12 @@ impl AckScheduler {
     #[inline(always)]
     pub fn on_accepted(&mut self, now: Time, t: &AckTiming, requested: bool) -> AckDue {
         self.count += 1;
-        if self.count >= t.every && !requested {
-            // Counted once, at the frame that made it owed.
-            let first = !self.now;
+        if self.count >= t.every || requested {
+            // The every-N rule's is counted once, at the frame that made
+            // it owed.
+            let counted = !requested && !self.now;
             self.now = true;
-            return if first { AckDue::Counted } else { AckDue::Now };
-        }
-        if requested {
-            self.now = true;
-            return AckDue::Now;
+            return if counted { AckDue::Counted } else { AckDue::Now };
         }
         let idle = now.after_nanos(t.idle_ns);
         self.idle_at = Some(idle);
