@@ -407,6 +407,90 @@ fn a_receive_deregistered_between_fragments_completes_with_a_protection_error_an
     assert_eq!(rig.a.engine.core.vi(rig.a.vi).unwrap().rx.expected, psn.wrapping_add(2), "both fragments taken in order");
 }
 
+/// Fragment `k` (of 200 bytes) of an 800-byte message `msg_seq` whose
+/// first fragment is PSN `psn`, from the peer (b) to the victim (a),
+/// carrying b's ACK `ack`; `fl`: FIRST or LAST where it is either.
+fn fragment_to_a(rig: &Rig, psn: u32, msg_seq: u32, k: u32, fl: u16, ack: u32, msg: &[u8]) -> Vec<u8> {
+    let off = 200 * k as usize;
+    let h = HeaderRepr { psn: psn.wrapping_add(k), msg_seq, flags: fl | flags::RELIABLE | flags::ACK, ack, msg_len: 800, offset: off as u32, ..rig.genuine(200) };
+    frame_bytes(&h, &msg[off..off + 200])
+}
+
+#[test]
+fn a_message_s_middle_fragments_take_the_short_road_with_their_ack() {
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    rig.a.post_recv(0, &[0..1024]);
+    // a sends first: the peer's second fragment acknowledges it.
+    rig.a.post_send(1, 2048, &message(3, 100), None);
+    rig.a.engine.ring_doorbell();
+    let sent = seen_a(&mut rig);
+    assert_eq!(sent.len(), 1);
+    let a_psn = sent[0].psn;
+    let psn = rig.a.engine.core.vi(rig.a.vi).unwrap().rx.expected;
+    let msg = message(12, 800);
+    let before = rig.a.engine.core.counters;
+    for (k, fl) in [(0, flags::FIRST), (1, 0), (2, 0), (3, flags::LAST)] {
+        let ack = if k == 0 { a_psn } else { a_psn.wrapping_add(1) };
+        rig.inject(&fragment_to_a(&rig, psn, 0, k, fl, ack, &msg));
+        rig.a.engine.progress_at(rig.now);
+        if k == 1 {
+            assert_eq!(rig.a.done(Queue::Send), Some(1), "the ACK a middle fragment carries completes our send");
+        }
+    }
+    let after = rig.a.engine.core.counters;
+    assert_eq!(after.rx_continued - before.rx_continued, 2, "the two middle fragments took the short road");
+    assert_eq!(rig.a.done(Queue::Recv), Some(0));
+    let (st, len, _) = rig.a.completion(0);
+    assert_eq!((st & status::ERROR_MASK, len), (0, 800));
+    assert_eq!(rig.a.buf(0..800), msg);
+    assert_eq!(rig.a.engine.core.vi(rig.a.vi).unwrap().rx.expected, psn.wrapping_add(4));
+    assert_eq!(after.acks_by_count, before.acks_by_count, "four frames owe no ACK by count");
+}
+
+#[test]
+fn a_middle_fragment_that_does_not_repeat_its_first_goes_the_general_way() {
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    rig.a.post_recv(0, &[0..1024]);
+    let psn = rig.a.engine.core.vi(rig.a.vi).unwrap().rx.expected;
+    let ack = rig.a.engine.core.vi(rig.a.vi).unwrap().tx.una;
+    let msg = message(13, 800);
+    rig.inject(&fragment_to_a(&rig, psn, 0, 0, flags::FIRST, ack, &msg));
+    rig.a.engine.progress_at(rig.now);
+    let before = rig.a.engine.core.counters;
+    // The next fragment as another VI of the peer's host would send it,
+    // with other bytes: not the peer's, so dropped as stale, not placed.
+    let mut forged = fragment_to_a(&rig, psn, 0, 1, 0, ack, &message(14, 800));
+    let h = HeaderRepr { src_vi: rig.genuine(0).src_vi.wrapping_add(1), ..HeaderRepr::parse(&Frame::new_checked(&forged[..]).unwrap()) };
+    let mut head = [0u8; via_wire::FRAME_HEADER_LEN];
+    h.emit(&mut head);
+    forged[..head.len()].copy_from_slice(&head);
+    rig.inject(&forged);
+    rig.a.engine.progress_at(rig.now);
+    let after = rig.a.engine.core.counters;
+    assert_eq!((after.rx_continued, after.rx_stale - before.rx_stale), (before.rx_continued, 1));
+    assert_eq!(rig.a.engine.core.vi(rig.a.vi).unwrap().rx.expected, psn.wrapping_add(1), "not taken");
+    // The genuine rest, a middle fragment asking for an ACK among them
+    // (the general path's: it owes one at once), completes the message.
+    for (k, fl) in [(1, 0), (2, flags::ACK_REQ), (3, flags::LAST)] {
+        rig.inject(&fragment_to_a(&rig, psn, 0, k, fl, ack, &msg));
+        rig.a.engine.progress_at(rig.now);
+    }
+    assert_eq!(rig.a.engine.core.counters.rx_continued - before.rx_continued, 1, "only the plain middle fragment");
+    assert_eq!(rig.a.done(Queue::Recv), Some(0));
+    assert_eq!(rig.a.buf(0..800), msg, "the forged bytes were not placed");
+    assert!(seen_a(&mut rig).iter().any(|f| f.kind == Kind::Ack && f.ack == psn.wrapping_add(3)), "the ACK asked for went at once");
+    // A middle fragment that claims another message at the right place
+    // breaks the connection, as on the general path.
+    rig.a.post_recv(1, &[1024..2048]);
+    rig.inject(&fragment_to_a(&rig, psn.wrapping_add(4), 1, 0, flags::FIRST, ack, &msg));
+    rig.a.engine.progress_at(rig.now);
+    let lost = rig.a.engine.core.counters.connections_lost;
+    rig.inject(&fragment_to_a(&rig, psn.wrapping_add(4), 2, 1, 0, ack, &msg));
+    rig.a.engine.progress_at(rig.now);
+    let c = rig.a.engine.core.counters;
+    assert_eq!((c.rx_bad_offset > before.rx_bad_offset, c.connections_lost, c.rx_continued - before.rx_continued), (true, lost + 1, 1));
+}
+
 /// A one-frame message from a to b as a sends it, carrying a's ACK `ack`
 /// (no SACK: a data frame has none).
 fn data_to_b_acking(rig: &Rig, ack: u32, payload: &[u8]) -> Vec<u8> {

@@ -7,15 +7,19 @@
 //! - [`crc32c`]: the frame checksum for devices that cannot vouch for what
 //!   they deliver;
 //! - [`tag`]: the keyed MAC an authenticated frame carries instead;
-//! - [`mac`]: Ethernet MAC addresses.
+//! - [`mac`]: Ethernet MAC addresses;
+//! - [`continuation`]: what the fragments of one message repeat of the
+//!   first's headers (the receiver's header prediction).
 //!
 //! Drivers, the kernel agent and the engine all read and write frames
 //! through this crate; it depends on nothing of theirs.
 
+pub mod continuation;
 pub mod crc32c;
 pub mod frame;
 pub mod mac;
 pub mod tag;
 
+pub use continuation::{next_fragment, ContinuationKey};
 pub use frame::*;
 pub use mac::MacAddr;

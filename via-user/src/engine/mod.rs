@@ -18,6 +18,7 @@
 mod authenticate;
 mod boxed;
 mod connect;
+mod continuation;
 mod outbox;
 pub mod post;
 mod rdma_target;
@@ -205,6 +206,9 @@ pub struct Counters {
     /// (`engine::boxed`).
     pub tx_boxed: u64,
     pub rx_boxed: u64,
+    /// Middle fragments of a message placed on the short road
+    /// (`engine::continuation`).
+    pub rx_continued: u64,
     /// Reads of a placed word: what completes boxed sends when no reply
     /// said (`engine::boxed`).
     pub placed_reads: u64,
@@ -284,6 +288,7 @@ impl Counters {
             ("tx_ring_full", self.tx_ring_full),
             ("tx_boxed", self.tx_boxed),
             ("rx_boxed", self.rx_boxed),
+            ("rx_continued", self.rx_continued),
             ("placed_reads", self.placed_reads),
             ("rx_malformed", self.rx_malformed),
             ("rx_not_for_us", self.rx_not_for_us),

@@ -13,11 +13,11 @@ use super::{AsyncError, AsyncErrorKind, Context, Core};
 use crate::descriptor::status;
 use crate::usermem;
 use crate::vi::{AckDue, Reliability, RxMessage, ViPhase, ViState};
-use crate::workqueue::WqEntry;
+use crate::workqueue::{WorkQueue, WqEntry};
 use via_kernel_agent::memory::Ptag;
 use crate::clock::Time;
 use via_kernel_agent::conn::CmHeader;
-use via_wire::{flags, seq_le, seq_lt, ConnRepr, Frame, Kind, ANY_ENDPOINT, FRAME_HEADER_LEN};
+use via_wire::{flags, seq_le, seq_lt, ConnRepr, ContinuationKey, Frame, Kind, ANY_ENDPOINT, FRAME_HEADER_LEN};
 use via_device::{LentPayload, RxMeta};
 
 /// A frame's payload: in the frame, or lent by its sender.
@@ -97,6 +97,11 @@ impl Core {
         // payload (and its tag) are not ours to guess about.
         if lent.is_none() && bytes.len() != FRAME_HEADER_LEN + f.payload().len() + f.trailer_len() {
             self.cx.counters.rx_malformed += 1;
+            return;
+        }
+        // A middle fragment of the message its VI is reassembling takes the
+        // short road (continuation.rs).
+        if lent.is_none() && self.on_continuation(&f, now) {
             return;
         }
         let payload = match lent {
@@ -495,15 +500,22 @@ impl Context {
             return; // the VI broke
         }
         if reliable {
-            match vi.acks.on_accepted(now, &self.ack_timing, f.flags() & flags::ACK_REQ != 0) {
-                AckDue::Now => self.outbox.owe_ack(vi.id),
-                AckDue::Counted => {
-                    self.counters.acks_by_count += 1;
-                    self.outbox.owe_ack(vi.id)
-                }
-                AckDue::At(t) => self.arm(t),
-                AckDue::Armed => {}
+            self.accepted(vi, f.flags() & flags::ACK_REQ != 0, now);
+        }
+    }
+
+    /// A frame of reliable `vi`'s sequenced stream was accepted (placed,
+    /// or served): the ACK it makes owed now, or later by the timer.
+    #[inline(always)]
+    pub(super) fn accepted(&mut self, vi: &mut ViState, requested: bool, now: Time) {
+        match vi.acks.on_accepted(now, &self.ack_timing, requested) {
+            AckDue::Now => self.outbox.owe_ack(vi.id),
+            AckDue::Counted => {
+                self.counters.acks_by_count += 1;
+                self.outbox.owe_ack(vi.id)
             }
+            AckDue::At(t) => self.arm(t),
+            AckDue::Armed => {}
         }
     }
 
@@ -557,7 +569,9 @@ impl Context {
         if vi.rx.msg.is_some() && reliable {
             self.counters.rx_bad_offset += 1;
         }
-        let mut m = RxMessage { entry: None, msg_seq: f.msg_seq(), msg_len: f.msg_len(), got: 0, error: 0, imm: None, seg: 0, seg_off: 0, first_psn: f.psn(), rdma: None };
+        let head: &[u8; FRAME_HEADER_LEN] = f.as_bytes()[..FRAME_HEADER_LEN].try_into().expect("a checked frame holds its headers");
+        let key = ContinuationKey::of_first(head);
+        let mut m = RxMessage { entry: None, msg_seq: f.msg_seq(), msg_len: f.msg_len(), got: 0, error: 0, imm: None, seg: 0, seg_off: 0, first_psn: f.psn(), rdma: None, key };
         if fl & flags::IMMEDIATE != 0 {
             m.imm = Some(f.imm());
         }
@@ -659,6 +673,39 @@ impl Context {
             self.abandon_partial(vi);
             return true;
         }
+        if self.place_fragment(m, rq, ptag, payload).is_err() {
+            // The sender lent memory it no longer has (or died): the
+            // fragment is lost after it was accepted, so the connection
+            // cannot go on.
+            self.counters.rx_lent_failed += 1;
+            vi.rx.msg = None;
+            self.break_connection(vi);
+            return false;
+        }
+        self.count_lent(payload);
+        if !last {
+            return true;
+        }
+        let m = vi.rx.msg.take().expect("the message placed into");
+        if m.entry.is_some() {
+            let len = if m.error == status::LENGTH_ERROR { 0 } else { m.got };
+            let op = if m.rdma.is_some() { status::OP_REMOTE_RDMA_WRITE } else { 0 };
+            self.complete_next(vi, Queue::Recv, len, m.error | op, m.imm);
+        }
+        if m.error != 0 {
+            self.report_receive_error(vi, &m);
+        }
+        true
+    }
+
+    /// Places the fragment `payload` of message `m` at the offset it has
+    /// reached (`m.got`, which it then passes): into the RDMA write's
+    /// target, or into the receive's segments from the scatter cursor on;
+    /// nowhere when the message is being dropped or has failed (`m.error`
+    /// is set on a protection error). Err only when a lent payload could
+    /// not be read.
+    #[inline(always)]
+    pub(super) fn place_fragment(&self, m: &mut RxMessage, rq: &WorkQueue, ptag: Ptag, payload: Payload<'_>) -> Result<(), PlaceError> {
         if m.error == 0 {
             let placed = if let Some((base, handle)) = m.rdma {
                 let addr = base + m.got as usize; // inside the range checked at the first fragment
@@ -678,32 +725,11 @@ impl Context {
             match placed {
                 Ok(()) => {}
                 Err(PlaceError::Protection) => m.error = status::PROTECTION_ERROR,
-                Err(PlaceError::SourceGone) => {
-                    // The sender lent memory it no longer has (or died):
-                    // the fragment is lost after it was accepted, so the
-                    // connection cannot go on.
-                    self.counters.rx_lent_failed += 1;
-                    vi.rx.msg = None;
-                    self.break_connection(vi);
-                    return false;
-                }
+                Err(e @ PlaceError::SourceGone) => return Err(e),
             }
         }
-        self.count_lent(payload);
         m.got += payload.len() as u32;
-        if !last {
-            return true;
-        }
-        let m = vi.rx.msg.take().expect("the message placed into");
-        if m.entry.is_some() {
-            let len = if m.error == status::LENGTH_ERROR { 0 } else { m.got };
-            let op = if m.rdma.is_some() { status::OP_REMOTE_RDMA_WRITE } else { 0 };
-            self.complete_next(vi, Queue::Recv, len, m.error | op, m.imm);
-        }
-        if m.error != 0 {
-            self.report_receive_error(vi, &m);
-        }
-        true
+        Ok(())
     }
 
     /// The one-frame path tried before [`Context::place`], for the common

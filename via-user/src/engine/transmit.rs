@@ -162,20 +162,7 @@ impl Engine {
 /// that `fills_window` asks for an ACK.
 #[inline(always)]
 fn fragment_fields(e: &WqEntry, reliable: bool, psn: u32, ack: u32, off: u32, len: u32, fills_window: bool) -> StreamRepr {
-    let request = e.awaits_response();
-    let mut fl = if off == 0 { flags::FIRST } else { 0 };
-    if request || off + len == e.len {
-        fl |= flags::LAST;
-    }
-    if e.control & control::IMMEDIATE != 0 {
-        fl |= flags::IMMEDIATE;
-    }
-    if reliable {
-        fl |= flags::ACK | flags::RELIABLE;
-        if fills_window {
-            fl |= flags::ACK_REQ;
-        }
-    }
+    let fl = fragment_flags(e, reliable, off, len, fills_window);
     let kind = match e.op() {
         control::OP_RDMAWRITE => Kind::RdmaWrite,
         control::OP_RDMAREAD => Kind::RdmaReadReq,
@@ -195,6 +182,26 @@ fn fragment_fields(e: &WqEntry, reliable: bool, psn: u32, ack: u32, off: u32, le
         msg_seq: e.msg_seq,
         payload_len: if e.awaits_response() { request_payload_len(e) } else { via_wire::lent_payload_len(len as usize) },
     }
+}
+
+/// The flags of the fragment `[off, off + len)` of the posted message
+/// `e` ([`fragment_fields`]).
+#[inline(always)]
+fn fragment_flags(e: &WqEntry, reliable: bool, off: u32, len: u32, fills_window: bool) -> u16 {
+    let mut fl = if off == 0 { flags::FIRST } else { 0 };
+    if e.awaits_response() || off + len == e.len {
+        fl |= flags::LAST;
+    }
+    if e.control & control::IMMEDIATE != 0 {
+        fl |= flags::IMMEDIATE;
+    }
+    if reliable {
+        fl |= flags::ACK | flags::RELIABLE;
+        if fills_window {
+            fl |= flags::ACK_REQ;
+        }
+    }
+    fl
 }
 
 /// The payload bytes of the request of `e`, an RDMA read (none) or an
@@ -811,7 +818,15 @@ impl Context {
             let off = vi.tx.off;
             let len = if is_read { 0 } else { frag.min(e.len - off) };
             let fills_window = vi.tx.in_flight() + 1 == window;
-            fragment_fields(e, reliable, vi.tx.psn, vi.rx.expected, off, len, fills_window).emit(&vi.tx.head, &mut hdrs[n]);
+            if off != 0 && n > 0 {
+                // The previous frame of this batch is this message's
+                // previous fragment: its headers, the per-fragment fields
+                // written again (the ACK is the batch's).
+                hdrs[n] = hdrs[n - 1];
+                via_wire::next_fragment(&mut hdrs[n], fragment_flags(e, reliable, off, len, fills_window), vi.tx.psn, off, via_wire::lent_payload_len(len as usize));
+            } else {
+                fragment_fields(e, reliable, vi.tx.psn, vi.rx.expected, off, len, fills_window).emit(&vi.tx.head, &mut hdrs[n]);
+            }
             specs[n].resp = None;
             if is_read {
                 request_payload(e, &mut specs[n]);

@@ -17,7 +17,7 @@ use crate::workqueue::WorkQueue;
 use std::collections::VecDeque;
 use crate::clock::{earlier, Time};
 use std::time::Duration;
-use via_wire::{seq_le, seq_lt, HeaderTemplate};
+use via_wire::{seq_le, seq_lt, ContinuationKey, HeaderTemplate};
 use via_kernel_agent::conn::Peer;
 use via_kernel_agent::memory::Ptag;
 
@@ -104,6 +104,9 @@ pub struct RxMessage {
     /// RDMA write: the target address and memory handle; the data goes
     /// there and `entry` (if any) only receives the immediate data.
     pub rdma: Option<(usize, u32)>,
+    /// What the message's later fragments repeat of its first's headers
+    /// (`engine::continuation`).
+    pub key: ContinuationKey,
 }
 
 /// An RDMA read (or remote atomic) this VI serves: the response frames
