@@ -12,10 +12,14 @@
 //! timeout. Receive: a frame in order is placed and acknowledged once the
 //! delay ran out; a frame past a gap is held and answered with a NAK whose
 //! SACK bitmap names it, then placed when the gap fills; a duplicate is
-//! acknowledged at once and placed once. After a timeout one burst goes
-//! again, and the first ACK says whether the rest follows. Polls: a queue counts as having
-//! nothing posted (a poll then runs no round) only once all of it is
-//! handed back.
+//! acknowledged at once and placed once; a message's middle fragments
+//! take the short road (header prediction) with their ACK, and one that
+//! does not repeat the first, asks for an ACK or claims another message
+//! goes the general way; a read whose memory went between two responses
+//! completes with a protection error. After a timeout one burst goes
+//! again, and the first ACK says whether the rest follows. Polls: a queue
+//! counts as having nothing posted (a poll then runs no round) only once
+//! all of it is handed back.
 
 use std::time::Duration;
 use via_device::FrameDevice;
@@ -489,6 +493,45 @@ fn a_middle_fragment_that_does_not_repeat_its_first_goes_the_general_way() {
     rig.a.engine.progress_at(rig.now);
     let c = rig.a.engine.core.counters;
     assert_eq!((c.rx_bad_offset > before.rx_bad_offset, c.connections_lost, c.rx_continued - before.rx_continued), (true, lost + 1, 1));
+}
+
+#[test]
+fn a_read_whose_memory_was_deregistered_between_responses_completes_with_a_protection_error() {
+    use via_tests::rig::arena::{page, PAGE};
+    use via_tests::rig::Seg;
+    use via_user::descriptor::control;
+    let mut rig = tapped(Reliability::ReliableDelivery);
+    // a reads 400 bytes of the peer's window into its buffers, one local
+    // segment, checked at post: the first response is placed from that
+    // check, the second after the memory went (the check no longer
+    // stands) not at all.
+    let remote = Seg { addr: rig.b.addr(page::WINDOW * PAGE), handle: rig.b.handles.window, len: 0 };
+    let local = Seg { addr: rig.a.addr(page::BUFS * PAGE), handle: rig.a.handles.bufs, len: 400 };
+    rig.a.write_desc(1, control::OP_RDMAREAD, 0, 400, &[remote, local]);
+    rig.a.post(1, Queue::Send).expect("posting an RDMA read");
+    seen_a(&mut rig);
+    rig.a.engine.ring_doorbell();
+    let req = seen_a(&mut rig);
+    assert_eq!((req.len(), req[0].kind), (1, Kind::RdmaReadReq));
+    let (psn, msg_seq) = (req[0].psn, req[0].msg_seq);
+    let body = message(15, 400);
+    let response = |rig: &Rig, k: usize, fl: u16| {
+        let h = HeaderRepr { kind: Kind::RdmaReadResp as u8, psn, msg_seq, flags: fl | flags::RELIABLE, msg_len: 400, offset: 200 * k as u32, ..rig.genuine(200) };
+        frame_bytes(&h, &body[200 * k..200 * (k + 1)])
+    };
+    rig.inject(&response(&rig, 0, 0));
+    rig.a.engine.progress_at(rig.now);
+    assert_eq!(rig.a.buf(0..200), body[..200], "the first response placed");
+    assert_eq!(rig.a.done(Queue::Send), None);
+    let before = rig.a.buf(200..400);
+    let bufs = rig.a.arena.addr(page::BUFS * PAGE);
+    rig.a.engine.deregister_memory(bufs, rig.a.handles.bufs).unwrap();
+    rig.inject(&response(&rig, 1, flags::LAST));
+    rig.a.engine.progress_at(rig.now);
+    assert_eq!(rig.a.done(Queue::Send), Some(1));
+    let (st, _, _) = rig.a.completion(1);
+    assert_eq!(st & status::ERROR_MASK, status::PROTECTION_ERROR);
+    assert_eq!(rig.a.buf(200..400), before, "nothing written after the memory went");
 }
 
 /// A one-frame message from a to b as a sends it, carrying a's ACK `ack`

@@ -13,7 +13,7 @@ use super::{AsyncError, AsyncErrorKind, Context, Core};
 use crate::descriptor::status;
 use crate::usermem;
 use crate::vi::{AckDue, Reliability, RxMessage, ViPhase, ViState};
-use crate::workqueue::{WorkQueue, WqEntry};
+use crate::workqueue::{CheckedSegment, WorkQueue, WqEntry};
 use via_kernel_agent::memory::Ptag;
 use crate::clock::Time;
 use via_kernel_agent::conn::CmHeader;
@@ -868,6 +868,12 @@ impl Context {
     /// [`Context::scatter`] of `payload` as bytes `off..` of the message
     /// (an RDMA read response).
     pub(super) fn scatter_at(&self, e: &WqEntry, ptag: Ptag, off: u32, payload: Payload<'_>) -> Result<(), PlaceError> {
+        // The segments as checked at post, while nothing was deregistered
+        // since: the cursor from them, nothing read from the descriptor.
+        if let Some(checked) = e.checked_segments(self.mem.epoch()) {
+            let mut cur = cursor_in(checked, e.seg0, off);
+            return self.scatter_registered(e, ptag, &mut cur, payload);
+        }
         if !usermem::descriptor_registered(&self.mem, e.desc, e.desc_handle, e.segs as usize, ptag) {
             return Err(PlaceError::Protection);
         }
@@ -892,6 +898,18 @@ impl Context {
 /// endpoint and MAC.
 fn for_anyone(kind: Kind) -> bool {
     matches!(kind, Kind::ConnRequest | Kind::PeerRequest | Kind::NameQuery)
+}
+
+/// [`segment_cursor`] over the segments as checked at post (`checked`,
+/// the descriptor's segments from `seg0` on).
+fn cursor_in(checked: &[CheckedSegment], seg0: u16, mut off: u32) -> (u16, u32) {
+    for (i, s) in checked.iter().enumerate() {
+        if off < s.len {
+            return (seg0 + i as u16, off);
+        }
+        off -= s.len;
+    }
+    (seg0 + checked.len() as u16, off)
 }
 
 /// The scatter cursor (segment, offset in it) for byte `off` of the data
