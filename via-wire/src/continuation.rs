@@ -72,8 +72,9 @@ fn word(head: &[u8; FRAME_HEADER_LEN], at: usize) -> u128 {
 }
 
 /// The repeated part of a message's first fragment's headers (see the
-/// module comment).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// module comment). The default key is of no message: its EtherType is
+/// zero, so no VIA frame repeats it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ContinuationKey {
     words: [u128; 5],
     flags: u16,
@@ -152,6 +153,14 @@ mod tests {
         let mut b = [0u8; FRAME_HEADER_LEN];
         h.emit(&mut b);
         b
+    }
+
+    #[test]
+    fn the_default_key_is_repeated_by_no_frame() {
+        let key = ContinuationKey::default();
+        for h in [first(), HeaderRepr::default()] {
+            assert!(!key.repeated_by(&emit(&h)));
+        }
     }
 
     #[test]

@@ -326,6 +326,12 @@ impl<T: AsRef<[u8]>> Frame<T> {
         Ok(f)
     }
 
+    /// The Ethernet and VIA headers, as a fixed-size array.
+    #[inline(always)]
+    pub fn headers(&self) -> &[u8; FRAME_HEADER_LEN] {
+        self.buf.as_ref()[..FRAME_HEADER_LEN].try_into().expect("a checked frame holds its headers")
+    }
+
     /// The VIA header, as a fixed-size array: one length check per
     /// accessor (which no constructor's frame fails), none per field.
     #[inline(always)]
@@ -405,7 +411,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
     /// Does the frame carry a checksum ([`flags::CHECKSUM`]), and does it
     /// match the headers and the payload in the frame?
     pub fn checksum_ok(&self) -> bool {
-        self.flags() & flags::CHECKSUM != 0 && frame_checksum(&self.buf.as_ref()[..FRAME_HEADER_LEN], [self.payload()]) == self.check()
+        self.flags() & flags::CHECKSUM != 0 && frame_checksum(self.headers(), [self.payload()]) == self.check()
     }
     /// Bytes after the payload that belong to the frame: the tag of an
     /// authenticated frame.
@@ -425,7 +431,7 @@ impl<T: AsRef<[u8]>> Frame<T> {
     /// Does the frame carry [`flags::AUTH`] and a tag that authenticates
     /// it under `key`?
     pub fn authentic(&self, key: &crate::tag::Key) -> bool {
-        self.auth_tag().is_some_and(|t| crate::tag::tag_ok(key, &self.buf.as_ref()[..FRAME_HEADER_LEN], self.payload(), t))
+        self.auth_tag().is_some_and(|t| crate::tag::tag_ok(key, self.headers(), self.payload(), t))
     }
     /// The payload, exactly `payload_len` bytes (Ethernet padding
     /// dropped); empty for a frame whose payload was lent.

@@ -18,8 +18,8 @@
 use super::receive::Payload;
 use super::Core;
 use crate::clock::Time;
-use crate::vi::{ViPhase, ViState};
-use via_wire::{flags, Frame, Kind, FRAME_HEADER_LEN};
+use crate::vi::{RxMessage, ViPhase, ViState};
+use via_wire::{flags, Frame, Kind};
 
 impl Core {
     /// Takes `f` (checked, trusted, its payload in the frame) if it is a
@@ -32,11 +32,10 @@ impl Core {
             return false; // a message's first frame (or its only one), or no message's
         }
         let Some((cx, vi)) = self.split(f.dst_vi()) else { return false };
-        let head: &[u8; FRAME_HEADER_LEN] = f.as_bytes()[..FRAME_HEADER_LEN].try_into().expect("a checked frame holds its headers");
         let Some(m) = vi.rx.msg.as_ref() else { return false };
         let payload = f.payload();
         let end = m.got as u64 + payload.len() as u64;
-        if fl != m.key.flags() || !m.key.repeated_by(head) || !continues(vi, f.psn(), f.offset(), end) {
+        if fl != vi.rx.msg_key.flags() || !vi.rx.msg_key.repeated_by(f.headers()) || !continues(vi, m, f.psn(), f.offset(), end) {
             return false;
         }
         // As the general path: the piggybacked ACK first.
@@ -59,12 +58,11 @@ impl Core {
 }
 
 /// May the frame at `psn`, carrying the message's bytes from `offset` to
-/// `end`, continue `vi`'s message on the short road? In sequence, at the
-/// offset reached, short of the message's end (its last fragment
-/// completes the receive: the general path), on a connected VI with
-/// nothing held past a gap.
+/// `end`, continue `m`, the message `vi` is reassembling, on the short
+/// road? In sequence, at the offset reached, short of the message's end
+/// (its last fragment completes the receive: the general path), on a
+/// connected VI with nothing held past a gap.
 #[inline(always)]
-fn continues(vi: &ViState, psn: u32, offset: u32, end: u64) -> bool {
-    let Some(m) = vi.rx.msg.as_ref() else { return false };
+fn continues(vi: &ViState, m: &RxMessage, psn: u32, offset: u32, end: u64) -> bool {
     psn == vi.rx.expected && offset == m.got && end < u64::from(m.msg_len) && vi.phase == ViPhase::Connected && vi.rx.reorder.is_empty()
 }

@@ -569,9 +569,7 @@ impl Context {
         if vi.rx.msg.is_some() && reliable {
             self.counters.rx_bad_offset += 1;
         }
-        let head: &[u8; FRAME_HEADER_LEN] = f.as_bytes()[..FRAME_HEADER_LEN].try_into().expect("a checked frame holds its headers");
-        let key = ContinuationKey::of_first(head);
-        let mut m = RxMessage { entry: None, msg_seq: f.msg_seq(), msg_len: f.msg_len(), got: 0, error: 0, imm: None, seg: 0, seg_off: 0, first_psn: f.psn(), rdma: None, key };
+        let mut m = RxMessage { entry: None, msg_seq: f.msg_seq(), msg_len: f.msg_len(), got: 0, error: 0, imm: None, seg: 0, seg_off: 0, first_psn: f.psn(), rdma: None };
         if fl & flags::IMMEDIATE != 0 {
             m.imm = Some(f.imm());
         }
@@ -648,6 +646,10 @@ impl Context {
             match self.begin_message(vi, kind, f) {
                 Some(m) => vi.rx.msg = Some(m),
                 None => return false,
+            }
+            if fl & flags::LAST == 0 {
+                // Fragments follow: what they repeat (continuation.rs).
+                vi.rx.msg_key = ContinuationKey::of_first(f.headers());
             }
         }
         let reliable = vi.reliable();
@@ -869,17 +871,15 @@ impl Context {
     /// (an RDMA read response).
     pub(super) fn scatter_at(&self, e: &WqEntry, ptag: Ptag, off: u32, payload: Payload<'_>) -> Result<(), PlaceError> {
         // The segments as checked at post, while nothing was deregistered
-        // since: the cursor from them, nothing read from the descriptor.
-        if let Some(checked) = e.checked_segments(self.mem.epoch()) {
-            let mut cur = cursor_in(checked, e.seg0, off);
-            return self.scatter_registered(e, ptag, &mut cur, payload);
-        }
-        if !usermem::descriptor_registered(&self.mem, e.desc, e.desc_handle, e.segs as usize, ptag) {
+        // since (nothing read from the descriptor); otherwise read from it
+        // and checked again.
+        let checked = e.checked_segments(self.mem.epoch());
+        if checked.is_none() && !usermem::descriptor_registered(&self.mem, e.desc, e.desc_handle, e.segs as usize, ptag) {
             return Err(PlaceError::Protection);
         }
-        // Checked before the cursor reads the segment list; not again.
-        // SAFETY: descriptor_registered just checked it with its segments.
-        let mut cur = unsafe { segment_cursor(e.desc, e.seg0 as usize, e.segs as usize, off) };
+        // SAFETY: without `checked`, descriptor_registered just checked the
+        // descriptor with its segments.
+        let mut cur = unsafe { segment_cursor(e, checked, off) };
         self.scatter_registered(e, ptag, &mut cur, payload)
     }
 
@@ -900,32 +900,21 @@ fn for_anyone(kind: Kind) -> bool {
     matches!(kind, Kind::ConnRequest | Kind::PeerRequest | Kind::NameQuery)
 }
 
-/// [`segment_cursor`] over the segments as checked at post (`checked`,
-/// the descriptor's segments from `seg0` on).
-fn cursor_in(checked: &[CheckedSegment], seg0: u16, mut off: u32) -> (u16, u32) {
-    for (i, s) in checked.iter().enumerate() {
-        if off < s.len {
-            return (seg0 + i as u16, off);
-        }
-        off -= s.len;
-    }
-    (seg0 + checked.len() as u16, off)
-}
-
 /// The scatter cursor (segment, offset in it) for byte `off` of the data
-/// segments `seg0..segs` of the descriptor at `desc`.
+/// segments of `e`, as [`WqEntry::segment`] gives them.
 ///
 /// # Safety
-/// The descriptor with its `segs` segments was checked against the
-/// registration table under the engine lock held since.
-unsafe fn segment_cursor(desc: usize, seg0: usize, segs: usize, mut off: u32) -> (u16, u32) {
-    for i in seg0..segs {
+/// As [`WqEntry::segment`]'s: without `checked`, the descriptor with its
+/// segments was checked against the registration table under the engine
+/// lock held since.
+unsafe fn segment_cursor(e: &WqEntry, checked: Option<&[CheckedSegment]>, mut off: u32) -> (u16, u32) {
+    for i in e.seg0 as usize..e.segs as usize {
         // SAFETY: the caller's promise; i < segs.
-        let len = unsafe { usermem::read_segment(desc, i) }.length;
+        let len = unsafe { e.segment(checked, i) }.len;
         if off < len {
             return (i as u16, off);
         }
         off -= len;
     }
-    (segs as u16, off)
+    (e.segs, off)
 }

@@ -104,9 +104,6 @@ pub struct RxMessage {
     /// RDMA write: the target address and memory handle; the data goes
     /// there and `entry` (if any) only receives the immediate data.
     pub rdma: Option<(usize, u32)>,
-    /// What the message's later fragments repeat of its first's headers
-    /// (`engine::continuation`).
-    pub key: ContinuationKey,
 }
 
 /// An RDMA read (or remote atomic) this VI serves: the response frames
@@ -282,6 +279,11 @@ pub struct Receiver {
     pub expected: u32,
     /// The message being reassembled.
     pub msg: Option<RxMessage>,
+    /// What the later fragments of `msg` repeat of its first's headers
+    /// (`engine::continuation`), written when a message's first fragment
+    /// is not its last; a one-frame message is taken at once and never
+    /// asks. (The default key matches no frame.)
+    pub msg_key: ContinuationKey,
     /// Frames that arrived past a gap.
     pub reorder: ReorderBuffer,
     /// The last message that failed here and was reported to the sender:
